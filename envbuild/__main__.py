@@ -1,0 +1,3 @@
+from envbuild.cli import main
+
+main()

@@ -1,0 +1,60 @@
+"""Command-line edge: parsing, dispatch and the one place errors become exit codes."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from envbuild.cli._app import app, emit_json
+from envbuild.errors import EXIT_INTERRUPTED, EXIT_USAGE, EnvbuildError
+
+# Each module adds its commands to `app` on import.
+from envbuild.cli import matrix_cmd as _matrix_cmd  # noqa: F401, E402, I001
+from envbuild.cli import resolve_cmd as _resolve_cmd  # noqa: F401, E402
+
+
+def _wants_json(argv: list[str]) -> bool:
+    return "--json" in argv
+
+
+def _fail(err: EnvbuildError, as_json: bool) -> int:
+    if as_json:
+        emit_json({"error": {"message": err.message, "hint": err.hint,
+                             "alternatives": err.alternatives}})
+    else:
+        sys.stderr.write(f"error: {err.message}\n")
+        if err.hint:
+            sys.stderr.write(f"hint: {err.hint}\n")
+        for alt in err.alternatives:
+            sys.stderr.write(f"  - {alt}\n")
+    return err.exit_code
+
+
+def run(argv: list[str]) -> int:
+    as_json = _wants_json(argv)
+    try:
+        app(args=argv, prog_name="envbuild", standalone_mode=False)
+    except EnvbuildError as err:
+        return _fail(err, as_json)
+    except click.exceptions.NoArgsIsHelpError:
+        return 0
+    except click.UsageError as err:
+        hint = "see `envbuild --help`"
+        if err.ctx is not None:
+            hint = f"see `{err.ctx.command_path} --help`"
+        return _fail(EnvbuildError(err.format_message(), hint, [], EXIT_USAGE), as_json)
+    except click.exceptions.Exit as err:
+        return int(err.exit_code)
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        sys.stderr.write("interrupted\n")
+        return EXIT_INTERRUPTED
+    except click.ClickException as err:
+        return _fail(EnvbuildError(err.format_message(), "", [], err.exit_code), as_json)
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+def main() -> None:
+    sys.exit(run(sys.argv[1:]))

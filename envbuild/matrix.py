@@ -1,0 +1,502 @@
+"""The version matrix: TOML files in `matrix/` loaded into typed, frozen rows.
+
+Loading is pure (files in, dataclasses out). `check()` returns every problem with its file
+and row instead of stopping at the first, so a maintainer fixes a broken matrix in one pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from envbuild.errors import MatrixError
+from envbuild.versions import parse_version, version_key
+
+
+@dataclass(frozen=True)
+class Problem:
+    file: str
+    row: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.row}: {self.message}"
+
+
+@dataclass(frozen=True)
+class CudaCompat:
+    major: int
+    min_driver_linux: str
+    min_driver_windows: str = ""
+    verified: bool = False
+    source: tuple[str, ...] = ()
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class CudaRelease:
+    version: str
+    latest: str
+    ga_driver_linux: str
+    ga_driver_windows: str = ""
+    driver_linux: str = ""
+    driver_windows: str = ""
+    image: str = ""
+    eol: bool = False
+    verified: bool = False
+    source: tuple[str, ...] = ()
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class CudaImage:
+    cuda: str
+    os: str
+    flavors: tuple[str, ...]
+    verified: bool = False
+    source: tuple[str, ...] = ()
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class TorchRelease:
+    version: str
+    released: str
+    python: tuple[str, ...]
+    default_variant: str
+    mps_min_macos: str = ""
+    macos_arm64: bool = True
+    verified: bool = False
+    source: tuple[str, ...] = ()
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class TorchPatch:
+    torch: str
+    torchvision: str
+    torchaudio: str = ""
+    torchaudio_pinned: bool = True
+    verified: bool = False
+    source: tuple[str, ...] = ()
+    note: str = ""
+
+    @property
+    def release(self) -> str:
+        return ".".join(self.torch.split(".")[:2])
+
+
+@dataclass(frozen=True)
+class Variant:
+    release: str
+    tag: str
+    kind: str
+    version: str = ""
+    cudnn: str = ""
+    nccl: str = ""
+    sass: tuple[str, ...] = ()
+    ptx: tuple[str, ...] = ()
+    gfx: tuple[str, ...] = ()
+    status: str = "stable"
+    verified: bool = False
+    source: tuple[str, ...] = ()
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Arch:
+    cc: str
+    name: str
+    min_cuda: str
+    last_cuda: str = ""
+    verified: bool = False
+    source: tuple[str, ...] = ()
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    vendor: str
+    aliases: tuple[str, ...] = ()
+    cc: str = ""
+    gfx: str = ""
+    memory_gb: float = 0.0
+    verified: bool = False
+    source: tuple[str, ...] = ()
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class RocmRelease:
+    version: str
+    base_image: str
+    os: tuple[str, ...] = ()
+    gfx: tuple[str, ...] = ()
+    verified: bool = False
+    source: tuple[str, ...] = ()
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class OsInfo:
+    id: str
+    family: str
+    package_manager: str
+    python: str
+    image: str
+    extra_python: tuple[str, ...] = ()
+    glibc: str = ""
+    verified: bool = False
+    source: tuple[str, ...] = ()
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Matrix:
+    cuda_compat: tuple[CudaCompat, ...]
+    cuda: tuple[CudaRelease, ...]
+    images: tuple[CudaImage, ...]
+    torch: tuple[TorchRelease, ...]
+    patches: tuple[TorchPatch, ...]
+    variants: tuple[Variant, ...]
+    archs: tuple[Arch, ...]
+    gpus: tuple[Gpu, ...]
+    rocm: tuple[RocmRelease, ...]
+    oses: tuple[OsInfo, ...]
+    sources: Mapping[str, Mapping[str, Any]]
+    meta: Mapping[str, Mapping[str, Any]]
+    extra: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    # Lookups used by the resolver; all small linear scans over tuples kept in version order.
+    def cuda_release(self, minor: str) -> CudaRelease | None:
+        return next((r for r in self.cuda if r.version == minor), None)
+
+    def compat_floor(self, major: int) -> CudaCompat | None:
+        return next((c for c in self.cuda_compat if c.major == major), None)
+
+    def torch_release(self, minor: str) -> TorchRelease | None:
+        return next((r for r in self.torch if r.version == minor), None)
+
+    def variants_of(self, release: str) -> list[Variant]:
+        return [v for v in self.variants if v.release == release]
+
+    def patches_of(self, release: str) -> list[TorchPatch]:
+        return [p for p in self.patches if p.release == release]
+
+    def os_info(self, os_id: str) -> OsInfo | None:
+        return next((o for o in self.oses if o.id == os_id), None)
+
+    def rocm_release(self, version: str) -> RocmRelease | None:
+        return next((r for r in self.rocm if r.version == version), None)
+
+    def arch(self, cc: str) -> Arch | None:
+        return next((a for a in self.archs if a.cc == cc), None)
+
+    def images_for(self, cuda_image: str) -> list[CudaImage]:
+        return [i for i in self.images if i.cuda == cuda_image]
+
+
+# (file stem, table name, row type, Matrix field, sort key or None)
+_TABLES: tuple[tuple[str, str, type, str], ...] = (
+    ("cuda", "compat", CudaCompat, "cuda_compat"),
+    ("cuda", "release", CudaRelease, "cuda"),
+    ("cuda", "image", CudaImage, "images"),
+    ("torch", "release", TorchRelease, "torch"),
+    ("torch", "patch", TorchPatch, "patches"),
+    ("torch", "variant", Variant, "variants"),
+    ("gpus", "arch", Arch, "archs"),
+    ("gpus", "gpu", Gpu, "gpus"),
+    ("rocm", "release", RocmRelease, "rocm"),
+    ("os", "os", OsInfo, "oses"),
+)
+_EXTRA_FILES = ("mps", "wsl2", "peaks")
+
+
+def _type_ok(value: Any, hint: Any) -> Any:
+    """Coerce a TOML value to the dataclass field type, or raise TypeError."""
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise TypeError(f"expected a string, got {value!r}")
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise TypeError(f"expected true/false, got {value!r}")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise TypeError(f"expected an integer, got {value!r}")
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise TypeError(f"expected a number, got {value!r}")
+    # tuple[str, ...]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise TypeError(f"expected a list of strings, got {value!r}")
+
+
+@cache
+def _field_types(cls: type) -> dict[str, tuple[Any, bool]]:
+    hints = typing.get_type_hints(cls)
+    out: dict[str, tuple[Any, bool]] = {}
+    for f in dataclasses.fields(cls):
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        hint = hints[f.name]
+        out[f.name] = (str if hint is str else hint, required)
+    return out
+
+
+def _row_label(raw: Mapping[str, Any], index: int) -> str:
+    for key in ("version", "tag", "name", "id", "cc", "torch", "cuda", "major"):
+        if key in raw:
+            return f"row {index + 1} ({key}={raw[key]!r})"
+    return f"row {index + 1}"
+
+
+def _parse_rows(cls: type, rows: Any, file: str, table: str,
+                problems: list[Problem]) -> list[Any]:
+    if not isinstance(rows, list):
+        problems.append(Problem(file, f"[[{table}]]", "must be an array of tables"))
+        return []
+    types = _field_types(cls)
+    out = []
+    for index, raw in enumerate(rows):
+        label = f"[[{table}]] {_row_label(raw, index)}"
+        kwargs: dict[str, Any] = {}
+        ok = True
+        for key, value in raw.items():
+            if key not in types:
+                problems.append(Problem(file, label, f"unknown key {key!r}"))
+                ok = False
+                continue
+            try:
+                kwargs[key] = _type_ok(value, types[key][0])
+            except TypeError as exc:
+                problems.append(Problem(file, label, f"{key}: {exc}"))
+                ok = False
+        for key, (_, required) in types.items():
+            if required and key not in raw:
+                problems.append(Problem(file, label, f"missing required key {key!r}"))
+                ok = False
+        if ok:
+            out.append(cls(**kwargs))
+    return out
+
+
+def _read_toml(path: Path, problems: list[Problem]) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        problems.append(Problem(path.name, "-", "file is missing"))
+    except tomllib.TOMLDecodeError as exc:
+        problems.append(Problem(path.name, "-", f"not valid TOML: {exc}"))
+    except OSError as exc:
+        problems.append(Problem(path.name, "-", f"cannot read: {exc.strerror}"))
+    return {}
+
+
+def parse(directory: Path) -> tuple[Matrix, list[Problem]]:
+    """Read every matrix file; return the matrix (bad rows dropped) and the schema problems."""
+    problems: list[Problem] = []
+    docs: dict[str, dict[str, Any]] = {}
+    for stem in sorted({t[0] for t in _TABLES} | {"sources", *_EXTRA_FILES}):
+        docs[stem] = _read_toml(directory / f"{stem}.toml", problems)
+    built: dict[str, Any] = {}
+    meta: dict[str, Mapping[str, Any]] = {}
+    for stem, table, cls, attr in _TABLES:
+        doc = docs[stem]
+        built[attr] = tuple(_parse_rows(cls, doc.get(table, []), f"{stem}.toml", table, problems))
+        meta[stem] = doc.get("meta", {})
+    sources = docs["sources"].get("source", {})
+    extra = {stem: docs[stem] for stem in _EXTRA_FILES}
+    return Matrix(sources=sources, meta=meta, extra=extra, **built), problems
+
+
+def check(directory: Path) -> list[Problem]:
+    """Every schema and cross-reference problem of the matrix in `directory`."""
+    matrix, problems = parse(directory)
+    return problems + cross_check(matrix)
+
+
+def _sorted_unique(rows: Iterable[Any], key: Callable[[Any], Any], file: str, table: str,
+                   label: Callable[[Any], str]) -> list[Problem]:
+    problems: list[Problem] = []
+    seen: set[Any] = set()
+    previous: Any = None
+    for row in rows:
+        k = key(row)
+        if k in seen:
+            problems.append(Problem(file, f"[[{table}]] {label(row)}", "duplicate row"))
+        elif previous is not None and k < previous:
+            problems.append(Problem(file, f"[[{table}]] {label(row)}",
+                                    "out of order (rows are sorted oldest first)"))
+        seen.add(k)
+        previous = k
+    return problems
+
+
+def _versions_ok(values: Iterable[tuple[str, str]], file: str, label: str) -> list[Problem]:
+    out = []
+    for name, value in values:
+        if value and parse_version(value) is None:
+            out.append(Problem(file, label, f"{name}: {value!r} is not a version"))
+    return out
+
+
+def cross_check(m: Matrix) -> list[Problem]:  # noqa: C901 - one flat list of rules reads best
+    p: list[Problem] = []
+    known_sources = set(m.sources)
+    for stem, table, _cls, attr in _TABLES:
+        for row in getattr(m, attr):
+            for sid in row.source:
+                if sid not in known_sources:
+                    p.append(Problem(f"{stem}.toml", f"[[{table}]] {_label(row)}",
+                                     f"source {sid!r} is not defined in sources.toml"))
+            if not row.source:
+                p.append(Problem(f"{stem}.toml", f"[[{table}]] {_label(row)}", "no source given"))
+
+    def vk(attr: str) -> Callable[[Any], Any]:
+        return lambda r: version_key(getattr(r, attr))
+
+    p += _sorted_unique(m.cuda_compat, lambda r: r.major, "cuda.toml", "compat", _label)
+    p += _sorted_unique(m.cuda, vk("version"), "cuda.toml", "release", _label)
+    p += _sorted_unique(m.images, lambda r: (version_key(r.cuda), r.os), "cuda.toml", "image",
+                        _label)
+    p += _sorted_unique(m.torch, vk("version"), "torch.toml", "release", _label)
+    p += _sorted_unique(m.patches, vk("torch"), "torch.toml", "patch", _label)
+    p += _sorted_unique(m.variants, lambda r: (version_key(r.release), r.kind, r.tag),
+                        "torch.toml", "variant", _label)
+    p += _sorted_unique(m.archs, vk("cc"), "gpus.toml", "arch", _label)
+    p += _sorted_unique(m.rocm, vk("version"), "rocm.toml", "release", _label)
+
+    names: dict[str, str] = {}
+    for g in m.gpus:
+        for n in (g.name, *g.aliases):
+            k = n.casefold()
+            if k in names:
+                p.append(Problem("gpus.toml", f"[[gpu]] {_label(g)}",
+                                 f"name {n!r} also used by {names[k]!r}"))
+            names[k] = g.name
+
+    majors = {c.major for c in m.cuda_compat}
+    cuda_minors = {r.version for r in m.cuda}
+    os_ids = {o.id for o in m.oses}
+    arch_ccs = {a.cc for a in m.archs}
+    rocm_versions = {r.version for r in m.rocm}
+    torch_minors = {r.version for r in m.torch}
+
+    for r in m.cuda:
+        lab = f"[[release]] {_label(r)}"
+        p += _versions_ok([("version", r.version), ("latest", r.latest),
+                           ("ga_driver_linux", r.ga_driver_linux)], "cuda.toml", lab)
+        if r.latest and not r.latest.startswith(r.version + "."):
+            p.append(Problem("cuda.toml", lab, f"latest {r.latest!r} is not a {r.version} update"))
+        if int(r.version.split(".")[0]) not in majors:
+            p.append(Problem("cuda.toml", lab, "no [[compat]] floor for this CUDA major"))
+        if r.image and not m.images_for(r.image):
+            p.append(Problem("cuda.toml", lab, f"image {r.image!r} has no [[image]] rows"))
+    for i in m.images:
+        lab = f"[[image]] {_label(i)}"
+        if ".".join(i.cuda.split(".")[:2]) not in cuda_minors:
+            p.append(Problem("cuda.toml", lab, f"CUDA {i.cuda} is not a known [[release]]"))
+        if i.os not in os_ids:
+            p.append(Problem("cuda.toml", lab, f"os {i.os!r} is not defined in os.toml"))
+        if not i.flavors:
+            p.append(Problem("cuda.toml", lab, "no flavors"))
+
+    for t in m.torch:
+        lab = f"[[release]] {_label(t)}"
+        tags = {v.tag for v in m.variants_of(t.version)}
+        if t.default_variant not in tags:
+            p.append(Problem("torch.toml", lab,
+                             f"default_variant {t.default_variant!r} is not one of its variants"))
+        if not m.patches_of(t.version):
+            p.append(Problem("torch.toml", lab, "no [[patch]] rows for this release"))
+        if "cpu" not in tags:
+            p.append(Problem("torch.toml", lab, "no cpu variant"))
+        if not t.python:
+            p.append(Problem("torch.toml", lab, "no Python versions"))
+    for pt in m.patches:
+        lab = f"[[patch]] {_label(pt)}"
+        if pt.release not in torch_minors:
+            p.append(Problem("torch.toml", lab, f"torch {pt.release} is not a [[release]]"))
+        p += _versions_ok([("torch", pt.torch), ("torchvision", pt.torchvision),
+                           ("torchaudio", pt.torchaudio)], "torch.toml", lab)
+    for v in m.variants:
+        lab = f"[[variant]] {_label(v)}"
+        if v.release not in torch_minors:
+            p.append(Problem("torch.toml", lab, f"torch {v.release} is not a [[release]]"))
+        if v.kind == "cuda":
+            if v.version not in cuda_minors:
+                p.append(Problem("torch.toml", lab,
+                                 f"CUDA {v.version!r} is not a [[release]] in cuda.toml"))
+            if v.tag != "cu" + v.version.replace(".", ""):
+                p.append(Problem("torch.toml", lab, f"tag {v.tag!r} does not match CUDA {v.version}"))
+            if not v.sass:
+                p.append(Problem("torch.toml", lab, "a CUDA variant needs its sass arch list"))
+            for cc in (*v.sass, *v.ptx):
+                if cc not in arch_ccs:
+                    p.append(Problem("torch.toml", lab, f"arch {cc!r} is not in gpus.toml"))
+        elif v.kind == "rocm":
+            if v.version not in rocm_versions:
+                p.append(Problem("torch.toml", lab,
+                                 f"ROCm {v.version!r} is not a [[release]] in rocm.toml"))
+            if v.tag != "rocm" + v.version:
+                p.append(Problem("torch.toml", lab, f"tag {v.tag!r} does not match ROCm {v.version}"))
+        elif v.kind == "cpu":
+            if v.tag != "cpu":
+                p.append(Problem("torch.toml", lab, "a cpu variant has tag 'cpu'"))
+        else:
+            p.append(Problem("torch.toml", lab, f"kind {v.kind!r} is not cuda, rocm or cpu"))
+
+    for g in m.gpus:
+        lab = f"[[gpu]] {_label(g)}"
+        if g.vendor == "nvidia" and g.cc not in arch_ccs:
+            p.append(Problem("gpus.toml", lab, f"compute capability {g.cc!r} is not an [[arch]]"))
+        if g.vendor == "amd" and not g.gfx.startswith("gfx"):
+            p.append(Problem("gpus.toml", lab, "an AMD GPU needs its gfx target"))
+        if g.vendor not in ("nvidia", "amd"):
+            p.append(Problem("gpus.toml", lab, f"vendor {g.vendor!r} is not nvidia or amd"))
+    for r2 in m.rocm:
+        for os_id in r2.os:
+            if os_id not in os_ids:
+                p.append(Problem("rocm.toml", f"[[release]] {_label(r2)}",
+                                 f"os {os_id!r} is not defined in os.toml"))
+    for o in m.oses:
+        p += _versions_ok([("python", o.python)] + [("extra_python", x) for x in o.extra_python],
+                          "os.toml", f"[[os]] {_label(o)}")
+    return p
+
+
+def _label(row: Any) -> str:
+    if isinstance(row, Variant):
+        return f"(release={row.release!r}, tag={row.tag!r})"
+    if isinstance(row, CudaImage):
+        return f"(cuda={row.cuda!r}, os={row.os!r})"
+    for key in ("version", "name", "id", "cc", "torch", "major"):
+        if hasattr(row, key):
+            return f"({key}={getattr(row, key)!r})"
+    return repr(row)
+
+
+def load(directory: Path | None = None) -> Matrix:
+    """Load and fully check the matrix; raise MatrixError naming the first problems."""
+    from envbuild.resources import matrix_dir
+
+    d = directory or matrix_dir()
+    matrix, problems = parse(d)
+    problems += cross_check(matrix)
+    if problems:
+        shown = "; ".join(str(x) for x in problems[:3])
+        more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise MatrixError(f"the version matrix in {d} is broken: {shown}{more}")
+    return matrix

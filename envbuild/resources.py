@@ -1,0 +1,25 @@
+"""Where the matrix data and the templates live, installed or in a checkout."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+_PKG = Path(__file__).resolve().parent
+
+
+@cache
+def data_dir(name: str) -> Path:
+    """`matrix` or `templates`: inside the wheel (envbuild/_data/NAME) or at the repo top."""
+    for candidate in (_PKG / "_data" / name, _PKG.parent / name):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(f"envbuild data directory {name!r} not found next to {_PKG}")
+
+
+def matrix_dir() -> Path:
+    return data_dir("matrix")
+
+
+def templates_dir() -> Path:
+    return data_dir("templates")

@@ -1,0 +1,38 @@
+"""Small, pure helpers for version strings (CUDA, drivers, torch, Python)."""
+
+from __future__ import annotations
+
+import re
+
+from packaging.version import InvalidVersion, Version
+
+_NUMERIC = re.compile(r"^\d+(\.\d+)*$")
+
+
+def parse_version(text: str) -> Version | None:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def version_key(text: str) -> tuple[int, ...]:
+    """Sort key for dotted numeric versions ("12.2.2", "535.104.05", "3.10")."""
+    parts = []
+    for piece in text.split("."):
+        m = re.match(r"\d+", piece)
+        parts.append(int(m.group()) if m else 0)
+    return tuple(parts)
+
+
+def is_numeric(text: str, min_parts: int = 1, max_parts: int = 4) -> bool:
+    return bool(_NUMERIC.match(text)) and min_parts <= text.count(".") + 1 <= max_parts
+
+
+def minor_of(text: str) -> str:
+    """'12.2.2' -> '12.2'."""
+    return ".".join(text.split(".")[:2])
+
+
+def major_of(text: str) -> int:
+    return int(text.split(".")[0])
