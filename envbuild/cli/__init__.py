@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import sys
 
-import click
+try:  # typer >= 0.20 vendors click; older releases depend on it
+    from typer._click import exceptions as click_exc
+except ImportError:  # pragma: no cover
+    from click import exceptions as click_exc  # type: ignore[no-redef]
 
 from envbuild.cli._app import app, emit_json
 from envbuild.errors import EXIT_INTERRUPTED, EXIT_USAGE, EnvbuildError
@@ -37,19 +40,19 @@ def run(argv: list[str]) -> int:
         app(args=argv, prog_name="envbuild", standalone_mode=False)
     except EnvbuildError as err:
         return _fail(err, as_json)
-    except click.exceptions.NoArgsIsHelpError:
+    except click_exc.NoArgsIsHelpError:
         return 0
-    except click.UsageError as err:
+    except click_exc.UsageError as err:
         hint = "see `envbuild --help`"
         if err.ctx is not None:
             hint = f"see `{err.ctx.command_path} --help`"
         return _fail(EnvbuildError(err.format_message(), hint, [], EXIT_USAGE), as_json)
-    except click.exceptions.Exit as err:
+    except click_exc.Exit as err:
         return int(err.exit_code)
-    except (KeyboardInterrupt, click.exceptions.Abort):
+    except (KeyboardInterrupt, click_exc.Abort):
         sys.stderr.write("interrupted\n")
         return EXIT_INTERRUPTED
-    except click.ClickException as err:
+    except click_exc.ClickException as err:
         return _fail(EnvbuildError(err.format_message(), "", [], err.exit_code), as_json)
     except BrokenPipeError:
         return 0

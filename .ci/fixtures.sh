@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Test fixtures that need the outside world once, then are reused:
+#   - local/debian:bookworm: a minimal Debian base image made with debootstrap (no image registry here)
+#   - $WORK/wheelhouse: torch==2.13.0 (CPU) and its dependencies for offline builds
+set -euo pipefail
+work=${1:-.work}
+mkdir -p "$work"
+work=$(cd "$work" && pwd)
+image=${ENVBUILD_TEST_BASE:-local/debian:bookworm}
+mirror=${DEBIAN_MIRROR:-$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)}
+mirror=${mirror:-http://deb.debian.org/debian}
+
+if ! /usr/bin/docker image inspect "$image" >/dev/null 2>&1; then
+  root=$(mktemp -d "$work/rootfs.XXXX")
+  trap 'rm -rf "$root"' EXIT
+  echo "debootstrap bookworm from $mirror ..."
+  debootstrap --variant=minbase bookworm "$root" "$mirror" >"$work/debootstrap.log" 2>&1 \
+    || { tail -20 "$work/debootstrap.log" >&2; exit 1; }
+  rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+  tar -C "$root" -c . | /usr/bin/docker import \
+    -c 'CMD ["/bin/bash"]' -c 'ENV LANG=C.UTF-8' - "$image" >/dev/null
+  echo "made $image"
+else
+  echo "$image present"
+fi
+
+wh="$work/wheelhouse"
+if ! ls "$wh"/torch-2.13.0*.whl >/dev/null 2>&1; then
+  mkdir -p "$wh"
+  python3 -m pip download -q --only-binary=:all: --python-version 3.11 --platform manylinux_2_28_x86_64 \
+    --implementation cp -d "$wh" 'torch==2.13.0' 2>"$work/pip-download.log" \
+    || python3 -m pip download -q -d "$wh" 'torch==2.13.0'
+  echo "wheelhouse ready: $(ls "$wh" | wc -l) files"
+else
+  echo "wheelhouse present"
+fi

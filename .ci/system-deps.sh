@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# System packages the tests need: a Docker engine (dockerd 20.10 with BuildKit), debootstrap for a
+# local base image, Debian's docker-registry for push tests. Idempotent.
+set -euo pipefail
+need=()
+command -v dockerd >/dev/null || need+=(docker.io)
+[ -x /usr/bin/docker ] || need+=(docker.io)
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v docker-registry >/dev/null || need+=(docker-registry)
+if [ ${#need[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+echo "system deps ok: $(dockerd --version)"

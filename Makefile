@@ -1,0 +1,49 @@
+# envbuild developer targets. `make install` sets up everything on a fresh Debian/Ubuntu machine,
+# `make test` runs the whole suite (it starts the Docker engine it needs).
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+WORK ?= .work
+TORCH_PIN ?= torch==2.13.0
+
+.PHONY: install system-deps venv engine fixtures test unit lint typecheck golden bench clean
+
+install: system-deps venv fixtures
+
+system-deps:
+	bash .ci/system-deps.sh
+
+venv: $(BIN)/envbuild
+
+$(BIN)/envbuild: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]' '$(TORCH_PIN)'
+	touch $@
+
+engine:
+	bash .ci/engine.sh start
+
+fixtures: engine
+	bash .ci/fixtures.sh $(WORK)
+
+lint: venv
+	$(BIN)/ruff check envbuild tests
+	$(BIN)/mypy
+
+typecheck: lint
+
+unit: venv
+	$(BIN)/pytest -m "not docker" -q
+
+test: venv engine fixtures lint
+	ENVBUILD_WORK=$(abspath $(WORK)) $(BIN)/pytest -q
+
+golden: venv
+	ENVBUILD_UPDATE_GOLDEN=1 $(BIN)/pytest -q tests/test_render_golden.py
+
+bench: venv
+	$(BIN)/python tests/bench.py
+
+clean:
+	rm -rf $(VENV) $(WORK) dist build .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,75 @@
+"""`envbuild matrix check|show`: validate and read the version matrix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from envbuild.cli._app import app, emit_json, say
+from envbuild.cli._options import Json
+from envbuild.errors import EXIT_FAILED, UsageError
+
+matrix_app = typer.Typer(help="Check and show the version matrix.", no_args_is_help=True)
+app.add_typer(matrix_app, name="matrix")
+
+Dir = Annotated[Path | None, typer.Option(
+    "--dir", help="Matrix directory to use instead of the shipped one.")]
+
+
+@matrix_app.command("check")
+def check_cmd(directory: Dir = None, json: Json = False) -> None:
+    """Validate schema and cross references; report ALL problems with file and row."""
+    from envbuild.matrix import check
+    from envbuild.resources import matrix_dir
+
+    d = directory or matrix_dir()
+    if not d.is_dir():
+        raise UsageError(f"{d} is not a directory", "give --dir the folder with the *.toml files")
+    problems = check(d)
+    if json:
+        emit_json({"directory": str(d), "ok": not problems,
+                   "problems": [{"file": p.file, "row": p.row, "message": p.message}
+                                for p in problems]})
+    else:
+        for p in problems:
+            say(str(p))
+        say(f"{len(problems)} problem(s) in {d}" if problems else f"matrix ok: {d}")
+    if problems:
+        raise typer.Exit(EXIT_FAILED)
+
+
+TABLES = ("cuda", "torch", "gpus", "rocm", "os")
+
+
+@matrix_app.command("show")
+def show_cmd(
+    table: Annotated[str, typer.Argument(help="cuda | torch | gpus | rocm | os")],
+    json: Json = False, directory: Dir = None,
+) -> None:
+    """Print one table of the matrix (unverified facts are marked with *)."""
+    from envbuild.matrix import load
+    from envbuild.matrix_views import table_rows
+
+    if table not in TABLES:
+        raise UsageError(f"unknown table {table!r}", f"choose one of: {', '.join(TABLES)}")
+    header, rows = table_rows(load(directory), table)
+    if json:
+        emit_json([dict(zip(header, r, strict=True)) for r in rows])
+        return
+    cells = [header, *[[_cell(c) for c in r] for r in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    for i, row in enumerate(cells):
+        say("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        if i == 0:
+            say("  ".join("-" * w for w in widths))
+    say("* = not verified against a primary source")
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return "" if value is None else str(value)

@@ -1,0 +1,40 @@
+"""`envbuild resolve`: print the spec for a request, with the reasons for every decision."""
+
+from __future__ import annotations
+
+from envbuild.cli import _options as o
+from envbuild.cli._app import app, emit_json, say
+
+
+@app.command()
+def resolve(
+    target: o.Target = None, cuda: o.Cuda = None, rocm: o.Rocm = None, torch: o.Torch = None,
+    python: o.Python = None, driver: o.Driver = None, gpu: o.Gpu = None, os: o.Os = None,
+    flavor: o.Flavor = None, without: o.Without = None, json: o.Json = False,
+) -> None:
+    """Resolve driver / CUDA / cuDNN / torch / Python / OS into one explained spec."""
+    from envbuild.matrix import load
+    from envbuild.resolve import resolve as do_resolve
+
+    req = o.make_request(target, cuda, rocm, torch, python, driver, gpu, os, flavor, without)
+    spec = do_resolve(req, load())
+    if json:
+        emit_json(spec.to_json())
+        return
+    say(format_spec(spec.to_json()))
+
+
+def format_spec(d: dict[str, object]) -> str:
+    rows = [("target", d["target"]), ("torch", d["torch"]), ("torchvision", d["torchvision"]),
+            ("torchaudio", d["torchaudio"]), ("python", f"{d['python']} ({d['python_source']})"),
+            ("variant", d["variant"]), ("torch CUDA", d["torch_cuda"]), ("ROCm", d["rocm"]),
+            ("CUDA image", d["cuda_image"]), ("cuDNN", d["cudnn"]), ("NCCL", d["nccl"]),
+            ("OS", d["os"]), ("base image", d["base_image"]), ("index", d["index_url"]),
+            ("min driver", d["min_driver"]), ("min macOS", d["min_macos"]),
+            ("archs", " ".join(d["archs"]) if d["archs"] else None),  # type: ignore[arg-type]
+            ("spec hash", d["spec_hash"])]
+    lines = [f"{k:<12} {v}" for k, v in rows if v not in (None, "")]
+    lines.append("why:")
+    lines += [f"  - {t}" for t in d["trace"]]  # type: ignore[attr-defined]
+    lines += [f"warning: {w}" for w in d["warnings"]]  # type: ignore[attr-defined]
+    return "\n".join(lines)

@@ -1,0 +1,244 @@
+"""A resolve request: what the user asked for, parsed and checked for form (not for fit).
+
+Form errors (malformed versions, unknown names) are UsageError (exit 2) with close matches;
+whether the parts fit together is the resolver's business (ConflictError, exit 1).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+from envbuild.errors import UsageError
+from envbuild.matrix import Gpu, Matrix
+
+TARGETS = ("cuda", "rocm", "cpu", "mps")
+FLAVORS = ("base", "runtime", "devel")
+COMPONENTS = ("torch", "torchvision", "torchaudio")
+
+_CUDA = re.compile(r"^\d{1,2}\.\d{1,2}(\.\d{1,3})?$")
+_ROCM = re.compile(r"^\d{1,2}\.\d{1,2}(\.\d{1,3})?$")
+_PYTHON = re.compile(r"^3\.\d{1,2}$")
+_DRIVER = re.compile(r"^\d{3}(\.\d{1,3}){0,2}$")
+_SM = re.compile(r"^(?:sm_?|compute_?)(\d{1,2})(\d)$", re.IGNORECASE)
+_CC = re.compile(r"^(\d{1,2})\.(\d)$")
+_TORCH_BARE = re.compile(r"^\d+\.\d+(\.\d+)?$")
+
+
+@dataclass(frozen=True)
+class GpuRef:
+    """A GPU the image must run on: a named product or a bare compute capability / gfx target."""
+
+    label: str
+    vendor: str  # nvidia | amd
+    cc: str = ""
+    gfx: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        out = {"name": self.label, "vendor": self.vendor}
+        if self.cc:
+            out["cc"] = self.cc
+        if self.gfx:
+            out["gfx"] = self.gfx
+        return out
+
+
+@dataclass(frozen=True)
+class Request:
+    target: str | None = None
+    cuda: str | None = None
+    rocm: str | None = None
+    torch: str | None = None
+    python: str | None = None
+    driver: str | None = None
+    gpus: tuple[str, ...] = ()
+    os: str | None = None
+    flavor: str | None = None
+    components: tuple[str, ...] = COMPONENTS
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A request whose every field is well-formed and known to the matrix."""
+
+    target: str
+    target_reason: str
+    cuda: str | None
+    cuda_minor: str | None
+    rocm: str | None
+    torch: SpecifierSet | None
+    torch_text: str | None
+    python: str | None
+    driver: str | None
+    gpus: tuple[GpuRef, ...]
+    os: str | None
+    flavor: str
+    components: tuple[str, ...]
+    given: frozenset[str] = field(default_factory=frozenset)
+
+
+def _close(word: str, options: list[str]) -> list[str]:
+    return difflib.get_close_matches(word, options, n=3, cutoff=0.5)
+
+
+def torch_specifier(text: str) -> SpecifierSet:
+    """`2.4` -> ==2.4.*, `2.4.1` -> ==2.4.1, anything else is a PEP 440 specifier set."""
+    t = text.strip()
+    if not t or len(t) > 100:
+        raise UsageError(f"--torch {text!r} is not a version or specifier",
+                         "examples: --torch 2.4, --torch 2.4.1, --torch '>=2.3,<2.6'")
+    if _TORCH_BARE.match(t):
+        t = f"=={t}.*" if t.count(".") == 1 else f"=={t}"
+    try:
+        spec = SpecifierSet(t)
+    except InvalidSpecifier:
+        raise UsageError(f"--torch {text!r} is not a version or specifier",
+                         "examples: --torch 2.4, --torch 2.4.1, --torch '>=2.3,<2.6'") from None
+    if not str(spec):
+        raise UsageError(f"--torch {text!r} is empty", "examples: --torch 2.4")
+    return spec
+
+
+def _norm_gpu(name: str) -> str:
+    s = name.casefold().strip()
+    for prefix in ("nvidia ", "geforce ", "tesla ", "amd ", "radeon ", "instinct "):
+        if s.startswith(prefix):
+            s = s[len(prefix):]
+    return re.sub(r"[\s_-]+", " ", s)
+
+
+def gpu_index(matrix: Matrix) -> dict[str, Gpu]:
+    out: dict[str, Gpu] = {}
+    for g in matrix.gpus:
+        for n in (g.name, *g.aliases):
+            out.setdefault(n.casefold(), g)
+            out.setdefault(_norm_gpu(n), g)
+    return out
+
+
+def parse_gpu(text: str, matrix: Matrix) -> GpuRef:
+    raw = text.strip()
+    if not raw or len(raw) > 80 or not re.match(r"^[\w .+()/-]+$", raw):
+        raise UsageError(f"--gpu {text[:40]!r} is not a GPU name or compute capability",
+                         "examples: --gpu H100, --gpu 'RTX 4090', --gpu sm_86, --gpu gfx942")
+    m = _SM.match(raw) or _CC.match(raw)
+    if m:
+        cc = f"{int(m.group(1))}.{m.group(2)}"
+        if matrix.arch(cc) is None:
+            known = [f"sm_{a.cc.replace('.', '')}" for a in matrix.archs]
+            raise UsageError(f"compute capability {cc} is not a known NVIDIA architecture",
+                             "known: " + ", ".join(known))
+        return GpuRef(label=f"sm_{cc.replace('.', '')}", vendor="nvidia", cc=cc)
+    if re.match(r"^gfx[0-9a-f]{3,4}$", raw, re.IGNORECASE):
+        return GpuRef(label=raw.lower(), vendor="amd", gfx=raw.lower())
+    index = gpu_index(matrix)
+    g = index.get(raw.casefold()) or index.get(_norm_gpu(raw))
+    if g is None:
+        names = sorted({x.name for x in matrix.gpus})
+        close = _close(raw, names) or _close(_norm_gpu(raw), [_norm_gpu(n) for n in names])
+        raise UsageError(f"unknown GPU {raw!r}",
+                         "give a compute capability instead (e.g. --gpu sm_89) or a known name "
+                         "(`envbuild matrix show gpus`)", close)
+    return GpuRef(label=g.name, vendor=g.vendor, cc=g.cc, gfx=g.gfx)
+
+
+def parse(req: Request, matrix: Matrix) -> Parsed:  # noqa: C901 - a flat list of field checks
+    given = frozenset(k for k, v in vars(req).items()
+                      if v not in (None, (), "") and k != "components")
+    if req.target is not None and req.target not in TARGETS:
+        raise UsageError(f"--target {req.target!r} is not one of {', '.join(TARGETS)}",
+                         "", _close(req.target, list(TARGETS)))
+    if req.flavor is not None and req.flavor not in FLAVORS:
+        raise UsageError(f"--flavor {req.flavor!r} is not one of {', '.join(FLAVORS)}",
+                         "", _close(req.flavor, list(FLAVORS)))
+    for c in req.components:
+        if c not in COMPONENTS:
+            raise UsageError(f"component {c!r} is not one of {', '.join(COMPONENTS)}")
+    if "torch" not in req.components:
+        raise UsageError("the torch component cannot be left out")
+
+    cuda_minor = None
+    if req.cuda is not None:
+        if not _CUDA.match(req.cuda):
+            raise UsageError(f"--cuda {req.cuda!r} is not a CUDA version",
+                             "use X.Y or X.Y.Z, e.g. --cuda 12.2")
+        cuda_minor = ".".join(req.cuda.split(".")[:2])
+        if matrix.cuda_release(cuda_minor) is None:
+            known = [r.version for r in matrix.cuda]
+            raise UsageError(f"CUDA {cuda_minor} is not a CUDA release envbuild knows",
+                             f"known CUDA releases: {', '.join(known)}",
+                             _nearest_versions(cuda_minor, known))
+    if req.rocm is not None:
+        if not _ROCM.match(req.rocm):
+            raise UsageError(f"--rocm {req.rocm!r} is not a ROCm version",
+                             "use X.Y or X.Y.Z, e.g. --rocm 6.2")
+        known_rocm = [r.version for r in matrix.rocm]
+        if not any(v == req.rocm or v.startswith(req.rocm + ".") for v in known_rocm):
+            raise UsageError(f"ROCm {req.rocm} is not a ROCm release envbuild knows",
+                             f"known ROCm releases: {', '.join(known_rocm)}",
+                             _nearest_versions(req.rocm, known_rocm))
+    spec = torch_specifier(req.torch) if req.torch is not None else None
+    if req.python is not None and not _PYTHON.match(req.python):
+        raise UsageError(f"--python {req.python!r} is not a CPython version",
+                         "use 3.X, e.g. --python 3.11")
+    if req.driver is not None and not _DRIVER.match(req.driver):
+        raise UsageError(f"--driver {req.driver!r} is not an NVIDIA driver version",
+                         "use the number nvidia-smi prints, e.g. --driver 535.104.05")
+    if req.os is not None and matrix.os_info(req.os) is None:
+        ids = [o.id for o in matrix.oses]
+        raise UsageError(f"--os {req.os!r} is not an operating system envbuild knows",
+                         f"known: {', '.join(ids)} (macOS only with --target mps)",
+                         _close(req.os, ids))
+    gpus = tuple(parse_gpu(g, matrix) for g in req.gpus)
+
+    target, why = _infer_target(req, gpus)
+    if req.driver is not None and target not in ("cuda",):
+        raise UsageError(f"--driver applies to NVIDIA CUDA targets, not --target {target}")
+    if target == "mps" and (req.os or req.flavor):
+        raise UsageError("--os and --flavor do not apply to --target mps (a native macOS "
+                         "environment, no container)")
+    vendors = {g.vendor for g in gpus}
+    if target == "cuda" and "amd" in vendors:
+        raise UsageError("AMD GPUs cannot run a CUDA image", "use --target rocm for AMD GPUs")
+    if target == "rocm" and "nvidia" in vendors:
+        raise UsageError("NVIDIA GPUs cannot run a ROCm image", "use --target cuda for NVIDIA GPUs")
+    if target in ("cpu", "mps") and gpus:
+        raise UsageError(f"--gpu does not apply to --target {target}")
+    return Parsed(target=target, target_reason=why, cuda=req.cuda, cuda_minor=cuda_minor,
+                  rocm=req.rocm, torch=spec, torch_text=req.torch, python=req.python,
+                  driver=req.driver, gpus=gpus, os=req.os, flavor=req.flavor or "base",
+                  components=tuple(c for c in COMPONENTS if c in req.components), given=given)
+
+
+def _infer_target(req: Request, gpus: tuple[GpuRef, ...]) -> tuple[str, str]:
+    if req.cuda and req.rocm:
+        raise UsageError("--cuda and --rocm cannot be combined", "one image has one GPU stack")
+    if req.target:
+        if req.cuda and req.target != "cuda":
+            raise UsageError(f"--cuda needs --target cuda, not --target {req.target}")
+        if req.rocm and req.target != "rocm":
+            raise UsageError(f"--rocm needs --target rocm, not --target {req.target}")
+        return req.target, f"target {req.target} as requested"
+    if req.cuda:
+        return "cuda", f"target cuda because --cuda {req.cuda} was given"
+    if req.rocm:
+        return "rocm", f"target rocm because --rocm {req.rocm} was given"
+    if gpus and all(g.vendor == "amd" for g in gpus):
+        return "rocm", "target rocm because every --gpu is an AMD GPU"
+    if gpus:
+        return "cuda", "target cuda because the --gpu list names NVIDIA GPUs"
+    if req.driver:
+        return "cuda", "target cuda because --driver (an NVIDIA driver) was given"
+    return "cuda", "target cuda by default (give --target cpu|rocm|mps for others)"
+
+
+def _nearest_versions(want: str, known: list[str]) -> list[str]:
+    from envbuild.versions import version_key
+
+    wk = version_key(want)
+    lower = [k for k in known if version_key(k) < wk]
+    higher = [k for k in known if version_key(k) > wk]
+    return ([lower[-1]] if lower else []) + ([higher[0]] if higher else [])

@@ -1,0 +1,468 @@
+"""The resolver: a pure function (request, matrix) -> spec, with every decision explained.
+
+Preference order: the newest torch release that satisfies everything, then its newest
+qualifying wheel variant. A request that nothing satisfies raises ConflictError naming the
+conflict and the nearest valid alternatives (found by relaxing one given option at a time).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from envbuild.errors import ConflictError
+from envbuild.matrix import CudaImage, Matrix, OsInfo, TorchPatch, TorchRelease, Variant
+from envbuild.request import GpuRef, Parsed, Request, parse
+from envbuild.spec import Spec
+from envbuild.versions import major_of, minor_of, version_key
+
+
+@dataclass
+class _Trace:
+    lines: list[str] = field(default_factory=list)
+
+    def add(self, text: str) -> None:
+        self.lines.append(text)
+
+
+class _Reject(Exception):  # noqa: N818 - internal control flow, never escapes this module
+    """One candidate (torch release x variant) does not fit; the message says why."""
+
+
+def arch_covers(sass: Iterable[str], ptx: Iterable[str], cc: str) -> str | None:
+    """Which arch of a wheel runs on compute capability `cc`, or None.
+
+    A cubin for sm_X.y runs on sm_X.z with z >= y (same major); PTX for X.Y is JIT-compiled
+    by the driver for any GPU with cc >= X.Y.
+    """
+    want = version_key(cc)
+    cubins = [s for s in sass if version_key(s)[0] == want[0] and version_key(s) <= want]
+    if cubins:
+        best = max(cubins, key=version_key)
+        return "sm_" + best.replace(".", "")
+    ptxs = [p for p in ptx if version_key(p) <= want]
+    if ptxs:
+        return "compute_" + max(ptxs, key=version_key).replace(".", "")
+    return None
+
+
+def arch_list(v: Variant) -> list[str]:
+    """The wheel's arch list as torch.cuda.get_arch_list() prints it."""
+    if v.kind == "rocm":
+        return list(v.gfx)
+    return ["sm_" + s.replace(".", "") for s in v.sass] + \
+        ["compute_" + p.replace(".", "") for p in v.ptx]
+
+
+def mature_python(m: Matrix, rel: TorchRelease) -> str:
+    """Newest Python this release supports that an older release already supported too.
+
+    A CPython version's first torch release is often marked experimental; one release
+    cycle later the ecosystem (numpy, wheels of extensions) has caught up.
+    """
+    older = [r for r in m.torch if version_key(r.version) < version_key(rel.version)]
+    seen_before = set(older[-1].python) if older else set()
+    mature = [p for p in rel.python if p in seen_before]
+    return max(mature or list(rel.python), key=version_key)
+
+
+def _patch_for(m: Matrix, rel: TorchRelease, p: Parsed) -> TorchPatch | None:
+    patches = m.patches_of(rel.version)
+    if p.torch is not None:
+        patches = [x for x in patches if p.torch.contains(x.torch, prereleases=True)]
+    return max(patches, key=lambda x: version_key(x.torch)) if patches else None
+
+
+def _releases(m: Matrix, p: Parsed) -> list[tuple[TorchRelease, TorchPatch]]:
+    out = []
+    for rel in sorted(m.torch, key=lambda r: version_key(r.version), reverse=True):
+        patch = _patch_for(m, rel, p)
+        if patch is not None:
+            out.append((rel, patch))
+    return out
+
+
+def _pick_python(m: Matrix, rel: TorchRelease, os_info: OsInfo | None, p: Parsed,
+                 t: _Trace) -> tuple[str, str]:
+    """(python version, source): 'os' when the OS provides it, else 'standalone'."""
+    if p.python is not None:
+        if p.python not in rel.python:
+            raise _Reject(f"torch {rel.version} has no wheels for Python {p.python} "
+                          f"(it supports {', '.join(rel.python)})")
+        if os_info is None:
+            return p.python, "native"
+        if p.python == os_info.python or p.python in os_info.extra_python:
+            t.add(f"Python {p.python} as requested, from {os_info.id}'s own packages")
+            return p.python, "os"
+        t.add(f"Python {p.python} as requested; {os_info.id} ships {os_info.python}, so it "
+              "comes from a standalone CPython build (python-build-standalone through uv)")
+        return p.python, "standalone"
+    if os_info is None:
+        py = mature_python(m, rel)
+        t.add(f"Python {py}: the newest Python torch {rel.version} supports that an earlier "
+              "torch release supported too (first-release support is often experimental)")
+        return py, "native"
+    if os_info.python in rel.python:
+        t.add(f"Python {os_info.python}: the {os_info.id} system Python, which torch "
+              f"{rel.version} supports (no second interpreter in the image)")
+        return os_info.python, "os"
+    extra = [x for x in os_info.extra_python if x in rel.python]
+    if extra:
+        py = max(extra, key=version_key)
+        t.add(f"Python {py}: {os_info.id} ships {os_info.python}, which torch {rel.version} "
+              f"does not support, but its own repositories carry {py}")
+        return py, "os"
+    py = mature_python(m, rel)
+    t.add(f"Python {py}: {os_info.id} ships {os_info.python}, which torch {rel.version} does "
+          f"not support; {py} comes from a standalone CPython build")
+    return py, "standalone"
+
+
+def _os_rank(o: OsInfo, rel: TorchRelease, p: Parsed, preferred: list[str]) -> tuple[int, ...]:
+    py_fit = p.python in (o.python, *o.extra_python) if p.python else o.python in rel.python
+    order = preferred.index(o.id) if o.id in preferred else len(preferred)
+    return (0 if py_fit else 1, order)
+
+
+def _pick_os(m: Matrix, candidates: list[str], rel: TorchRelease, p: Parsed,
+             t: _Trace, what: str) -> OsInfo:
+    if p.os is not None:
+        if p.os not in candidates:
+            raise _Reject(f"{what} is not published for {p.os} (it is for "
+                          f"{', '.join(sorted(candidates)) or 'no OS'})")
+        info = m.os_info(p.os)
+        assert info is not None
+        t.add(f"OS {p.os} as requested")
+        return info
+    infos = [o for o in (m.os_info(c) for c in candidates) if o is not None]
+    if not infos:
+        raise _Reject(f"{what} exists for no operating system envbuild knows")
+    preferred = list(m.meta.get("os", {}).get("preference", []))
+    best = min(infos, key=lambda o: _os_rank(o, rel, p, preferred))
+    t.add(f"OS {best.id}: preferred among those {what} exists for "
+          f"({', '.join(sorted(candidates))}), and its Python fits")
+    return best
+
+
+def _check_gpus(v: Variant, gpus: tuple[GpuRef, ...], t: _Trace) -> None:
+    for g in gpus:
+        if v.kind == "rocm":
+            if g.gfx not in v.gfx:
+                raise _Reject(f"the torch {v.release} {v.tag} wheel has no code for {g.label} "
+                              f"({g.gfx}); it is built for {', '.join(v.gfx)}")
+            t.add(f"{g.label} ({g.gfx}) is in the wheel's gfx list")
+            continue
+        how = arch_covers(v.sass, v.ptx, g.cc)
+        if how is None:
+            raise _Reject(f"the torch {v.release} {v.tag} wheel has no kernels for {g.label} "
+                          f"(sm_{g.cc.replace('.', '')}); it ships "
+                          f"{', '.join(arch_list(v))}")
+        if how.startswith("compute_"):
+            t.add(f"{g.label} (sm_{g.cc.replace('.', '')}) runs through PTX {how}, JIT-compiled "
+                  "at first use (slower start, same results)")
+        else:
+            t.add(f"{g.label} (sm_{g.cc.replace('.', '')}) runs the wheel's {how} cubin")
+
+
+def _min_driver(m: Matrix, image_minor: str, wheel_cuda: str, t: _Trace) -> str:
+    rel = m.cuda_release(image_minor)
+    floor = m.compat_floor(major_of(wheel_cuda))
+    assert rel is not None and floor is not None
+    need_image = rel.ga_driver_linux
+    need_wheel = floor.min_driver_linux
+    t.add(f"the nvidia/cuda {image_minor} base image sets NVIDIA_REQUIRE_CUDA=cuda>={image_minor}: "
+          f"the driver must support CUDA {image_minor} natively (>= {need_image})")
+    t.add(f"the cu{wheel_cuda.replace('.', '')} wheel bundles its CUDA {wheel_cuda} libraries and "
+          f"runs on any CUDA {major_of(wheel_cuda)}.x driver >= {need_wheel} through minor "
+          "version compatibility")
+    return max(need_image, need_wheel, key=version_key)
+
+
+def _resolve_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant,
+                  t: _Trace) -> Spec:
+    if p.cuda_minor is not None:
+        if major_of(v.version) != major_of(p.cuda_minor):
+            raise _Reject(f"torch {rel.version} {v.tag} is a CUDA {major_of(v.version)}.x wheel")
+        if version_key(v.version) > version_key(p.cuda_minor):
+            raise _Reject(f"torch {rel.version} {v.tag} needs CUDA {v.version} > {p.cuda_minor}")
+        image_minor = p.cuda_minor
+    else:
+        image_minor = v.version
+    cuda_rel = m.cuda_release(image_minor)
+    assert cuda_rel is not None
+    image_version = cuda_rel.image
+    if p.cuda and p.cuda.count(".") == 2:
+        if not m.images_for(p.cuda):
+            raise _Reject(f"no nvidia/cuda {p.cuda} image is known (the maintained {image_minor} "
+                          f"image is {image_version or 'none'})")
+        image_version = p.cuda
+    if not image_version:
+        raise _Reject(f"no nvidia/cuda image is known for CUDA {image_minor}")
+    _check_gpus(v, p.gpus, t)
+    min_driver = _min_driver(m, image_minor, v.version, t)
+    if p.driver is not None and version_key(p.driver) < version_key(min_driver):
+        raise _Reject(f"driver {p.driver} is older than the {min_driver} that CUDA {image_minor} "
+                      f"images need (torch {rel.version} {v.tag})")
+    images = [i for i in m.images_for(image_version) if p.flavor in i.flavors]
+    what = f"nvidia/cuda:{image_version}-{p.flavor}"
+    os_info = _pick_os(m, [i.os for i in images], rel, p, t, what)
+    python, source = _pick_python(m, rel, os_info, p, t)
+    repo = str(m.meta.get("cuda", {}).get("image_repo", "nvidia/cuda"))
+    img: CudaImage = next(i for i in images if i.os == os_info.id)
+    t.add(f"base image {repo}:{image_version}-{p.flavor}-{os_info.id}: "
+          + ("CUDA runtime only; the torch wheel brings cuDNN, cuBLAS and NCCL as pip packages, "
+             "so a runtime/cudnn image would duplicate gigabytes" if p.flavor == "base" else
+             f"the {p.flavor} flavor as requested"
+             + (" (nvcc and headers for compiling extensions)" if p.flavor == "devel" else "")))
+    if cuda_rel.eol:
+        t.add(f"note: NVIDIA marks the CUDA {image_minor} images end-of-life; they may be deleted "
+              "from registries (mirror the base image, or choose a maintained CUDA)")
+    return _spec(m, p, rel, patch, v, t, python=python, python_source=source, os_id=os_info.id,
+                 base_image=f"{repo}:{image_version}-{p.flavor}-{os_info.id}",
+                 cuda_image=image_version, min_driver=min_driver,
+                 verified=(img.verified and cuda_rel.verified))
+
+
+def _resolve_rocm(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant,
+                  t: _Trace) -> Spec:
+    if p.rocm is not None and not (v.version == p.rocm or v.version.startswith(p.rocm + ".")):
+        raise _Reject(f"torch {rel.version} {v.tag} is not a ROCm {p.rocm} wheel")
+    rocm_rel = m.rocm_release(v.version)
+    assert rocm_rel is not None
+    _check_gpus(v, p.gpus, t)
+    os_info = _pick_os(m, list(rocm_rel.os), rel, p, t, f"the ROCm {v.version} base image")
+    python, source = _pick_python(m, rel, os_info, p, t)
+    t.add(f"base image {rocm_rel.base_image}: AMD's ROCm {v.version} image for {os_info.id}")
+    return _spec(m, p, rel, patch, v, t, python=python, python_source=source, os_id=os_info.id,
+                 base_image=rocm_rel.base_image, verified=rocm_rel.verified)
+
+
+def _resolve_cpu(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant,
+                 t: _Trace) -> Spec:
+    os_info = _pick_os(m, [o.id for o in m.oses], rel, p, t, "a CPU image")
+    python, source = _pick_python(m, rel, os_info, p, t)
+    t.add(f"base image {os_info.image}: a slim {os_info.id} image; the CPU wheel needs no GPU "
+          "libraries")
+    return _spec(m, p, rel, patch, v, t, python=python, python_source=source, os_id=os_info.id,
+                 base_image=os_info.image)
+
+
+def _resolve_mps(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant,
+                 t: _Trace) -> Spec:
+    if not rel.macos_arm64:
+        raise _Reject(f"torch {rel.version} has no macOS arm64 wheels")
+    python, _ = _pick_python(m, rel, None, p, t)
+    t.add(f"native macOS arm64 environment (no container: macOS GPUs cannot be reached from "
+          f"Docker); MPS needs macOS >= {rel.mps_min_macos} with torch {rel.version}")
+    return _spec(m, p, rel, patch, v, t, python=python, python_source="native", os_id="macos",
+                 base_image=None, min_macos=rel.mps_min_macos, variant_tag="mps",
+                 index_url=str(m.meta["torch"].get("pypi_index", "")))
+
+
+def _spec(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant, t: _Trace,
+          *, python: str, python_source: str, os_id: str, base_image: str | None,
+          cuda_image: str | None = None, min_driver: str | None = None,
+          min_macos: str | None = None, variant_tag: str | None = None,
+          index_url: str | None = None, verified: bool = True) -> Spec:
+    index_base = str(m.meta["torch"]["index_base"]).rstrip("/")
+    vision = patch.torchvision if "torchvision" in p.components else None
+    audio = (patch.torchaudio or None) if "torchaudio" in p.components else None
+    if "torchaudio" in p.components and not patch.torchaudio:
+        t.add(f"no torchaudio release goes with torch {patch.torch}; left out")
+    if audio and not patch.torchaudio_pinned:
+        t.add(f"torchaudio {audio} is built on torch's stable ABI and pins no torch version")
+    unverified = [] if (v.verified and rel.verified and patch.verified and verified) else [
+        "some matrix facts behind this spec are marked verified=false (`envbuild matrix show`)"]
+    return Spec(
+        target=p.target,
+        torch=patch.torch,
+        torchvision=vision,
+        torchaudio=audio,
+        python=python,
+        python_source=python_source,
+        variant=variant_tag or v.tag,
+        torch_cuda=v.version if v.kind == "cuda" else None,
+        rocm=v.version if v.kind == "rocm" else None,
+        cuda_image=cuda_image,
+        cudnn=(v.cudnn or None) if v.kind == "cuda" else None,
+        nccl=(v.nccl or None) if v.kind in ("cuda", "rocm") else None,
+        os=os_id,
+        flavor=p.flavor if p.target in ("cuda",) else None,
+        base_image=base_image,
+        index_url=index_url or f"{index_base}/{v.tag}",
+        min_driver=min_driver,
+        min_macos=min_macos,
+        archs=tuple(arch_list(v)) if v.kind in ("cuda", "rocm") else (),
+        gpus=tuple(g.to_json() for g in p.gpus),
+        components=p.components,
+        trace=tuple(t.lines),
+        warnings=tuple(unverified),
+    )
+
+
+_KIND = {"cuda": "cuda", "rocm": "rocm", "cpu": "cpu", "mps": "cpu"}
+_RESOLVERS = {"cuda": _resolve_cuda, "rocm": _resolve_rocm, "cpu": _resolve_cpu,
+              "mps": _resolve_mps}
+
+
+def _ordered_variants(m: Matrix, rel: TorchRelease, kind: str,
+                      default_first: bool = False) -> list[Variant]:
+    """Newest CUDA/ROCm first; with default_first, the PyPI default (stable) variant leads."""
+    vs = [v for v in m.variants_of(rel.version) if v.kind == kind]
+    vs.sort(key=lambda v: version_key(v.version), reverse=True)
+    if default_first:
+        vs.sort(key=lambda v: v.tag != rel.default_variant)
+    return vs
+
+
+def resolve_parsed(m: Matrix, p: Parsed) -> Spec:
+    kind = _KIND[p.target]
+    releases = _releases(m, p)
+    if not releases:
+        known = [r.version for r in m.torch]
+        raise ConflictError(f"no torch release envbuild knows matches {p.torch_text!r}",
+                            f"known torch releases: {known[0]} … {known[-1]}")
+    rejections: list[tuple[TorchRelease, Variant, str]] = []
+    for rel, patch in releases:
+        default_first = p.target == "cuda" and p.cuda_minor is None
+        for v in _ordered_variants(m, rel, kind, default_first):
+            t = _Trace()
+            t.add(p.target_reason)
+            try:
+                spec = _RESOLVERS[p.target](m, p, rel, patch, v, t)
+            except _Reject as why:
+                rejections.append((rel, v, str(why)))
+                continue
+            return dataclasses.replace(spec, trace=(*spec.trace[:1],
+                                                    *_why_this(m, p, rel, patch, v, rejections),
+                                                    *spec.trace[1:]))
+    raise _conflict(m, p, releases, rejections)
+
+
+def _why_this(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant,
+              rejections: list[tuple[TorchRelease, Variant, str]]) -> list[str]:
+    lines = []
+    newer_skipped = [r for r in rejections if version_key(r[0].version) > version_key(rel.version)]
+    if newer_skipped:
+        seen: dict[str, str] = {}
+        for r, vv, why in newer_skipped:
+            seen.setdefault(r.version, f"{vv.tag}: {why}")
+        lines.append("skipped newer torch: " + "; ".join(f"{k} ({w})" for k, w in seen.items()))
+    what = {"cuda": f"a CUDA {major_of(v.version) if v.version else ''}.x wheel",
+            "rocm": f"a ROCm {v.version} wheel", "cpu": "a CPU wheel"}[v.kind]
+    if p.target == "mps":
+        what = "a macOS arm64 wheel"
+    bound = f" <= {p.cuda_minor}" if p.cuda_minor and v.kind == "cuda" else ""
+    scope = f" matching {p.torch_text!r}" if p.torch_text else ""
+    lines.append(f"torch {patch.torch} is the newest release{scope} with {what}{bound} "
+                 f"that fits every constraint ({v.tag})")
+    same = [x for x in rejections if x[0].version == rel.version]
+    for _, vv, why in same:
+        lines.append(f"skipped {vv.tag}: {why}")
+    if v.kind == "cuda" and rel.default_variant == v.tag:
+        lines.append(f"{v.tag} is also the wheel a plain `pip install torch=={patch.torch}` gets "
+                     "on Linux")
+    if patch.torchvision and "torchvision" in p.components:
+        lines.append(f"torchvision {patch.torchvision} is the release built for torch {patch.torch}")
+    if v.kind == "cuda":
+        lines.append(f"cuDNN {v.cudnn or '?'} and NCCL {v.nccl or '?'} come with the {v.tag} "
+                     "wheel as pip packages")
+    return lines
+
+
+def _conflict(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatch]],
+              rejections: list[tuple[TorchRelease, Variant, str]]) -> ConflictError:
+    kind = _KIND[p.target]
+    newest_rel = releases[0][0]
+    alternatives = _alternatives(m, p)
+    with_kind = [r for r, _ in releases if _ordered_variants(m, r, kind)]
+    if p.target == "cuda" and p.cuda_minor is not None:
+        major = major_of(p.cuda_minor)
+        same_major = [r for r, _ in releases
+                      if any(major_of(v.version) == major
+                             and version_key(v.version) <= version_key(p.cuda_minor)
+                             for v in _ordered_variants(m, r, "cuda"))]
+        if not same_major:
+            offers = ", ".join(v.tag for v in sorted(_ordered_variants(m, newest_rel, "cuda"),
+                                                     key=lambda v: version_key(v.version)))
+            fits = [r for r in m.torch
+                    if any(major_of(v.version) == major
+                           and version_key(v.version) <= version_key(p.cuda_minor)
+                           for v in m.variants_of(r.version) if v.kind == "cuda")]
+            scope = f"torch {p.torch_text}" if p.torch_text else "no torch release"
+            hint = (f"for CUDA {p.cuda_minor} use torch <= {fits[-1].version}" if fits else
+                    f"no torch release has a CUDA {major}.x wheel <= {p.cuda_minor}")
+            msg = (f"{scope} has no CUDA {major}.x wheel <= {p.cuda_minor}; "
+                   f"torch {newest_rel.version} offers {offers}")
+            if not p.torch_text:
+                msg = f"no torch release has a CUDA {major}.x wheel <= {p.cuda_minor}"
+            return ConflictError(msg, hint, alternatives)
+    if not with_kind:
+        label = {"cuda": "CUDA", "rocm": "ROCm", "cpu": "CPU"}[kind]
+        return ConflictError(f"torch {p.torch_text} has no {label} wheels", "", alternatives)
+    first = rejections[0][2] if rejections else "no candidate fits"
+    if p.rocm is not None and not any(r[1].version.startswith(p.rocm) for r in rejections):
+        tags = sorted({v.tag for r, _ in releases for v in _ordered_variants(m, r, "rocm")})
+        first = (f"no torch release{(' matching ' + repr(p.torch_text)) if p.torch_text else ''}"
+                 f" has a ROCm {p.rocm} wheel (they offer {', '.join(tags)})")
+    return ConflictError(first, "relax one option; the alternatives below each fit",
+                         alternatives)
+
+
+_RELAX = ("torch", "cuda", "rocm", "python", "driver", "gpus", "os", "flavor")
+
+
+def _alternatives(m: Matrix, p: Parsed) -> list[str]:
+    out = []
+    for key in _RELAX:
+        if key not in p.given:
+            continue
+        q = _drop(p, key)
+        try:
+            s = resolve_parsed(m, q)
+        except ConflictError:
+            continue
+        out.append(_describe_alternative(key, s, p))
+    return out
+
+
+def _drop(p: Parsed, key: str) -> Parsed:
+    changes: dict[str, object] = {"given": p.given - {key}}
+    if key == "torch":
+        changes.update(torch=None, torch_text=None)
+    elif key == "cuda":
+        changes.update(cuda=None, cuda_minor=None)
+    elif key == "gpus":
+        changes.update(gpus=())
+    elif key == "flavor":
+        changes.update(flavor="base")
+    else:
+        changes[key] = None
+    return dataclasses.replace(p, **changes)  # type: ignore[arg-type]
+
+
+def _describe_alternative(key: str, s: Spec, p: Parsed) -> str:
+    core = f"torch {s.torch} ({s.variant}), Python {s.python}"
+    if s.cuda_image:
+        core += f", CUDA image {s.cuda_image}, driver >= {s.min_driver}"
+    if key == "torch":
+        return f"--torch {minor_of(s.torch)}: {core}"
+    if key == "cuda" and s.cuda_image:
+        return f"--cuda {minor_of(s.cuda_image)}: {core}"
+    if key == "rocm" and s.rocm:
+        return f"--rocm {s.rocm}: {core}"
+    if key == "python":
+        return f"--python {s.python}: {core}"
+    if key == "driver":
+        return f"a driver >= {s.min_driver}: {core}"
+    if key == "gpus":
+        return f"without --gpu {' '.join(g['name'] for g in p.gpus)}: {core}"
+    if key == "os":
+        return f"--os {s.os}: {core}"
+    return f"--flavor base: {core}"
+
+
+def resolve(request: Request, matrix: Matrix) -> Spec:
+    """Resolve a request against the matrix; raise UsageError or ConflictError."""
+    return resolve_parsed(matrix, parse(request, matrix))

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from envbuild.matrix import Matrix, load
+
+ROOT = Path(__file__).resolve().parent.parent
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def matrix() -> Matrix:
+    return load()
+
+
+@dataclass
+class Cli:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(*args: str, input_text: str | None = None, env: dict[str, str] | None = None,
+            timeout: float = 600) -> Cli:
+    """Run the real CLI as a separate process, exactly as a user would."""
+    p = subprocess.run([sys.executable, "-m", "envbuild", *args], capture_output=True, text=True,
+                       input=input_text, timeout=timeout, cwd=ROOT,
+                       env={**os.environ, **(env or {})})
+    return Cli(p.returncode, p.stdout, p.stderr)
+
+
+def docker_available() -> str | None:
+    try:
+        p = subprocess.run(["/usr/bin/docker", "version", "--format", "{{.Server.Version}}"],
+                           capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"docker not usable: {exc}"
+    return None if p.returncode == 0 else f"docker engine not reachable: {p.stderr.strip()}"
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> Iterator[None]:
+    """Tests that need a Docker engine: in CI a missing engine is a failure, never a skip."""
+    problem = docker_available()
+    if problem:
+        if IN_CI:
+            pytest.fail(f"CI must provide a Docker engine (make engine): {problem}")
+        pytest.skip(problem)
+    yield
+
+
+def work_dir() -> Path:
+    return Path(os.environ.get("ENVBUILD_WORK", ROOT / ".work"))
