@@ -15,6 +15,7 @@ from envbuild.errors import EXIT_INTERRUPTED, EXIT_USAGE, EnvbuildError
 # Each module adds its commands to `app` on import.
 from envbuild.cli import matrix_cmd as _matrix_cmd  # noqa: F401, E402, I001
 from envbuild.cli import resolve_cmd as _resolve_cmd  # noqa: F401, E402
+from envbuild.cli import render_cmd as _render_cmd  # noqa: F401, E402
 
 
 def _wants_json(argv: list[str]) -> bool:

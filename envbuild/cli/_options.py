@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from envbuild.pipeline import ContextInputs
 from envbuild.request import COMPONENTS, Request
 
 Target = Annotated[str | None, typer.Option(
@@ -37,3 +39,43 @@ def make_request(target: str | None, cuda: str | None, rocm: str | None, torch: 
                    driver=driver, gpus=tuple(gpu or ()), os=os, flavor=flavor,
                    components=tuple(c for c in COMPONENTS if c not in left_out)
                    + tuple(sorted(left_out - set(COMPONENTS))))
+
+
+# Options of the rendered build context, shared by render, build and make.
+Pip = Annotated[list[str] | None, typer.Option(
+    "--pip", help="Extra pip requirement (PEP 508). Repeatable.")]
+Apt = Annotated[list[str] | None, typer.Option(
+    "--apt", help="Extra OS package (name or name=version). Repeatable.")]
+Conda = Annotated[list[str] | None, typer.Option(
+    "--conda", help="Extra conda package for environment.yml (MatchSpec). Repeatable.")]
+AllowUrl = Annotated[bool, typer.Option(
+    "--allow-url", help="Allow direct-URL pip requirements (name @ https://...).")]
+User = Annotated[str, typer.Option(
+    "--user", help="User the image runs as; 'root' to opt out of the non-root default.")]
+PipIndex = Annotated[str | None, typer.Option(
+    "--pip-index-url", help="Index for user packages (default PyPI); credentials in the URL "
+    "go into a BuildKit secret, never into the image.")]
+PipExtraIndex = Annotated[list[str] | None, typer.Option(
+    "--pip-extra-index-url", help="Extra index for all pip installs. Repeatable.")]
+TorchIndex = Annotated[str | None, typer.Option(
+    "--torch-index-url", help="Mirror of the PyTorch wheel index for the resolved variant.")]
+CaCert = Annotated[Path | None, typer.Option(
+    "--ca-cert", help="CA bundle for HTTPS inside the build (a BuildKit secret, never stored).")]
+Wheelhouse = Annotated[Path | None, typer.Option(
+    "--wheelhouse", help="Directory of wheels for a fully offline install (--no-index).")]
+BaseImage = Annotated[str | None, typer.Option(
+    "--base-image", help="Override the base image (a mirror, an offline base).")]
+PythonSource = Annotated[str | None, typer.Option(
+    "--python-source", help="os | standalone: where the image's Python comes from.")]
+
+
+def context_inputs(pip: list[str] | None, apt: list[str] | None, conda: list[str] | None,
+                   allow_url: bool, user: str, pip_index_url: str | None,
+                   pip_extra_index_url: list[str] | None, torch_index_url: str | None,
+                   ca_cert: Path | None, wheelhouse: Path | None, base_image: str | None,
+                   python_source: str | None, apptainer: bool = False) -> ContextInputs:
+    return ContextInputs(pip=tuple(pip or ()), apt=tuple(apt or ()), conda=tuple(conda or ()),
+                         allow_url=allow_url, user=user, pip_index_url=pip_index_url,
+                         pip_extra_index_urls=tuple(pip_extra_index_url or ()),
+                         torch_index_url=torch_index_url, ca_cert=ca_cert, wheelhouse=wheelhouse,
+                         base_image=base_image, python_source=python_source, apptainer=apptainer)

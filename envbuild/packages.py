@@ -1,0 +1,95 @@
+"""User package lists (--pip, --apt, --conda): validated strictly, never placed in a shell string.
+
+Each entry is checked against the rules of its ecosystem and refused (UsageError, exit 2) with the
+field and the rule named. Valid entries are written into files in the build context.
+"""
+
+from __future__ import annotations
+
+import re
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from envbuild.errors import UsageError
+
+MAX_LEN = 200
+# Debian policy: package names are lower case a-z 0-9 + - . , at least two characters,
+# starting with an alphanumeric. Versions: [epoch:]upstream[-revision].
+_APT_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+_APT_VERSION = re.compile(r"^(\d+:)?[0-9][A-Za-z0-9.+~:-]*$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _common(field: str, value: str) -> str:
+    if _CONTROL.search(value):
+        raise UsageError(f"{field} {value[:40]!r}: control characters (newline, NUL, ...) are "
+                         "not allowed", f"give one package per {field}")
+    if len(value) > MAX_LEN:
+        raise UsageError(f"{field} entry is {len(value)} characters long (limit {MAX_LEN})",
+                         "package names are short; check what was pasted")
+    v = value.strip()
+    if not v:
+        raise UsageError(f"{field} entry is empty")
+    if v.startswith("-"):
+        raise UsageError(f"{field} {v[:40]!r}: options are not packages",
+                         "index URLs have their own flags (--pip-index-url); "
+                         "requirement files are not read")
+    return v
+
+
+def pip_requirement(value: str, allow_url: bool = False) -> str:
+    """A PEP 508 requirement; direct URLs only with allow_url."""
+    v = _common("--pip", value)
+    try:
+        req = Requirement(v)
+    except InvalidRequirement as exc:
+        raise UsageError(f"--pip {v[:40]!r} is not a PEP 508 requirement: {exc}",
+                         "examples: --pip 'numpy<2', --pip 'transformers==4.44.2'") from None
+    if req.url and not allow_url:
+        raise UsageError(f"--pip {v[:40]!r} installs from a direct URL",
+                         "direct URLs bypass the index; pass --allow-url if you mean it")
+    if req.name.lower() in ("torch", "torchvision", "torchaudio"):
+        raise UsageError(f"--pip {req.name}: torch and its companions come from the spec",
+                         "choose their versions with --torch (and --without to leave one out)")
+    return str(req)
+
+
+def apt_package(value: str) -> str:
+    """`name` or `name=version`, full-match Debian package-name rules."""
+    v = _common("--apt", value)
+    name, sep, version = v.partition("=")
+    if not _APT_NAME.fullmatch(name):
+        raise UsageError(f"--apt {v[:40]!r}: {name[:40]!r} is not a Debian package name",
+                         "names are lower-case letters, digits and + - . (at least 2 characters)")
+    if sep and not _APT_VERSION.fullmatch(version):
+        raise UsageError(f"--apt {v[:40]!r}: {version[:40]!r} is not a Debian version",
+                         "e.g. --apt curl=7.88.1-10+deb12u5")
+    return v
+
+
+def conda_spec(value: str) -> str:
+    """A conda MatchSpec (validated offline by py-rattler when installed, else a strict subset)."""
+    v = _common("--conda", value)
+    if re.search(r"[;&|`$<>\\'\"]", v.replace(">=", "").replace("<=", "").replace("<", "")
+                 .replace(">", "")) or " " in v.strip():
+        raise UsageError(f"--conda {v[:40]!r} is not a conda MatchSpec",
+                         "e.g. --conda 'numpy>=1.26', --conda conda-forge::ffmpeg")
+    try:
+        from rattler import MatchSpec  # optional: exact conda rules
+    except ImportError:
+        if not re.fullmatch(r"([a-z0-9_.-]+::)?[a-z0-9_.-]+([=<>!~,.*0-9a-z_+]*)", v):
+            raise UsageError(f"--conda {v[:40]!r} is not a conda MatchSpec",
+                             "e.g. --conda 'numpy>=1.26'") from None
+        return v
+    try:
+        MatchSpec(v, strict=True)
+    except Exception as exc:  # rattler raises its own exception family
+        raise UsageError(f"--conda {v[:40]!r} is not a conda MatchSpec: {exc}",
+                         "e.g. --conda 'numpy>=1.26', --conda conda-forge::ffmpeg") from None
+    return v
+
+
+def validate_all(pip: list[str], apt: list[str], conda: list[str],
+                 allow_url: bool = False) -> tuple[list[str], list[str], list[str]]:
+    return ([pip_requirement(p, allow_url) for p in pip], [apt_package(a) for a in apt],
+            [conda_spec(c) for c in conda])

@@ -1,0 +1,194 @@
+"""The stages glued together: request -> spec -> rendered context (and, for --all, many).
+
+Pure apart from reading the CA bundle / wheelhouse names for validation; heavy modules (jinja2,
+docker) are imported only when a stage runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from envbuild.errors import ConflictError, UsageError
+
+if TYPE_CHECKING:
+    from envbuild.matrix import Matrix
+    from envbuild.render import RenderedFile, RenderOptions
+    from envbuild.request import Request
+    from envbuild.spec import Spec
+
+
+@dataclass(frozen=True)
+class ContextInputs:
+    pip: tuple[str, ...] = ()
+    apt: tuple[str, ...] = ()
+    conda: tuple[str, ...] = ()
+    allow_url: bool = False
+    user: str = "envbuild"
+    pip_index_url: str | None = None
+    pip_extra_index_urls: tuple[str, ...] = ()
+    torch_index_url: str | None = None
+    ca_cert: Path | None = None
+    wheelhouse: Path | None = None
+    base_image: str | None = None
+    python_source: str | None = None
+    apptainer: bool = False
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """BuildKit secrets: id -> file path (given) or content (made here, written 0600 at build)."""
+
+    files: dict[str, Path] = field(default_factory=dict)
+    contents: dict[str, str] = field(default_factory=dict)
+
+    def redact(self, text: str) -> str:
+        for value in self.contents.values():
+            for token in value.split():
+                if len(token) >= 4 and token not in ("machine", "login", "password"):
+                    text = text.replace(token, "***")
+        return text
+
+
+@dataclass(frozen=True)
+class Prepared:
+    spec: Spec
+    options: RenderOptions
+    files: dict[str, RenderedFile]
+    secrets: Secrets
+    wheelhouse: Path | None
+
+
+def _netrc(urls: list[str]) -> str:
+    lines = []
+    for u in urls:
+        p = urlsplit(u)
+        if p.username or p.password:
+            lines.append(f"machine {p.hostname} login {p.username or ''} "
+                         f"password {p.password or ''}")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def render_options(ci: ContextInputs, image_ref: str = "") -> tuple[RenderOptions, Secrets]:
+    from envbuild.packages import validate_all
+    from envbuild.render import RenderOptions, image_reference, index_url, user_name
+
+    pip, apt, conda = validate_all(list(ci.pip), list(ci.apt), list(ci.conda), ci.allow_url)
+    raw_urls = [u for u in (ci.pip_index_url, ci.torch_index_url, *ci.pip_extra_index_urls) if u]
+    creds = False
+    pip_index = torch_index = None
+    if ci.pip_index_url:
+        pip_index, c = index_url(ci.pip_index_url, "--pip-index-url")
+        creds |= c
+    if ci.torch_index_url:
+        torch_index, c = index_url(ci.torch_index_url, "--torch-index-url")
+        creds |= c
+    extras = []
+    for u in ci.pip_extra_index_urls:
+        clean, c = index_url(u, "--pip-extra-index-url")
+        extras.append(clean)
+        creds |= c
+    if ci.python_source not in (None, "os", "standalone"):
+        raise UsageError(f"--python-source {ci.python_source!r} is not os or standalone")
+    secrets = Secrets()
+    if ci.ca_cert is not None:
+        if not ci.ca_cert.is_file():
+            raise UsageError(f"--ca-cert {ci.ca_cert}: no such file",
+                             "give a PEM bundle, e.g. /etc/ssl/certs/ca-certificates.crt")
+        secrets.files["ca"] = ci.ca_cert.resolve()
+    if creds:
+        secrets.contents["netrc"] = _netrc(raw_urls)
+    if ci.wheelhouse is not None:
+        if not ci.wheelhouse.is_dir() or not any(ci.wheelhouse.glob("*.whl")):
+            raise UsageError(f"--wheelhouse {ci.wheelhouse}: not a directory of *.whl files",
+                             "fill it with: pip download -d DIR torch==X.Y.Z ...")
+    opts = RenderOptions(
+        user=user_name(ci.user), pip=tuple(pip), apt=tuple(apt), conda=tuple(conda),
+        torch_index_url=torch_index, pip_index_url=pip_index, pip_extra_index_urls=tuple(extras),
+        index_credentials=creds, ca_cert=ci.ca_cert is not None,
+        wheelhouse=ci.wheelhouse is not None,
+        base_image=image_reference(ci.base_image) if ci.base_image else None,
+        python_source=ci.python_source, apptainer=ci.apptainer, image_ref=image_ref)
+    return opts, secrets
+
+
+def prepare(req: Request, ci: ContextInputs, m: Matrix, image_ref: str = "") -> Prepared:
+    from envbuild.render import render
+    from envbuild.resolve import resolve
+
+    opts, secrets = render_options(ci, image_ref)  # input errors first: nothing resolved yet
+    spec = resolve(req, m)
+    if spec.target == "mps" and (opts.base_image or opts.apt or opts.wheelhouse):
+        raise UsageError("--base-image, --apt and --wheelhouse do not apply to --target mps")
+    files = render(spec, opts, m)
+    return Prepared(spec, opts, files, secrets, ci.wheelhouse)
+
+
+def all_requests(base: Request, m: Matrix) -> list[Request]:
+    """Every (torch release x variant x Python x OS) combination that base's filters allow."""
+    from envbuild.request import torch_specifier
+
+    spec = torch_specifier(base.torch) if base.torch else None
+    targets = [base.target] if base.target else ["cuda", "rocm", "cpu", "mps"]
+    out: list[Request] = []
+    for rel in m.torch:
+        patches = [p.torch for p in m.patches_of(rel.version)
+                   if spec is None or spec.contains(p.torch, prereleases=True)]
+        if not patches:
+            continue
+        pythons = [base.python] if base.python else list(rel.python)
+        for v in m.variants_of(rel.version):
+            for target in targets:
+                kind = "cpu" if target == "mps" else target
+                if v.kind != kind:
+                    continue
+                oses = _oses_for(m, target, v.version, base)
+                for py in pythons:
+                    for os_id in oses:
+                        out.append(dataclasses.replace(
+                            base, target=target, torch=patches[-1], python=py, os=os_id,
+                            cuda=v.version if v.kind == "cuda" else None,
+                            rocm=v.version if v.kind == "rocm" else None))
+    return out
+
+
+def _oses_for(m: Matrix, target: str, version: str, base: Request) -> list[str | None]:
+    if target == "mps":
+        return [None]
+    if target == "cpu":
+        ids = [o.id for o in m.oses]
+    elif target == "rocm":
+        rel = m.rocm_release(version)
+        ids = list(rel.os) if rel else []
+    else:
+        cuda = m.cuda_release(version)
+        ids = [i.os for i in m.images_for(cuda.image)] if cuda and cuda.image else []
+    if base.os:
+        ids = [i for i in ids if i == base.os]
+    return list(ids)
+
+
+def prepare_all(base: Request, ci: ContextInputs,
+                m: Matrix) -> list[tuple[str, Prepared]]:
+    """Render every valid combination; combinations the resolver refuses are left out."""
+    from envbuild.render import render
+    from envbuild.resolve import resolve_parsed
+    from envbuild.request import parse
+
+    opts, secrets = render_options(ci)
+    seen: dict[str, tuple[str, Prepared]] = {}
+    for req in all_requests(base, m):
+        try:
+            spec = resolve_parsed(m, dataclasses.replace(parse(req, m), given=frozenset()))
+        except (ConflictError, UsageError):
+            continue
+        if spec.hash in seen:
+            continue
+        name = "-".join(x for x in (spec.target, spec.torch, spec.variant, f"py{spec.python}",
+                                    spec.os if spec.target != "mps" else "") if x)
+        seen[spec.hash] = (name, Prepared(spec, opts, render(spec, opts, m), secrets,
+                                          ci.wheelhouse))
+    return sorted(seen.values(), key=lambda x: x[0])
