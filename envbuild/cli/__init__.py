@@ -16,6 +16,7 @@ from envbuild.errors import EXIT_INTERRUPTED, EXIT_USAGE, EnvbuildError
 from envbuild.cli import matrix_cmd as _matrix_cmd  # noqa: F401, E402, I001
 from envbuild.cli import resolve_cmd as _resolve_cmd  # noqa: F401, E402
 from envbuild.cli import render_cmd as _render_cmd  # noqa: F401, E402
+from envbuild.cli import build_cmd as _build_cmd  # noqa: F401, E402
 
 
 def _wants_json(argv: list[str]) -> bool:

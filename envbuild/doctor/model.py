@@ -134,6 +134,7 @@ class HostFacts:
     python: Mapping[str, str] = field(default_factory=dict)  # executable, version, torch, ...
     shm_bytes: int = 0
     container: str = ""  # docker | podman | "" when not inside a container
+    kfd_gfx: tuple[int, ...] = ()  # gfx_target_version of /sys/class/kfd topology GPU nodes
 
     def out(self, name: str) -> Cmd | None:
         return self.outputs.get(name)

@@ -179,6 +179,16 @@ def _shm_bytes() -> int:
     return st.f_frsize * st.f_blocks
 
 
+def _kfd_gfx() -> tuple[int, ...]:
+    out = []
+    for node in _listdir("/sys/class/kfd/kfd/topology/nodes") or ():
+        text = read_text(f"/sys/class/kfd/kfd/topology/nodes/{node}/properties") or ""
+        m = re.search(r"^gfx_target_version\s+(\d+)", text, re.M)
+        if m and int(m.group(1)):
+            out.append(int(m.group(1)))
+    return tuple(out)
+
+
 def collect() -> HostFacts:
     """Probe this host. Every command is time-limited; missing tools are recorded, not errors."""
     system, machine = platform.system(), platform.machine()
@@ -198,7 +208,9 @@ def collect() -> HostFacts:
         outputs[name] = run_cmd([exe, *argv[1:]], timeout)
 
     if system == "Linux":
-        smi = _first_on_path("nvidia-smi", ("/usr/lib/wsl/lib/nvidia-smi",))
+        wsl_smi = "/usr/lib/wsl/lib/nvidia-smi"
+        smi = (wsl_smi if os.access(wsl_smi, os.X_OK)  # the real one on WSL, never a Linux one
+               else _first_on_path("nvidia-smi"))
         if smi is not None:
             out(model.NVSMI_XML, smi)
             out(model.NVSMI_CSV, smi)
@@ -231,5 +243,5 @@ def collect() -> HostFacts:
         devices=devices, dirs=dirs, resolved=_resolved(outputs.get(model.LDCONFIG), dirs),
         modules=modules, pci=_pci() if system == "Linux" else (),
         docker_clients=_docker_clients(), python=python, shm_bytes=_shm_bytes(),
-        container=container,
+        container=container, kfd_gfx=_kfd_gfx() if system == "Linux" else (),
     )

@@ -38,7 +38,7 @@ def save(facts: HostFacts, directory: Path) -> None:
         "docker_clients": [{"path": c.path, "version": c.version, "buildx": _cmd_json(c.buildx)}
                            for c in facts.docker_clients],
         "python": dict(facts.python), "shm_bytes": facts.shm_bytes,
-        "container": facts.container,
+        "container": facts.container, "kfd_gfx": list(facts.kfd_gfx),
     }
     (directory / "host.json").write_text(json.dumps(host, indent=2) + "\n")
     for name, text in facts.files.items():
@@ -89,5 +89,5 @@ def load(directory: Path) -> HostFacts:
                          _cmd_from((c["path"], "buildx", "version"), c.get("buildx", {})))
             for c in host.get("docker_clients", ())),
         python=host.get("python", {}), shm_bytes=int(host.get("shm_bytes", 0)),
-        container=host.get("container", ""),
+        container=host.get("container", ""), kfd_gfx=tuple(host.get("kfd_gfx", ())),
     )

@@ -1,0 +1,152 @@
+"""Build a rendered context into an image: cache check, BuildKit build, tag only on success.
+
+A failed or interrupted build leaves no tag (the image is tagged from --iidfile after success)
+and no temporary files; secrets live in a 0600 temp dir outside the context for the build only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from envbuild import engine
+from envbuild.errors import EnvbuildError, UsageError
+from envbuild.pipeline import Secrets
+from envbuild.render import default_tag, image_reference
+from envbuild.spec import Spec, from_json
+
+_STEP = re.compile(r"^#(\d+) (\[[^\]]+\] .*)$")
+_ERR = re.compile(r"^#(\d+) ERROR: (.*)$")
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    tag: str
+    image_id: str
+    cached: bool
+    seconds: float
+    log_path: Path | None
+    builder: str
+
+
+class BuildFailed(EnvbuildError):
+    pass
+
+
+def load_spec(context: Path) -> Spec:
+    path = context / "spec.json"
+    if not (context / "Dockerfile").is_file() or not path.is_file():
+        raise UsageError(f"{context} is not a rendered build context (no Dockerfile/spec.json)",
+                         "render one first: envbuild render ... --out DIR")
+    try:
+        return from_json(json.loads(path.read_text()))
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"{path} is not an envbuild spec: {exc}") from None
+
+
+def context_hash(context: Path) -> str:
+    """Hash of everything that goes into the image: rendered files and wheel names/sizes."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in context.rglob("*") if p.is_file()):
+        rel = path.relative_to(context).as_posix()
+        h.update(rel.encode() + b"\0")
+        if rel.startswith("wheelhouse/"):
+            h.update(str(path.stat().st_size).encode())
+        else:
+            h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()[:16]
+
+
+def failing_step(lines: list[str]) -> tuple[str, list[str]]:
+    """(the step that failed, its last output lines) from a --progress plain log."""
+    titles: dict[str, str] = {}
+    for line in lines:
+        m = _STEP.match(line)
+        if m:
+            titles.setdefault(m.group(1), m.group(2))
+    for line in reversed(lines):
+        e = _ERR.match(line)
+        if e:
+            step = e.group(1)
+            out = [ln.split(" ", 2)[-1] for ln in lines
+                   if ln.startswith(f"#{step} ") and not _STEP.match(ln)]
+            return titles.get(step, f"step #{step}"), out[-15:]
+    tail = [ln for ln in lines if ln.strip()][-15:]
+    return "the build", tail
+
+
+def _hint(tail: list[str]) -> str:
+    text = "\n".join(tail)
+    if re.search(r"certificate verify failed|SSLError|CERTIFICATE_VERIFY", text):
+        return "HTTPS is intercepted here: pass --ca-cert with your proxy's CA bundle"
+    if re.search(r"No matching distribution|Could not find a version", text):
+        return ("the index does not have that build: check --torch-index-url / --wheelhouse, or "
+                "the --pip requirement")
+    if re.search(r"Unable to locate package|No match for argument", text):
+        return "an OS package name does not exist for this OS (--apt)"
+    if re.search(r"pull access denied|not found: manifest unknown|failed to resolve source", text):
+        return "the base image cannot be pulled: use --base-image with a mirror or a local image"
+    return "see the full log; fix the input and run again (nothing was tagged)"
+
+
+def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
+          progress: str = "plain", secrets: Secrets | None = None,
+          log_dir: Path | None = None, on_line: Callable[[str], None] | None = None,
+          timeout: float = 3600.0) -> BuildResult:
+    spec = load_spec(context)
+    ref = image_reference(tag, "--tag") if tag else default_tag(spec)
+    if ":" not in ref.split("/")[-1]:
+        ref += ":latest"
+    chash = context_hash(context)
+    labels = {engine.LABEL_SPEC_HASH: spec.hash, engine.LABEL_CONTEXT_HASH: chash}
+    start = time.monotonic()
+    if not rebuild:
+        for image in engine.find_images(labels):
+            if ref not in engine.image_tags(image):
+                engine.tag(image.id, ref)
+            return BuildResult(ref, image.id, True, time.monotonic() - start, None, "cache")
+    builder = engine.find_builder()
+    secrets = secrets or Secrets()
+    log_dir = log_dir or Path(tempfile.gettempdir()) / "envbuild-logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"build-{spec.hash}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    work = Path(tempfile.mkdtemp(prefix="envbuild-build-"))
+    lines: list[str] = []
+    try:
+        work.chmod(0o700)
+        secret_files = dict(secrets.files)
+        for sid, content in secrets.contents.items():
+            p = work / f"secret-{sid}"
+            p.touch(mode=0o600)
+            p.write_text(content)
+            secret_files[sid] = p
+        iidfile = work / "iid"
+        argv = engine.build_argv(builder, context, iidfile, labels, secret_files, "plain")
+        with log_path.open("w") as log:
+            log.write(f"# {builder.reason}\n# {' '.join(argv)}\n")
+
+            def sink(line: str) -> None:
+                clean = secrets.redact(line) if secrets else line
+                lines.append(clean)
+                log.write(clean + "\n")
+                if on_line is not None:
+                    on_line(clean)
+
+            rc = engine.run_build(builder, argv, sink, timeout)
+        if rc != 0 or not iidfile.is_file():
+            step, tail = failing_step(lines)
+            raise BuildFailed(f"build failed at {step}", _hint(tail),
+                              [*tail, f"full log: {log_path}"])
+        image_id = iidfile.read_text().strip()
+        engine.tag(image_id, ref)
+        return BuildResult(ref, image_id, False, time.monotonic() - start, log_path,
+                           builder.reason)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,282 @@
+"""The only module that knows Docker: the BuildKit client, images, containers, registries.
+
+Builds go through a docker CLI (docker-py drives only the legacy builder, which cannot do
+RUN --mount); everything else (inspect, run, remove, push) goes through docker-py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envbuild import proc
+from envbuild.errors import EXIT_CANNOT_RUN, EnvbuildError, EnvironmentProblem
+
+LABEL_ROLE = "io.envbuild.role"
+LABEL_SPEC_HASH = "io.envbuild.spec-hash"
+LABEL_CONTEXT_HASH = "io.envbuild.context-hash"
+BUILDKIT_MIN_CLASSIC = (18, 9)  # classic `docker build` learned DOCKER_BUILDKIT=1 in 18.09
+BUILDX_REQUIRED_FROM = (23, 0)  # from 23.0 the CLI hands BuildKit builds to the buildx plugin
+
+
+@dataclass(frozen=True)
+class Builder:
+    """A docker CLI that can run BuildKit builds, and why it was chosen."""
+
+    docker: str
+    buildx: bool
+    version: str
+    reason: str
+
+    def build_prefix(self) -> list[str]:
+        return [self.docker, "buildx", "build", "--load"] if self.buildx else [self.docker, "build"]
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if not self.buildx:
+            env["DOCKER_BUILDKIT"] = "1"
+        return env
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:2])
+
+
+def _candidates() -> list[str]:
+    seen: list[str] = []
+    for d in os.environ.get("PATH", "").split(os.pathsep) + ["/usr/bin", "/usr/local/bin"]:
+        path = os.path.join(d, "docker")
+        real = os.path.realpath(path)
+        if os.access(path, os.X_OK) and real not in [os.path.realpath(s) for s in seen]:
+            seen.append(path)
+    return seen
+
+
+def find_builder() -> Builder:
+    """ENVBUILD_DOCKER, else the first docker CLI with buildx, else a classic one with BuildKit."""
+    override = os.environ.get("ENVBUILD_DOCKER")
+    candidates = [override] if override else _candidates()
+    rejected = []
+    for docker in candidates:
+        try:
+            v = proc.run([docker, "version", "--format", "{{.Client.Version}}"], timeout=20,
+                         check=False)
+        except proc.ProcessError as exc:
+            rejected.append(f"{docker}: {exc.message}")
+            continue
+        version = v.stdout.strip().splitlines()[0] if v.stdout.strip() else "?"
+        bx = proc.run([docker, "buildx", "version"], timeout=20, check=False)
+        if bx.ok:
+            return Builder(docker, True, version,
+                           f"{docker} {version} with the buildx plugin "
+                           f"({bx.stdout.strip().split()[1] if bx.stdout.split() else 'buildx'})")
+        vt = _version_tuple(version)
+        if vt and BUILDKIT_MIN_CLASSIC <= vt < BUILDX_REQUIRED_FROM:
+            return Builder(docker, False, version,
+                           f"{docker} {version}: no buildx plugin, but this client still has "
+                           "BuildKit built in (DOCKER_BUILDKIT=1)")
+        rejected.append(f"{docker} {version}: no buildx plugin, and clients >= 23.0 need it "
+                        "for BuildKit")
+    raise EnvironmentProblem(
+        "no docker client that can run BuildKit builds: " + ("; ".join(rejected) or "none found"),
+        "install the buildx plugin (docker-buildx-plugin / docker-buildx), or point "
+        "ENVBUILD_DOCKER at a docker CLI 18.09-22.x")
+
+
+@contextmanager
+def _docker_errors() -> Iterator[None]:
+    import docker.errors
+    import requests.exceptions
+
+    try:
+        yield
+    except (docker.errors.DockerException, requests.exceptions.ConnectionError) as exc:
+        if isinstance(exc, docker.errors.APIError):
+            raise EnvbuildError(f"Docker engine error: {exc.explanation or exc}") from None
+        raise EnvironmentProblem(
+            f"cannot reach the Docker engine ({_short(exc)})",
+            "start it (sudo systemctl start docker, or `make engine`), or set DOCKER_HOST") \
+            from None
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc)
+    m = re.search(r"(Connection refused|No such file or directory|Permission denied)", text)
+    return m.group(1) if m else text[:120]
+
+
+def client() -> Any:
+    import docker
+
+    with _docker_errors():
+        c = docker.from_env(timeout=60)
+        c.ping()
+    return c
+
+
+def find_images(labels: Mapping[str, str]) -> list[Any]:
+    c = client()
+    with _docker_errors():
+        return list(c.images.list(filters={"label": [f"{k}={v}" for k, v in labels.items()]}))
+
+
+def image_tags(image: Any) -> list[str]:
+    return list(image.tags)
+
+
+def image_size(ref: str) -> int:
+    c = client()
+    with _docker_errors():
+        return int(c.images.get(ref).attrs["Size"])
+
+
+def image_labels(ref: str) -> dict[str, str]:
+    import docker.errors
+
+    c = client()
+    with _docker_errors():
+        try:
+            return dict(c.images.get(ref).labels or {})
+        except docker.errors.ImageNotFound:
+            raise EnvbuildError(f"image {ref!r} not found in the local Docker engine",
+                                "build it first (envbuild build / envbuild make)") from None
+
+
+def tag(image_id: str, ref: str) -> None:
+    c = client()
+    repo, _, t = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
+    with _docker_errors():
+        c.images.get(image_id).tag(repo, t)
+
+
+def remove_image(ref: str) -> None:
+    import docker.errors
+
+    c = client()
+    with _docker_errors():
+        try:
+            c.images.remove(ref, force=True)
+        except docker.errors.ImageNotFound:
+            pass
+
+
+def build_argv(builder: Builder, context: Path, iidfile: Path, labels: Mapping[str, str],
+               secrets: Mapping[str, Path], progress: str, no_cache: bool = False) -> list[str]:
+    """The build command; pure so tests can assert on it. No -t: tags are set after success."""
+    argv = [*builder.build_prefix(), "--progress", progress, "--iidfile", str(iidfile)]
+    for k, v in sorted(labels.items()):
+        argv += ["--label", f"{k}={v}"]
+    for sid, path in sorted(secrets.items()):
+        argv += ["--secret", f"id={sid},src={path}"]
+    if no_cache:
+        argv.append("--no-cache")
+    argv.append(str(context))
+    return argv
+
+
+def run_build(builder: Builder, argv: list[str], on_line: Callable[[str], None],
+              timeout: float) -> int:
+    return proc.stream(argv, on_line, timeout=timeout, env=builder.env())
+
+
+@dataclass(frozen=True)
+class RunResult:
+    exit_code: int
+    output: str
+    timed_out: bool
+
+
+def gpu_runtime() -> bool:
+    """Whether `--gpus all` can work: an nvidia runtime or CDI devices registered."""
+    c = client()
+    with _docker_errors():
+        info = c.info()
+    runtimes = info.get("Runtimes") or {}
+    cdi = info.get("CDISpecDirs") or []
+    return "nvidia" in runtimes or any(Path(d, "nvidia.yaml").exists() for d in cdi)
+
+
+def run_container(image: str, command: list[str], *, target: str, gpus: bool, timeout: float,
+                  labels: Mapping[str, str], shm_size: str = "2g") -> RunResult:
+    """Run a labelled container to completion; it is always removed (timeout, Ctrl-C too)."""
+    import docker.types
+
+    c = client()
+    kwargs: dict[str, Any] = {"shm_size": shm_size, "labels": dict(labels), "detach": True}
+    if target == "cuda" and gpus:
+        kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1,
+                                                                capabilities=[["gpu"]])]
+    if target == "rocm":
+        devices = [d for d in ("/dev/kfd", "/dev/dri") if os.path.exists(d)]
+        if devices:
+            kwargs["devices"] = [f"{d}:{d}:rwm" for d in devices]
+            kwargs["group_add"] = ["video", "render"]
+            kwargs["security_opt"] = ["seccomp=unconfined"]
+    container = None
+    try:
+        with _docker_errors():
+            container = c.containers.run(image, command, **kwargs)
+        deadline = time.monotonic() + timeout
+        timed_out = False
+        while True:
+            container.reload()
+            if container.status in ("exited", "dead"):
+                break
+            if time.monotonic() > deadline:
+                timed_out = True
+                container.kill()
+                break
+            time.sleep(0.2)
+        code = int(container.attrs["State"].get("ExitCode", -1))
+        out = container.logs(stdout=True, stderr=False).decode(errors="replace")
+        return RunResult(code, out, timed_out)
+    finally:
+        if container is not None:
+            try:
+                container.remove(force=True)
+            except Exception:  # noqa: BLE001 - removal is best effort after the fact
+                pass
+
+
+def remove_labelled_containers(label: str) -> int:
+    c = client()
+    with _docker_errors():
+        found = c.containers.list(all=True, filters={"label": label})
+        for ct in found:
+            ct.remove(force=True)
+    return len(found)
+
+
+def push(ref: str, attempts: int = 3, delay: float = 2.0) -> str:
+    """Push ref; retry connection failures with backoff. Returns the pushed digest."""
+    c = client()
+    repo, _, t = ref.rpartition(":")
+    last = ""
+    for attempt in range(1, attempts + 1):
+        with _docker_errors():
+            stream = c.images.push(repo, tag=t, stream=True, decode=True)
+            digest = ""
+            error = ""
+            for chunk in stream:
+                if "error" in chunk:
+                    error = str(chunk["error"])
+                aux = chunk.get("aux") or {}
+                digest = aux.get("Digest", digest)
+        if not error:
+            return digest
+        last = error
+        if attempt < attempts and re.search(r"connection refused|timeout|no such host|EOF|"
+                                            r"503|502", error, re.IGNORECASE):
+            time.sleep(delay * attempt)
+            continue
+        break
+    registry = ref.split("/")[0]
+    raise EnvbuildError(f"push of {ref} failed after {attempt} attempt(s): {last[:200]}",
+                        f"check that the registry {registry} is up and reachable; the local "
+                        "image is kept", [], EXIT_CANNOT_RUN if "refused" in last else 1)

@@ -1,0 +1,84 @@
+"""Run the validator: inside an image (through the engine) or on this host (a subprocess)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envbuild import engine, proc
+from envbuild.errors import EXIT_CANNOT_RUN, EnvbuildError
+
+VALIDATE_LABEL = {engine.LABEL_ROLE: "validate"}
+
+
+@dataclass(frozen=True)
+class Validation:
+    report: dict[str, Any]
+    exit_code: int
+    gpus_passed: bool
+    note: str
+
+
+def _parse_report(output: str) -> dict[str, Any]:
+    start = output.find("{")
+    if start < 0:
+        raise ValueError("no JSON report in the validator output")
+    data = json.loads(output[start:])
+    if not isinstance(data, dict) or "checks" not in data:
+        raise ValueError("the validator output is not a report")
+    return data
+
+
+def validate_image(ref: str, *, require_gpu: bool = False, timeout: float = 600) -> Validation:
+    labels = engine.image_labels(ref)
+    if engine.LABEL_SPEC_HASH not in labels:
+        raise EnvbuildError(f"{ref} was not built by envbuild (no {engine.LABEL_SPEC_HASH} label)",
+                            "validate images made by envbuild build / make, or use --host")
+    target = labels.get("io.envbuild.target", "cpu")
+    gpus = target == "cuda" and engine.gpu_runtime()
+    note = ""
+    if target == "cuda" and not gpus:
+        note = ("no NVIDIA container runtime on this host: static checks only, device checks "
+                "skip" + (" (and fail with --require-gpu)" if require_gpu else ""))
+    cmd = ["envbuild-validate", "--json"] + (["--require-gpu"] if require_gpu else [])
+    result = engine.run_container(ref, cmd, target=target, gpus=gpus, timeout=timeout,
+                                  labels={**VALIDATE_LABEL, "io.envbuild.image": ref})
+    if result.timed_out:
+        raise EnvbuildError(f"validation of {ref} did not finish within {timeout:.0f} s",
+                            "the container was stopped and removed; retry with --timeout",
+                            [], EXIT_CANNOT_RUN)
+    try:
+        report = _parse_report(result.output)
+    except ValueError as exc:
+        raise EnvbuildError(f"the validator in {ref} could not run ({exc}; exit "
+                            f"{result.exit_code})", "the image may be broken: rebuild it",
+                            [result.output.strip()[-400:]], EXIT_CANNOT_RUN) from None
+    return Validation(report, result.exit_code, gpus, note)
+
+
+def validate_host(*, spec: Path | None = None, require_gpu: bool = False,
+                  timeout: float = 600) -> Validation:
+    """Run the validator with this Python (bare metal, WSL2, macOS)."""
+    from envbuild.matrix import load
+    from envbuild.render import peaks_json
+
+    with tempfile.TemporaryDirectory(prefix="envbuild-validate-") as tmp:
+        peaks = Path(tmp, "peaks.json")
+        peaks.write_text(peaks_json(load()))
+        out = Path(tmp, "report.json")
+        argv = [sys.executable, "-m", "envbuild.validator", "--peaks", str(peaks),
+                "--out", str(out)]
+        if spec is not None:
+            argv += ["--spec", str(spec)]
+        if require_gpu:
+            argv.append("--require-gpu")
+        r = proc.run(argv, timeout=timeout, check=False)
+        if not out.is_file():
+            raise EnvbuildError("the validator could not run on this host",
+                                "is torch installed here? pip install 'envbuild[host]'",
+                                [(r.stderr or r.stdout).strip()[-400:]], EXIT_CANNOT_RUN)
+        return Validation(json.loads(out.read_text()), r.returncode, False, "")
