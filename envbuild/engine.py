@@ -10,7 +10,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,7 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 
 def _candidates() -> list[str]:
     seen: list[str] = []
-    for d in os.environ.get("PATH", "").split(os.pathsep) + ["/usr/bin", "/usr/local/bin"]:
+    for d in [*os.environ.get("PATH", "").split(os.pathsep), "/usr/bin", "/usr/local/bin"]:
         path = os.path.join(d, "docker")
         real = os.path.realpath(path)
         if os.access(path, os.X_OK) and real not in [os.path.realpath(s) for s in seen]:
@@ -159,11 +159,8 @@ def remove_image(ref: str) -> None:
     import docker.errors
 
     c = client()
-    with _docker_errors():
-        try:
+    with _docker_errors(), suppress(docker.errors.ImageNotFound):
             c.images.remove(ref, force=True)
-        except docker.errors.ImageNotFound:
-            pass
 
 
 def build_argv(builder: Builder, context: Path, iidfile: Path, labels: Mapping[str, str],
@@ -238,10 +235,8 @@ def run_container(image: str, command: list[str], *, target: str, gpus: bool, ti
         return RunResult(code, out, timed_out)
     finally:
         if container is not None:
-            try:
+            with suppress(Exception):  # best effort: the container may already be gone
                 container.remove(force=True)
-            except Exception:  # noqa: BLE001 - removal is best effort after the fact
-                pass
 
 
 def remove_labelled_containers(label: str) -> int:

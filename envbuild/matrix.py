@@ -352,7 +352,7 @@ def _versions_ok(values: Iterable[tuple[str, str]], file: str, label: str) -> li
     return out
 
 
-def cross_check(m: Matrix) -> list[Problem]:  # noqa: C901 - one flat list of rules reads best
+def cross_check(m: Matrix) -> list[Problem]:
     p: list[Problem] = []
     known_sources = set(m.sources)
     for stem, table, _cls, attr in _TABLES:
@@ -440,7 +440,8 @@ def cross_check(m: Matrix) -> list[Problem]:  # noqa: C901 - one flat list of ru
                 p.append(Problem("torch.toml", lab,
                                  f"CUDA {v.version!r} is not a [[release]] in cuda.toml"))
             if v.tag != "cu" + v.version.replace(".", ""):
-                p.append(Problem("torch.toml", lab, f"tag {v.tag!r} does not match CUDA {v.version}"))
+                p.append(Problem("torch.toml", lab,
+                                 f"tag {v.tag!r} does not match CUDA {v.version}"))
             if not v.sass:
                 p.append(Problem("torch.toml", lab, "a CUDA variant needs its sass arch list"))
             for cc in (*v.sass, *v.ptx):
@@ -451,7 +452,8 @@ def cross_check(m: Matrix) -> list[Problem]:  # noqa: C901 - one flat list of ru
                 p.append(Problem("torch.toml", lab,
                                  f"ROCm {v.version!r} is not a [[release]] in rocm.toml"))
             if v.tag != "rocm" + v.version:
-                p.append(Problem("torch.toml", lab, f"tag {v.tag!r} does not match ROCm {v.version}"))
+                p.append(Problem("torch.toml", lab,
+                                 f"tag {v.tag!r} does not match ROCm {v.version}"))
         elif v.kind == "cpu":
             if v.tag != "cpu":
                 p.append(Problem("torch.toml", lab, "a cpu variant has tag 'cpu'"))

@@ -43,7 +43,8 @@ def pip_requirement(value: str, allow_url: bool = False) -> str:
     try:
         req = Requirement(v)
     except InvalidRequirement as exc:
-        raise UsageError(f"--pip {v[:40]!r} is not a PEP 508 requirement: {exc}",
+        reason = str(exc).splitlines()[0]
+        raise UsageError(f"--pip {v[:40]!r} is not a PEP 508 requirement: {reason}",
                          "examples: --pip 'numpy<2', --pip 'transformers==4.44.2'") from None
     if req.url and not allow_url:
         raise UsageError(f"--pip {v[:40]!r} installs from a direct URL",
@@ -70,21 +71,21 @@ def apt_package(value: str) -> str:
 def conda_spec(value: str) -> str:
     """A conda MatchSpec (validated offline by py-rattler when installed, else a strict subset)."""
     v = _common("--conda", value)
-    if re.search(r"[;&|`$<>\\'\"]", v.replace(">=", "").replace("<=", "").replace("<", "")
-                 .replace(">", "")) or " " in v.strip():
+    if re.search(r"[;&|`$\\'\"#{}:]", v.replace("::", "")):
         raise UsageError(f"--conda {v[:40]!r} is not a conda MatchSpec",
                          "e.g. --conda 'numpy>=1.26', --conda conda-forge::ffmpeg")
     try:
         from rattler import MatchSpec  # optional: exact conda rules
     except ImportError:
-        if not re.fullmatch(r"([a-z0-9_.-]+::)?[a-z0-9_.-]+([=<>!~,.*0-9a-z_+]*)", v):
+        if not re.fullmatch(r"([a-z0-9_.-]+::)?[a-z0-9_.-]+( ?[=<>!~,.*0-9a-z_+ ]*)", v):
             raise UsageError(f"--conda {v[:40]!r} is not a conda MatchSpec",
                              "e.g. --conda 'numpy>=1.26'") from None
         return v
     try:
         MatchSpec(v, strict=True)
     except Exception as exc:  # rattler raises its own exception family
-        raise UsageError(f"--conda {v[:40]!r} is not a conda MatchSpec: {exc}",
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UsageError(f"--conda {v[:40]!r} is not a conda MatchSpec: {reason}",
                          "e.g. --conda 'numpy>=1.26', --conda conda-forge::ffmpeg") from None
     return v
 

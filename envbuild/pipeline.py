@@ -101,10 +101,10 @@ def render_options(ci: ContextInputs, image_ref: str = "") -> tuple[RenderOption
         secrets.files["ca"] = ci.ca_cert.resolve()
     if creds:
         secrets.contents["netrc"] = _netrc(raw_urls)
-    if ci.wheelhouse is not None:
-        if not ci.wheelhouse.is_dir() or not any(ci.wheelhouse.glob("*.whl")):
-            raise UsageError(f"--wheelhouse {ci.wheelhouse}: not a directory of *.whl files",
-                             "fill it with: pip download -d DIR torch==X.Y.Z ...")
+    if ci.wheelhouse is not None and (not ci.wheelhouse.is_dir()
+                                      or not any(ci.wheelhouse.glob("*.whl"))):
+        raise UsageError(f"--wheelhouse {ci.wheelhouse}: not a directory of *.whl files",
+                         "fill it with: pip download -d DIR torch==X.Y.Z ...")
     opts = RenderOptions(
         user=user_name(ci.user), pip=tuple(pip), apt=tuple(apt), conda=tuple(conda),
         torch_index_url=torch_index, pip_index_url=pip_index, pip_extra_index_urls=tuple(extras),
@@ -175,8 +175,8 @@ def prepare_all(base: Request, ci: ContextInputs,
                 m: Matrix) -> list[tuple[str, Prepared]]:
     """Render every valid combination; combinations the resolver refuses are left out."""
     from envbuild.render import render
-    from envbuild.resolve import resolve_parsed
     from envbuild.request import parse
+    from envbuild.resolve import resolve_parsed
 
     opts, secrets = render_options(ci)
     seen: dict[str, tuple[str, Prepared]] = {}

@@ -62,7 +62,7 @@ class RenderOptions:
 def image_reference(value: str, flag: str = "--base-image") -> str:
     if len(value) > 255 or not _IMAGE_REF.fullmatch(value):
         raise UsageError(f"{flag} {value[:60]!r} is not an image reference",
-                         "e.g. ubuntu:22.04, registry.example.com:5000/mirror/cuda:12.2.2-base-ubuntu22.04")
+                         "e.g. ubuntu:22.04, registry.example.com:5000/mirror/ubuntu:22.04")
     return value
 
 
@@ -92,7 +92,7 @@ def _env() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
-        autoescape=False,  # noqa: S701 - Dockerfiles and YAML, not HTML
+        autoescape=False,
     )
 
 
@@ -113,6 +113,8 @@ def _python_plan(spec: Spec, os_info: OsInfo, source: str, m: Matrix) -> _Python
     py = spec.python
     apt = os_info.package_manager == "apt"
     minor = py.split(".")[1]
+    system: tuple[str, ...]
+    named: tuple[str, ...]
     if apt:
         system = ("python3", "python3-venv", "ca-certificates")
         named = (f"python{py}", f"python{py}-venv", "ca-certificates")
@@ -236,7 +238,8 @@ def write_tree(files: dict[str, RenderedFile], out: Path, force: bool = False,
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out} exists and is not a directory", "choose another --out")
     if out.is_dir() and any(out.iterdir()) and not force:
-        raise UsageError(f"{out} is not empty", "choose an empty --out, or pass --force to replace it")
+        raise UsageError(f"{out} is not empty",
+                         "choose an empty --out, or pass --force to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:

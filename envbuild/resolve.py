@@ -8,6 +8,7 @@ conflict and the nearest valid alternatives (found by relaxing one given option 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -26,8 +27,16 @@ class _Trace:
         self.lines.append(text)
 
 
-class _Reject(Exception):  # noqa: N818 - internal control flow, never escapes this module
-    """One candidate (torch release x variant) does not fit; the message says why."""
+class _Reject(Exception):
+    """One candidate (torch release x variant) does not fit; the message says why.
+
+    `narrow` marks candidates outside the request's scope (another CUDA major, a newer CUDA
+    than asked for): they explain the choice but never headline a conflict.
+    """
+
+    def __init__(self, message: str, narrow: bool = False) -> None:
+        super().__init__(message)
+        self.narrow = narrow
 
 
 def arch_covers(sass: Iterable[str], ptx: Iterable[str], cc: str) -> str | None:
@@ -126,7 +135,7 @@ def _os_rank(o: OsInfo, rel: TorchRelease, p: Parsed, preferred: list[str]) -> t
 
 
 def _pick_os(m: Matrix, candidates: list[str], rel: TorchRelease, p: Parsed,
-             t: _Trace, what: str) -> OsInfo:
+             t: _Trace, what: str, first: str | None = None) -> OsInfo:
     if p.os is not None:
         if p.os not in candidates:
             raise _Reject(f"{what} is not published for {p.os} (it is for "
@@ -139,6 +148,8 @@ def _pick_os(m: Matrix, candidates: list[str], rel: TorchRelease, p: Parsed,
     if not infos:
         raise _Reject(f"{what} exists for no operating system envbuild knows")
     preferred = list(m.meta.get("os", {}).get("preference", []))
+    if first is not None:
+        preferred.insert(0, first)
     best = min(infos, key=lambda o: _os_rank(o, rel, p, preferred))
     t.add(f"OS {best.id}: preferred among those {what} exists for "
           f"({', '.join(sorted(candidates))}), and its Python fits")
@@ -179,16 +190,39 @@ def _min_driver(m: Matrix, image_minor: str, wheel_cuda: str, t: _Trace) -> str:
     return max(need_image, need_wheel, key=version_key)
 
 
+def _image_minor_for_driver(m: Matrix, v: Variant, p: Parsed, t: _Trace) -> str:
+    """The base image's CUDA when only the driver is given: the wheel's own CUDA if the driver
+    supports it natively, else the newest image of the same major that it does (the wheel
+    bundles its CUDA libraries and runs there through minor version compatibility).
+    The devel flavor keeps nvcc equal to the wheel's CUDA, for building extensions."""
+    if p.driver is None or p.flavor == "devel":
+        return v.version
+    own = m.cuda_release(v.version)
+    if own is not None and version_key(own.ga_driver_linux) <= version_key(p.driver):
+        return v.version
+    older = [r for r in m.cuda if major_of(r.version) == major_of(v.version) and r.image
+             and version_key(r.version) < version_key(v.version)
+             and version_key(r.ga_driver_linux) <= version_key(p.driver)]
+    if not older:
+        return v.version
+    best = max(older, key=lambda r: version_key(r.version))
+    t.add(f"CUDA {best.version} base image: the newest the {p.driver} driver supports natively; "
+          f"the {v.tag} wheel runs on it through minor version compatibility")
+    return best.version
+
+
 def _resolve_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant,
                   t: _Trace) -> Spec:
     if p.cuda_minor is not None:
         if major_of(v.version) != major_of(p.cuda_minor):
-            raise _Reject(f"torch {rel.version} {v.tag} is a CUDA {major_of(v.version)}.x wheel")
+            raise _Reject(f"torch {rel.version} {v.tag} is a CUDA {major_of(v.version)}.x wheel",
+                          narrow=True)
         if version_key(v.version) > version_key(p.cuda_minor):
-            raise _Reject(f"torch {rel.version} {v.tag} needs CUDA {v.version} > {p.cuda_minor}")
+            raise _Reject(f"torch {rel.version} {v.tag} needs CUDA {v.version} > {p.cuda_minor}",
+                          narrow=True)
         image_minor = p.cuda_minor
     else:
-        image_minor = v.version
+        image_minor = _image_minor_for_driver(m, v, p, t)
     cuda_rel = m.cuda_release(image_minor)
     assert cuda_rel is not None
     image_version = cuda_rel.image
@@ -227,15 +261,35 @@ def _resolve_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v:
 def _resolve_rocm(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant,
                   t: _Trace) -> Spec:
     if p.rocm is not None and not (v.version == p.rocm or v.version.startswith(p.rocm + ".")):
-        raise _Reject(f"torch {rel.version} {v.tag} is not a ROCm {p.rocm} wheel")
+        raise _Reject(f"torch {rel.version} {v.tag} is not a ROCm {p.rocm} wheel", narrow=True)
     rocm_rel = m.rocm_release(v.version)
     assert rocm_rel is not None
     _check_gpus(v, p.gpus, t)
-    os_info = _pick_os(m, list(rocm_rel.os), rel, p, t, f"the ROCm {v.version} base image")
+    images = rocm_images(rocm_rel.base_image, rocm_rel.os)
+    matrix_os = next(iter(images), None)  # the image the matrix names leads; siblings follow
+    os_info = _pick_os(m, sorted(images), rel, p, t, f"the ROCm {v.version} base image",
+                       first=matrix_os)
     python, source = _pick_python(m, rel, os_info, p, t)
-    t.add(f"base image {rocm_rel.base_image}: AMD's ROCm {v.version} image for {os_info.id}")
+    base = images[os_info.id]
+    t.add(f"base image {base}: AMD's ROCm {v.version} development image for {os_info.id}")
     return _spec(m, p, rel, patch, v, t, python=python, python_source=source, os_id=os_info.id,
-                 base_image=rocm_rel.base_image, verified=rocm_rel.verified)
+                 base_image=base, verified=rocm_rel.verified)
+
+
+_ROCM_DEV = re.compile(r"^(?P<repo>.*/dev-)ubuntu-(?P<ver>\d+\.\d+)(?P<tag>:.+)$")
+
+
+def rocm_images(base_image: str, oses: Iterable[str]) -> dict[str, str]:
+    """OS id -> ROCm dev image: the matrix's image, plus its Ubuntu siblings (same tag scheme)."""
+    m = _ROCM_DEV.match(base_image)
+    if m is None:
+        return {}
+    out = {f"ubuntu{m.group('ver')}": base_image}
+    for os_id in oses:
+        u = re.fullmatch(r"ubuntu(\d+\.\d+)", os_id)
+        if u:
+            out.setdefault(os_id, f"{m.group('repo')}ubuntu-{u.group(1)}{m.group('tag')}")
+    return out
 
 
 def _resolve_cpu(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant,
@@ -324,6 +378,7 @@ def resolve_parsed(m: Matrix, p: Parsed) -> Spec:
         raise ConflictError(f"no torch release envbuild knows matches {p.torch_text!r}",
                             f"known torch releases: {known[0]} … {known[-1]}")
     rejections: list[tuple[TorchRelease, Variant, str]] = []
+    narrow: set[tuple[str, str]] = set()
     for rel, patch in releases:
         default_first = p.target == "cuda" and p.cuda_minor is None
         for v in _ordered_variants(m, rel, kind, default_first):
@@ -333,11 +388,14 @@ def resolve_parsed(m: Matrix, p: Parsed) -> Spec:
                 spec = _RESOLVERS[p.target](m, p, rel, patch, v, t)
             except _Reject as why:
                 rejections.append((rel, v, str(why)))
+                if why.narrow:
+                    narrow.add((rel.version, v.tag))
                 continue
             return dataclasses.replace(spec, trace=(*spec.trace[:1],
                                                     *_why_this(m, p, rel, patch, v, rejections),
                                                     *spec.trace[1:]))
-    raise _conflict(m, p, releases, rejections)
+    relevant = [r for r in rejections if (r[0].version, r[1].tag) not in narrow]
+    raise _conflict(m, p, releases, relevant or rejections)
 
 
 def _why_this(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant,
@@ -348,15 +406,18 @@ def _why_this(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Var
         seen: dict[str, str] = {}
         for r, vv, why in newer_skipped:
             seen.setdefault(r.version, f"{vv.tag}: {why}")
-        lines.append("skipped newer torch: " + "; ".join(f"{k} ({w})" for k, w in seen.items()))
+        items = [f"{k} ({w})" for k, w in seen.items()]
+        more = f"; and {len(items) - 4} older" if len(items) > 4 else ""
+        lines.append("skipped newer torch: " + "; ".join(items[:4]) + more)
     what = {"cuda": f"a CUDA {major_of(v.version) if v.version else ''}.x wheel",
             "rocm": f"a ROCm {v.version} wheel", "cpu": "a CPU wheel"}[v.kind]
     if p.target == "mps":
         what = "a macOS arm64 wheel"
     bound = f" <= {p.cuda_minor}" if p.cuda_minor and v.kind == "cuda" else ""
     scope = f" matching {p.torch_text!r}" if p.torch_text else ""
+    tag = "mps" if p.target == "mps" else v.tag
     lines.append(f"torch {patch.torch} is the newest release{scope} with {what}{bound} "
-                 f"that fits every constraint ({v.tag})")
+                 f"that fits every constraint ({tag})")
     same = [x for x in rejections if x[0].version == rel.version]
     for _, vv, why in same:
         lines.append(f"skipped {vv.tag}: {why}")
@@ -364,10 +425,12 @@ def _why_this(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Var
         lines.append(f"{v.tag} is also the wheel a plain `pip install torch=={patch.torch}` gets "
                      "on Linux")
     if patch.torchvision and "torchvision" in p.components:
-        lines.append(f"torchvision {patch.torchvision} is the release built for torch {patch.torch}")
+        lines.append(f"torchvision {patch.torchvision} is the release built for torch "
+                     f"{patch.torch}")
     if v.kind == "cuda":
-        lines.append(f"cuDNN {v.cudnn or '?'} and NCCL {v.nccl or '?'} come with the {v.tag} "
-                     "wheel as pip packages")
+        libs = " and ".join(f"{n} {x}" for n, x in (("cuDNN", v.cudnn), ("NCCL", v.nccl)) if x)
+        if libs:
+            lines.append(f"{libs} come with the {v.tag} wheel as pip packages")
     return lines
 
 
@@ -457,7 +520,7 @@ def _describe_alternative(key: str, s: Spec, p: Parsed) -> str:
     if key == "driver":
         return f"a driver >= {s.min_driver}: {core}"
     if key == "gpus":
-        return f"without --gpu {' '.join(g['name'] for g in p.gpus)}: {core}"
+        return f"without --gpu {' '.join(g.label for g in p.gpus)}: {core}"
     if key == "os":
         return f"--os {s.os}: {core}"
     return f"--flavor base: {core}"

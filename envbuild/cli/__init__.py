@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import sys
 
+import typer
+
 try:  # typer >= 0.20 vendors click; older releases depend on it
     from typer._click import exceptions as click_exc
 except ImportError:  # pragma: no cover
-    from click import exceptions as click_exc  # type: ignore[no-redef]
+    from click import exceptions as click_exc  # type: ignore[import-not-found,no-redef]
 
-from envbuild.cli._app import app, emit_json
-from envbuild.errors import EXIT_INTERRUPTED, EXIT_USAGE, EnvbuildError
+_EXITS = tuple({typer.Exit, getattr(click_exc, "Exit", typer.Exit)})
+_ABORTS = tuple({typer.Abort, getattr(click_exc, "Abort", typer.Abort)})
+
+from envbuild.cli import build_cmd as _build_cmd  # noqa: F401
 
 # Each module adds its commands to `app` on import.
-from envbuild.cli import matrix_cmd as _matrix_cmd  # noqa: F401, E402, I001
-from envbuild.cli import resolve_cmd as _resolve_cmd  # noqa: F401, E402
-from envbuild.cli import render_cmd as _render_cmd  # noqa: F401, E402
-from envbuild.cli import build_cmd as _build_cmd  # noqa: F401, E402
+from envbuild.cli import matrix_cmd as _matrix_cmd  # noqa: F401
+from envbuild.cli import render_cmd as _render_cmd  # noqa: F401
+from envbuild.cli import resolve_cmd as _resolve_cmd  # noqa: F401
+from envbuild.cli._app import app, emit_json
+from envbuild.errors import EXIT_INTERRUPTED, EXIT_USAGE, EnvbuildError
 
 
 def _wants_json(argv: list[str]) -> bool:
@@ -49,9 +54,9 @@ def run(argv: list[str]) -> int:
         if err.ctx is not None:
             hint = f"see `{err.ctx.command_path} --help`"
         return _fail(EnvbuildError(err.format_message(), hint, [], EXIT_USAGE), as_json)
-    except click_exc.Exit as err:
-        return int(err.exit_code)
-    except (KeyboardInterrupt, click_exc.Abort):
+    except _EXITS as err:
+        return int(getattr(err, "exit_code", 0))
+    except (KeyboardInterrupt, *_ABORTS):
         sys.stderr.write("interrupted\n")
         return EXIT_INTERRUPTED
     except click_exc.ClickException as err:

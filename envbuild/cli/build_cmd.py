@@ -1,4 +1,4 @@
-"""`envbuild build`, `envbuild validate` and `envbuild make` (resolve -> render -> build -> validate)."""
+"""`envbuild build`, `validate` and `make` (resolve -> render -> build -> validate)."""
 
 from __future__ import annotations
 
@@ -43,10 +43,11 @@ def _progress(mode: str, as_json: bool) -> Iterator[Callable[[str], None]]:
     if mode not in ("auto", "plain"):
         raise UsageError(f"--progress {mode!r} is not auto or plain")
     if mode == "plain" or not sys.stderr.isatty():
-        if as_json:
-            yield lambda line: None
-        else:
-            yield lambda line: sys.stderr.write(line + "\n")
+        def plain(line: str) -> None:
+            if not as_json:
+                sys.stderr.write(line + "\n")
+
+        yield plain
         return
     from rich.console import Console
 

@@ -1,0 +1,145 @@
+"""`make bench`: start-up, resolve, render --all, and (with a Docker engine) build/make/validate.
+
+Numbers are printed, never asserted: speed and size are measured here, not in the tests.
+Usage: python tests/bench.py [--quick] [--no-docker]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = Path(os.environ.get("ENVBUILD_WORK", ROOT / ".work"))
+PY = sys.executable
+BASE = os.environ.get("ENVBUILD_TEST_BASE", "local/debian:bookworm")
+
+
+def timed(argv: list[str], runs: int, env: dict[str, str] | None = None) -> list[float]:
+    out = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run(argv, check=True, capture_output=True, cwd=ROOT,
+                       env={**os.environ, **(env or {})})
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def report(name: str, values: list[float]) -> float:
+    med = statistics.median(values)
+    print(f"{name:<44} median {med * 1000:8.1f} ms  min {min(values) * 1000:8.1f} ms  "
+          f"(n={len(values)})")
+    return med
+
+
+def bench_startup(runs: int) -> None:
+    print("== start-up (whole processes)")
+    bare = report("python -c pass", timed([PY, "-c", "pass"], runs))
+    res = report("envbuild resolve --cuda 12.2 --json",
+                 timed([PY, "-m", "envbuild", "resolve", "--cuda", "12.2", "--json"], runs))
+    report("envbuild --help", timed([PY, "-m", "envbuild", "--help"], runs))
+    print(f"resolve / bare start-up: {res / bare:.1f}x (target < 5x); "
+          f"resolve {res:.3f} s (target < 0.3 s)")
+    probe = subprocess.run(
+        [PY, "-c", "import sys; from envbuild.cli import run; "
+         "run(['resolve', '--cuda', '12.2', '--json']); "
+         "print('\\nHEAVY', sorted(m for m in ('torch', 'docker', 'requests') "
+         "if m in sys.modules))"],
+        capture_output=True, text=True, cwd=ROOT, check=True)
+    print("heavy modules imported by resolve:", probe.stdout.rsplit("HEAVY", 1)[1].strip())
+
+
+def bench_render_all(runs: int) -> None:
+    print("== render --all")
+    times = []
+    count = 0
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            t = time.perf_counter()
+            p = subprocess.run([PY, "-m", "envbuild", "render", "--all", "--out",
+                                f"{tmp}/all", "--json"], capture_output=True, text=True,
+                               cwd=ROOT, check=True)
+            times.append(time.perf_counter() - t)
+            count = json.loads(p.stdout)["count"]
+    med = report("envbuild render --all (every combination)", times)
+    print(f"rendered {count} environments, {count / med:.0f} per second (target: all < 2 s)")
+
+
+def _make(extra: list[str]) -> tuple[float, dict[str, object]]:
+    t = time.perf_counter()
+    p = subprocess.run([PY, "-m", "envbuild", "make", "--target", "cpu", "--torch", "2.13.0",
+                        "--python", "3.11", "--os", "debian12", "--without", "torchvision",
+                        "--without", "torchaudio", "--base-image", BASE, "--wheelhouse",
+                        str(WORK / "wheelhouse"), "--progress", "plain", "--json", *extra],
+                       capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - t
+    if p.returncode not in (0, 1):
+        print(p.stderr[-2000:])
+        raise SystemExit(f"make failed with {p.returncode}")
+    return wall, json.loads(p.stdout)
+
+
+def _floor_bytes(tag: str) -> tuple[int, int]:
+    """(base image bytes, Python + site-packages bytes measured inside the image)."""
+    base = int(subprocess.run(["/usr/bin/docker", "image", "inspect", BASE, "--format",
+                               "{{.Size}}"], capture_output=True, text=True,
+                              check=True).stdout)
+    script = ("import sys,sysconfig,os\n"
+              "def du(p):\n"
+              "    t=0\n"
+              "    for r,_,fs in os.walk(p):\n"
+              "        for f in fs:\n"
+              "            q=os.path.join(r,f)\n"
+              "            if not os.path.islink(q): t+=os.lstat(q).st_size\n"
+              "    return t\n"
+              "print(du(sysconfig.get_paths()['purelib'])+du(sys.base_prefix+'/lib/python'"
+              "+sys.version[:4]))\n")
+    out = subprocess.run(["/usr/bin/docker", "run", "--rm", tag, "python", "-c", script],
+                         capture_output=True, text=True, check=True).stdout
+    return base, int(out.strip().splitlines()[-1])
+
+
+def bench_docker() -> None:
+    print("== build / make / validate (cpu image, local Debian base, offline wheelhouse)")
+    tag = "envbuild-bench/cpu:bench"
+    subprocess.run(["/usr/bin/docker", "rmi", "-f", tag], capture_output=True)
+    subprocess.run(["/usr/bin/docker", "builder", "prune", "-af"], capture_output=True)
+    cold, first = _make(["--tag", tag, "--rebuild"])
+    secs = first["seconds"]  # type: ignore[index]
+    print(f"cold make: {cold:.1f} s wall (build {secs['build']:.1f} s, "  # type: ignore[index]
+          f"validate {secs.get('validate', 0):.1f} s)")  # type: ignore[union-attr]
+    warm, second = _make(["--tag", tag, "--no-validate"])
+    print(f"warm make, nothing changed: {warm:.2f} s wall, cache hit: "
+          f"{second['image']['cached']}  (target < 2 s)")  # type: ignore[index]
+    size = int(first["image"]["size_bytes"])  # type: ignore[index]
+    base, py = _floor_bytes(tag)
+    floor = base + py
+    print(f"image size {size / 1e6:.0f} MB; floor (base {base / 1e6:.0f} MB + Python and "
+          f"site-packages {py / 1e6:.0f} MB) {floor / 1e6:.0f} MB; ratio {size / floor:.3f} "
+          "(target <= 1.10)")
+    val = subprocess.run([PY, "-m", "envbuild", "validate", tag, "--json"], capture_output=True,
+                         text=True, cwd=ROOT)
+    t = time.perf_counter()
+    subprocess.run([PY, "-m", "envbuild", "validate", tag, "--json"], capture_output=True,
+                   text=True, cwd=ROOT)
+    print(f"validate (CPU, whole command): {time.perf_counter() - t:.1f} s (target < 30 s), "
+          f"exit {val.returncode}")
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv
+    bench_startup(5 if quick else 20)
+    bench_render_all(1 if quick else 3)
+    if "--no-docker" not in sys.argv and shutil.which("dockerd"):
+        bench_docker()
+
+
+if __name__ == "__main__":
+    main()

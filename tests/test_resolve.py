@@ -1,0 +1,226 @@
+"""The resolver on the shipped matrix: table-driven specs, errors, and properties."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from envbuild.errors import EXIT_FAILED, EXIT_USAGE, ConflictError, EnvbuildError, UsageError
+from envbuild.matrix import Matrix
+from envbuild.request import Request
+from envbuild.resolve import arch_covers, resolve
+from envbuild.versions import major_of, minor_of, version_key
+from tests.conftest import run_cli
+
+# (request, expected subset of the spec). Each row is a decision a CUDA engineer would sign.
+CASES: list[tuple[dict[str, Any], dict[str, Any]]] = [
+    ({"cuda": "12.2"}, {"target": "cuda", "torch": "2.5.1", "variant": "cu121",
+                        "torch_cuda": "12.1", "cuda_image": "12.2.2", "cudnn": "9.1.0.70",
+                        "torchvision": "0.20.1", "torchaudio": "2.5.1", "python": "3.10",
+                        "os": "ubuntu22.04",
+                        "base_image": "nvidia/cuda:12.2.2-base-ubuntu22.04",
+                        "index_url": "https://download.pytorch.org/whl/cu121",
+                        "min_driver": "535.54.03"}),
+    ({"cuda": "11.8"}, {"torch": "2.7.1", "variant": "cu118", "cuda_image": "11.8.0",
+                        "min_driver": "520.61.05"}),
+    ({"cuda": "12.4", "torch": "2.4"}, {"torch": "2.4.1", "variant": "cu124",
+                                        "cuda_image": "12.4.1"}),
+    ({"cuda": "12.4", "torch": ">=2.3,<2.5", "python": "3.11"},
+     {"torch": "2.4.1", "variant": "cu124", "python": "3.11"}),
+    ({"cuda": "12.2", "flavor": "devel"},
+     {"base_image": "nvidia/cuda:12.2.2-devel-ubuntu22.04", "flavor": "devel"}),
+    ({"cuda": "12.4", "torch": "2.5", "os": "rockylinux9"},
+     {"os": "rockylinux9", "base_image": "nvidia/cuda:12.4.1-base-rockylinux9"}),
+    # Pascal (sm_61) runs the sm_60 cubin; CUDA 13 wheels dropped Pascal, so cu126 it is.
+    ({"gpus": ("GTX 1080",)}, {"variant": "cu126", "torch_cuda": "12.6"}),
+    # Blackwell consumer (sm_120) needs a wheel with sm_120: CUDA 12.8+.
+    ({"cuda": "12.8", "gpus": ("RTX 5090",), "torch": "2.7"}, {"variant": "cu128"}),
+    # Only the driver given: a wheel newer than the driver's CUDA runs on an older image (MVC).
+    ({"gpus": ("H100",), "driver": "535.104.05", "torch": "2.7"},
+     {"torch": "2.7.1", "variant": "cu126", "cuda_image": "12.2.2", "min_driver": "535.54.03"}),
+    ({"target": "cpu", "torch": "2.13.0", "os": "debian12"},
+     {"target": "cpu", "variant": "cpu", "torch": "2.13.0", "python": "3.11",
+      "base_image": "debian:bookworm-slim", "torch_cuda": None, "cuda_image": None,
+      "min_driver": None, "index_url": "https://download.pytorch.org/whl/cpu"}),
+    ({"rocm": "6.2"}, {"target": "rocm", "variant": "rocm6.2.4", "rocm": "6.2.4",
+                       "torch_cuda": None, "os": "ubuntu22.04"}),
+    ({"gpus": ("MI300X",), "torch": "2.9"}, {"target": "rocm", "variant": "rocm6.4"}),
+    ({"target": "mps", "torch": "2.5"}, {"target": "mps", "variant": "mps", "os": "macos",
+                                         "min_macos": "13.0", "base_image": None}),
+    ({"target": "mps", "torch": "2.9"}, {"min_macos": "14.0"}),
+]
+
+
+@pytest.mark.parametrize(("req", "expected"), CASES, ids=[json.dumps(c[0]) for c in CASES])
+def test_resolved_specs(matrix: Matrix, req: dict[str, Any], expected: dict[str, Any]) -> None:
+    spec = resolve(Request(**req), matrix).to_json()
+    for key, value in expected.items():
+        assert spec[key] == value, (key, spec[key], spec["trace"])
+    assert spec["trace"], "every spec explains itself"
+
+
+def test_trace_explains_the_choice(matrix: Matrix) -> None:
+    trace = resolve(Request(cuda="12.2"), matrix).trace
+    text = "\n".join(trace)
+    assert "torch 2.5.1 is the newest release with a CUDA 12.x wheel <= 12.2" in text
+    assert "cu121" in text and "NVIDIA_REQUIRE_CUDA" in text
+    assert "skipped cu124" in text
+
+
+ERRORS: list[tuple[dict[str, Any], type[EnvbuildError], str, list[str]]] = [
+    ({"torch": "2.8", "cuda": "11.8"}, ConflictError,
+     "torch 2.8 has no CUDA 11.x wheel <= 11.8; torch 2.8 offers cu126, cu128, cu129",
+     ["--torch 2.7"]),
+    ({"cuda": "12.2", "driver": "470.82.01"}, ConflictError, "driver 470.82.01 is older", []),
+    ({"cuda": "12.2", "gpus": ("RTX 5090",)}, ConflictError, "no kernels for RTX 5090", []),
+    ({"torch": "2.5", "python": "3.14", "target": "cpu"}, ConflictError, "Python 3.14", []),
+    ({"torch": ">=9"}, ConflictError, "no torch release", []),
+    ({"cuda": "12.7"}, UsageError, "CUDA 12.7 is not a CUDA release", ["12.6", "12.8"]),
+    ({"cuda": "twelve"}, UsageError, "is not a CUDA version", []),
+    ({"torch": "2.x"}, UsageError, "is not a version or specifier", []),
+    ({"python": "3"}, UsageError, "is not a CPython version", []),
+    ({"gpus": ("RTX 4909",)}, UsageError, "unknown GPU", ["RTX 4090"]),
+    ({"os": "ubuntu22.4"}, UsageError, "is not an operating system", ["ubuntu22.04"]),
+    ({"cuda": "12.2", "rocm": "6.2"}, UsageError, "cannot be combined", []),
+    ({"target": "cpu", "cuda": "12.2"}, UsageError, "--cuda needs --target cuda", []),
+    ({"target": "cuda", "gpus": ("MI300X",)}, UsageError, "AMD GPUs cannot run a CUDA", []),
+    ({"driver": "abc"}, UsageError, "not an NVIDIA driver version", []),
+    ({"flavor": "slim"}, UsageError, "--flavor", []),
+]
+
+
+@pytest.mark.parametrize(("req", "kind", "message", "alternatives"), ERRORS,
+                         ids=[json.dumps(e[0]) for e in ERRORS])
+def test_errors(matrix: Matrix, req: dict[str, Any], kind: type[EnvbuildError], message: str,
+                alternatives: list[str]) -> None:
+    with pytest.raises(kind) as info:
+        resolve(Request(**req), matrix)
+    err = info.value
+    assert message in err.message
+    assert "\n" not in err.message
+    assert err.exit_code == (EXIT_USAGE if kind is UsageError else EXIT_FAILED)
+    for alt in alternatives:
+        assert any(alt in a for a in err.alternatives), err.alternatives
+
+
+def test_conflict_hint_names_the_fix(matrix: Matrix) -> None:
+    with pytest.raises(ConflictError) as info:
+        resolve(Request(torch="2.8", cuda="11.8"), matrix)
+    assert info.value.hint == "for CUDA 11.8 use torch <= 2.7"
+
+
+@pytest.mark.parametrize(("sass", "ptx", "cc", "expected"), [
+    (["5.0", "6.0", "7.0", "7.5", "8.0", "8.6", "9.0"], [], "8.9", "sm_86"),
+    (["5.0", "6.0", "7.0", "7.5", "8.0", "8.6", "9.0"], [], "6.1", "sm_60"),
+    (["5.0", "6.0", "7.0", "7.5", "8.0", "8.6", "9.0"], [], "12.0", None),
+    (["7.5", "8.0", "8.6", "9.0", "10.0", "12.0"], ["12.0"], "12.1", "sm_120"),
+    (["7.5", "8.0", "8.6", "9.0"], ["9.0"], "10.0", "compute_90"),
+    (["7.5", "8.0"], [], "3.7", None),
+    (["8.0"], [], "7.5", None),
+])
+def test_arch_coverage(sass: list[str], ptx: list[str], cc: str, expected: str | None) -> None:
+    assert arch_covers(sass, ptx, cc) == expected
+
+
+# --- properties --------------------------------------------------------------------------
+
+def _requests(m: Matrix) -> st.SearchStrategy[Request]:
+    cudas = st.sampled_from([None, *[r.version for r in m.cuda], "12.7", "99.1", "x"])
+    torches = st.sampled_from([None, *[r.version for r in m.torch],
+                               *[p.torch for p in m.patches], ">=2.3,<2.6", ">=9", "~=2.4.0"])
+    pythons = st.sampled_from([None, "3.9", "3.10", "3.11", "3.12", "3.13", "3.14", "3.99"])
+    gpus = st.lists(st.sampled_from([g.name for g in m.gpus] + ["sm_61", "sm_120", "gfx942"]),
+                    max_size=2).map(tuple)
+    drivers = st.sampled_from([None, "450.80.02", "525.60.13", "535.104.05", "580.65.06", "999"])
+    targets = st.sampled_from([None, "cuda", "rocm", "cpu", "mps"])
+    oses = st.sampled_from([None, *[o.id for o in m.oses]])
+    rocms = st.sampled_from([None, *[r.version for r in m.rocm]])
+    return st.builds(Request, target=targets, cuda=cudas, torch=torches, python=pythons,
+                     gpus=gpus, driver=drivers, os=oses, rocm=rocms)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_every_spec_satisfies_the_matrix(matrix: Matrix, data: st.DataObject) -> None:
+    req = data.draw(_requests(matrix))
+    try:
+        spec = resolve(req, matrix)
+    except EnvbuildError as err:  # every failure is a clean, one-line error
+        assert err.exit_code in (EXIT_FAILED, EXIT_USAGE)
+        assert err.message and "\n" not in err.message
+        return
+    rel = matrix.torch_release(minor_of(spec.torch))
+    assert rel is not None
+    patch = next(p for p in matrix.patches if p.torch == spec.torch)
+    if spec.torchvision:
+        assert spec.torchvision == patch.torchvision
+    if req.torch:
+        from envbuild.request import torch_specifier
+        assert torch_specifier(req.torch).contains(spec.torch, prereleases=True)
+    if req.python:
+        assert spec.python == req.python
+    assert spec.python in rel.python
+    if spec.target == "mps":
+        assert spec.min_macos == rel.mps_min_macos
+        return
+    variant = next(v for v in matrix.variants_of(rel.version) if v.tag == spec.variant)
+    os_info = matrix.os_info(spec.os)
+    assert os_info is not None
+    if req.os:
+        assert spec.os == req.os
+    if spec.python_source == "os":
+        assert spec.python in (os_info.python, *os_info.extra_python)
+    if spec.target == "cuda":
+        assert spec.torch_cuda == variant.version and spec.cuda_image and spec.min_driver
+        image_minor = minor_of(spec.cuda_image)
+        if req.cuda:
+            assert image_minor == minor_of(req.cuda)
+            assert major_of(variant.version) == major_of(req.cuda)
+            assert version_key(variant.version) <= version_key(image_minor)
+        assert any(i.os == spec.os for i in matrix.images_for(spec.cuda_image))
+        cuda_rel = matrix.cuda_release(image_minor)
+        floor = matrix.compat_floor(major_of(variant.version))
+        assert cuda_rel is not None and floor is not None
+        assert version_key(spec.min_driver) >= version_key(cuda_rel.ga_driver_linux)
+        assert version_key(spec.min_driver) >= version_key(floor.min_driver_linux)
+        if req.driver:
+            assert version_key(req.driver) >= version_key(spec.min_driver)
+        for g in spec.gpus:
+            assert arch_covers(variant.sass, variant.ptx, g["cc"]) is not None
+    if spec.target == "rocm":
+        assert spec.rocm == variant.version
+        for g in spec.gpus:
+            assert g["gfx"] in variant.gfx
+
+
+def test_cli_json_error_shape() -> None:
+    r = run_cli("resolve", "--torch", "2.8", "--cuda", "11.8", "--json")
+    assert r.returncode == 1
+    data = json.loads(r.stdout)
+    assert set(data) == {"error"}
+    assert data["error"]["message"].startswith("torch 2.8 has no CUDA 11.x wheel")
+    assert data["error"]["alternatives"]
+    assert "Traceback" not in r.stderr
+
+
+def test_cli_malformed_exit_2_no_traceback() -> None:
+    r = run_cli("resolve", "--cuda", "12.2.2.2.2")
+    assert r.returncode == 2
+    assert r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+    r = run_cli("resolve", "--bogus-option")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_cli_resolve_json(matrix: Matrix) -> None:
+    r = run_cli("resolve", "--cuda", "12.2", "--json")
+    assert r.returncode == 0, r.stderr
+    spec = json.loads(r.stdout)
+    for key in ("target", "torch", "torchvision", "torchaudio", "python", "variant", "torch_cuda",
+                "cuda_image", "cudnn", "nccl", "base_image", "index_url", "min_driver", "archs",
+                "trace"):
+        assert key in spec
+    assert spec["archs"][:2] == ["sm_50", "sm_60"]
