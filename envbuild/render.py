@@ -134,6 +134,16 @@ def _python_plan(spec: Spec, os_info: OsInfo, source: str, m: Matrix) -> _Python
                      "drop --python-source to use a standalone CPython build")
 
 
+def secret_mounts(opts: RenderOptions, uid: int, home: str) -> list[str]:
+    """BuildKit secret mounts: a CA bundle and index credentials, never in a layer."""
+    out = []
+    if opts.ca_cert:
+        out.append(f"--mount=type=secret,id=ca,target=/run/secrets/ca.pem,uid={uid}")
+    if opts.index_credentials:
+        out.append(f"--mount=type=secret,id=netrc,target={home}/.netrc,uid={uid}")
+    return out
+
+
 def _pins(spec: Spec) -> list[str]:
     local = "" if spec.target == "mps" else f"+{spec.variant}"
     pins = [f"torch=={spec.torch}{local}"]
@@ -206,6 +216,8 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
         "wheelhouse": opts.wheelhouse, "pip_args": pip_args, "user_pip_args": user_pip_args,
         "base_image": base_image, "spec_label": spec_label(spec),
         "has_os_packages": bool(opts.apt),
+        "secret_mounts": secret_mounts(opts, uid, home),
+        "root_secret_mounts": secret_mounts(opts, 0, "/root"),
     }
     files["Dockerfile"] = RenderedFile(_template("Dockerfile.j2", **ctx))
     files[".dockerignore"] = RenderedFile(_template("dockerignore.j2", **ctx))
