@@ -142,7 +142,8 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
             rc = engine.run_build(builder, argv, sink, timeout)
         if rc != 0 or not iidfile.is_file():
             step, tail = failing_step(lines)
-            raise BuildFailed(f"build failed at {step}", _hint(tail),
+            short = step if len(step) <= 90 else step[:87] + "..."
+            raise BuildFailed(f"build failed at {short}", _hint(tail),
                               [*tail, f"full log: {log_path}"])
         image_id = iidfile.read_text().strip()
         engine.tag(image_id, ref)

@@ -206,7 +206,9 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
     wheel = ["--no-index", "--find-links", WHEELHOUSE_MOUNT]
     extras = [a for u in opts.pip_extra_index_urls for a in ("--extra-index-url", u)]
     pip_args = wheel if opts.wheelhouse else ["--index-url", torch_index, *extras]
-    user_pip_args = wheel if opts.wheelhouse else ["--index-url", user_index, *extras]
+    # User packages may come from the index even with a wheelhouse (local wheels are found too).
+    user_pip_args = (["--find-links", WHEELHOUSE_MOUNT] if opts.wheelhouse else []) + \
+        ["--index-url", user_index, *extras]
     base_image = opts.base_image or spec.base_image
     assert base_image is not None
     ctx = {

@@ -145,7 +145,7 @@ def parse_gpu(text: str, matrix: Matrix) -> GpuRef:
     return GpuRef(label=g.name, vendor=g.vendor, cc=g.cc, gfx=g.gfx)
 
 
-def parse(req: Request, matrix: Matrix) -> Parsed:  # noqa: C901 - a flat list of field checks
+def parse(req: Request, matrix: Matrix) -> Parsed:
     given = frozenset(k for k, v in vars(req).items()
                       if v not in (None, (), "") and k != "components")
     if req.target is not None and req.target not in TARGETS:

@@ -1,7 +1,7 @@
 """envbuild's validator: does a built environment match its spec, and does it work?
 
 Copied into every image as /opt/envbuild/validator.py and run there as
-`python /opt/envbuild/validator.py --spec spec.json --peaks peaks.json --out report.json --in-image`;
+`python /opt/envbuild/validator.py --spec spec.json --peaks peaks.json --in-image --out r.json`;
 on a host it runs as `python -m envbuild.validator ...`. It imports only the standard library
 and, lazily, torch (torchvision and torchaudio guarded), never the envbuild package, and runs on
 Python 3.9 to 3.14.
@@ -12,8 +12,6 @@ kills its process (a segfaulting wheel) fails alone, and the report is still wri
 Decisions (versions, arch coverage, tolerances, perf verdicts) are pure functions of recorded
 facts, so they are tested without a GPU.
 """
-# ruff: noqa: E402  (sys.path is cleaned below before the remaining imports)
-
 from __future__ import annotations
 
 import os
@@ -30,6 +28,7 @@ if (
 
 import argparse
 import contextlib
+import functools
 import importlib
 import importlib.metadata
 import importlib.util
@@ -48,7 +47,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 SCHEMA_VERSION = 1
 VALIDATOR_VERSION = "0.1.0"
@@ -62,8 +61,8 @@ NO_GPU_REASON = "no GPU visible (torch.cuda.is_available() is False)"
 NO_MPS_REASON = "no GPU visible (torch.backends.mps.is_available() is False)"
 GPU_REMEDIATION = (
     "no GPU is visible to torch: run the container with `--gpus all` (NVIDIA; needs the NVIDIA "
-    "Container Toolkit) or `--device /dev/kfd --device /dev/dri` (ROCm), check CUDA_VISIBLE_DEVICES, "
-    "and see evidence.init_warnings for the driver's own message"
+    "Container Toolkit) or `--device /dev/kfd --device /dev/dri` (ROCm), check "
+    "CUDA_VISIBLE_DEVICES, and see evidence.init_warnings for the driver's own message"
 )
 # Test hook: "hang:CHECK_ID" or "crash:CHECK_ID" (comma separated) makes the worker hang or die
 # in that check, so the supervisor's time limits and crash recovery are exercised for real.
@@ -208,7 +207,7 @@ def cudnn_version_str(code: int | None) -> str | None:
 
 
 def nccl_version_str(version: Any) -> str | None:
-    """torch.cuda.nccl.version(): a tuple (2, 21, 5) on current torch, an int 2708 / 22105 on old."""
+    """torch.cuda.nccl.version(): a tuple (2, 21, 5) on current torch, an int (2708) on old."""
     if version is None:
         return None
     if isinstance(version, (tuple, list)):
@@ -276,7 +275,7 @@ def parse_cc(cc: str) -> tuple[int, int]:
 
 
 def parse_arch(entry: str) -> tuple[str, int, int, str] | None:
-    """'sm_86' -> ('sm', 8, 6, ''); 'compute_120' -> ('compute', 12, 0, ''); 'sm_90a' -> suffix 'a'."""
+    """'sm_86' -> ('sm', 8, 6, ''); 'compute_120' -> ('compute', 12, 0, ''); 'sm_90a': suffix a."""
     m = re.fullmatch(r"(sm|compute)_(\d+)(\d)([af]?)", entry.strip())
     if not m:
         return None
@@ -314,8 +313,8 @@ def gfx_covers(arch_list: Sequence[str], gfx: str) -> dict[str, Any]:
     base = gfx.split(":", 1)[0].strip()
     names = {a.split(":", 1)[0].strip() for a in arch_list}
     covered = base in names
-    return {"covered": covered, "via": base if covered else None, "mode": "gfx" if covered else None,
-            "gfx": base}
+    return {"covered": covered, "via": base if covered else None,
+            "mode": "gfx" if covered else None, "gfx": base}
 
 
 def split_arch_flags(flags: str | None) -> list[str]:
@@ -336,10 +335,23 @@ def _gpu_present(facts: dict[str, Any]) -> bool:
     return bool(dev.get("available")) and int(dev.get("count") or 0) > 0
 
 
-def no_gpu_outcome(facts: dict[str, Any], require_gpu: bool) -> Outcome:
+def no_gpu_outcome(facts: dict[str, Any], require_gpu: bool,
+                   target: str | None = None) -> Outcome:
+    """No GPU for torch: skip, unless --require-gpu, or a GPU device node is there for a GPU
+    target (the container got a GPU that torch cannot use: old driver, CPU wheel, ...)."""
     dev = facts.get("devices") or {}
     reason = NO_MPS_REASON if dev.get("platform") == "Darwin" else NO_GPU_REASON
-    ev = {k: dev.get(k) for k in ("backend", "init_warnings", "error", "env", "dev_nodes", "driver")}
+    keys = ("backend", "init_warnings", "error", "env", "dev_nodes", "driver")
+    ev = {k: dev.get(k) for k in keys}
+    nodes = [n for n in dev.get("dev_nodes") or []
+             if re.fullmatch(r"/dev/nvidia\d+", n) or n == "/dev/kfd"]
+    if nodes and target in ("cuda", "rocm"):
+        said = "; ".join(dev.get("init_warnings") or []) or dev.get("error") or "no message"
+        return failed(
+            f"a GPU is attached ({', '.join(nodes)}) but torch cannot use it ({said}): usually "
+            "a host driver older than this torch's CUDA/ROCm needs (upgrade the driver or pick "
+            "an older variant), a CPU torch wheel (see expect.flavor), or CUDA_VISIBLE_DEVICES / "
+            "HIP_VISIBLE_DEVICES hiding it", f"GPU attached but unusable: {said}", ev)
     if require_gpu:
         return failed(GPU_REMEDIATION, f"--require-gpu: {reason}", ev)
     return skipped(reason, ev)
@@ -393,7 +405,8 @@ def judge_companion(spec: dict[str, Any], facts: dict[str, Any], pkg: str) -> Ou
     if pin and torch_version and not pin_matches(pin, torch_version):
         return failed(
             f"{pkg} {info.get('version')} requires torch=={pin} but torch {torch_version} is "
-            f"installed: install the {pkg} release paired with torch {public_version(torch_version)}",
+            f"installed: install the {pkg} release paired with torch "
+            f"{public_version(torch_version)}",
             f"{pkg} pins torch=={pin}, torch is {torch_version}", ev)
     if info.get("op_error"):
         return failed(
@@ -421,7 +434,10 @@ def judge_flavor(spec: dict[str, Any], facts: dict[str, Any]) -> Outcome:
     ev = {"target": target, "variant": spec.get("variant"), "torch": version, "torch_cuda": cuda,
           "torch_hip": hip, "mps_built": mps_built}
     built = "ROCm" if hip else ("CUDA" if cuda else "CPU")
-    fix = (f"install the {variant} build of torch {public_version(version or '?')} from the "
+    if target is None:
+        return skipped("no spec target given: nothing to compare", ev)
+    wanted = spec.get("torch") or public_version(version or "?")
+    fix = (f"install the {variant} build of torch {wanted} from the "
            f"PyTorch {variant} wheel index (not the default PyPI wheel)")
     if target == "cuda":
         if not cuda:
@@ -444,16 +460,27 @@ def judge_flavor(spec: dict[str, Any], facts: dict[str, Any]) -> Outcome:
     return failed(f"unknown spec target {target!r}", "unknown target", ev)
 
 
+def _other_target(spec: dict[str, Any], want: str, ev: dict[str, Any]) -> Outcome | None:
+    target = spec.get("target")
+    if target is None:
+        return skipped("no spec target given: nothing to compare", ev)
+    if target != want:
+        return skipped(f"spec target is {target}, not {want}", ev)
+    return None
+
+
 def judge_cuda_version(spec: dict[str, Any], facts: dict[str, Any]) -> Outcome:
     actual = _torch_facts(facts).get("cuda")
     expected = spec.get("torch_cuda")
     ev = {"expected": expected, "actual": actual}
-    if spec.get("target") != "cuda":
-        return skipped(f"spec target is {spec.get('target')}, not cuda", ev)
+    other = _other_target(spec, "cuda", ev)
+    if other:
+        return other
     if not expected:
         return skipped("spec does not pin torch_cuda", ev)
     if not actual:
-        return failed("torch has no CUDA at all: see expect.flavor", "torch.version.cuda is None", ev)
+        return failed("torch has no CUDA at all: see expect.flavor", "torch.version.cuda is None",
+                      ev)
     if major_minor(actual) != major_minor(str(expected)):
         return failed(
             f"install the cu{str(expected).replace('.', '')} build of torch; this one is built "
@@ -465,11 +492,16 @@ def judge_cudnn(spec: dict[str, Any], facts: dict[str, Any]) -> Outcome:
     t = _torch_facts(facts)
     actual = cudnn_version_str(t.get("cudnn"))
     expected = spec.get("cudnn")
-    ev = {"expected": expected, "actual": actual, "raw": t.get("cudnn"), "error": t.get("cudnn_error")}
-    if spec.get("target") != "cuda":
-        return skipped(f"spec target is {spec.get('target')}, not cuda", ev)
+    ev = {"expected": expected, "actual": actual, "raw": t.get("cudnn"),
+          "error": t.get("cudnn_error")}
+    other = _other_target(spec, "cuda", ev)
+    if other:
+        return other
     if not expected:
         return skipped("spec does not pin cudnn", ev)
+    if not t.get("cuda"):
+        return failed("torch has no CUDA at all: see expect.flavor", "torch.version.cuda is None",
+                      ev)
     if not actual:
         return failed(
             "cuDNN does not load: install the nvidia-cudnn wheel torch requires (or the cudnn "
@@ -488,10 +520,14 @@ def judge_nccl(spec: dict[str, Any], facts: dict[str, Any]) -> Outcome:
     actual = t.get("nccl")
     expected = spec.get("nccl")
     ev = {"expected": expected, "actual": actual, "error": t.get("nccl_error")}
-    if spec.get("target") != "cuda":
-        return skipped(f"spec target is {spec.get('target')}, not cuda", ev)
+    other = _other_target(spec, "cuda", ev)
+    if other:
+        return other
     if not expected:
         return skipped("spec does not pin nccl", ev)
+    if not t.get("cuda"):
+        return failed("torch has no CUDA at all: see expect.flavor", "torch.version.cuda is None",
+                      ev)
     if not actual:
         return failed("NCCL does not load: install the nvidia-nccl wheel torch requires",
                       "torch.cuda.nccl.version() unavailable", ev)
@@ -507,8 +543,9 @@ def judge_rocm_version(spec: dict[str, Any], facts: dict[str, Any]) -> Outcome:
     actual = _torch_facts(facts).get("hip")
     expected = spec.get("rocm")
     ev = {"expected": expected, "actual": actual}
-    if spec.get("target") != "rocm":
-        return skipped(f"spec target is {spec.get('target')}, not rocm", ev)
+    other = _other_target(spec, "rocm", ev)
+    if other:
+        return other
     if not expected:
         return skipped("spec does not pin rocm", ev)
     if not actual:
@@ -525,7 +562,8 @@ def _coverage_outcome(rows: list[dict[str, Any]], arch_list: Sequence[str], vers
     missing = [r for r in rows if not r["covered"]]
     ptx_only = [r for r in rows if r["covered"] and r["mode"] == "ptx"]
     if missing:
-        names = ", ".join(f"{r.get('name') or '?'} ({r.get('cc') or r.get('gfx')})" for r in missing)
+        names = ", ".join(f"{r.get('name') or '?'} ({r.get('cc') or r.get('gfx')})"
+                          for r in missing)
         return failed(
             f"torch {version} has kernels for {' '.join(arch_list) or 'no GPU arch'} only; "
             f"{names} need a build that includes them: pick a torch/CUDA (or ROCm) variant whose "
@@ -550,7 +588,8 @@ def judge_spec_gpus(spec: dict[str, Any], facts: dict[str, Any]) -> Outcome:
     if not gpus:
         return skipped("spec lists no GPUs")
     if not (t.get("cuda") or t.get("hip")):
-        return skipped("torch is not a CUDA or ROCm build: no arch list to check (see expect.flavor)")
+        return skipped("torch is not a CUDA or ROCm build: no arch list to check "
+                       "(see expect.flavor)")
     if not arch_list:
         return skipped("torch reports no arch list")
     rows: list[dict[str, Any]] = []
@@ -565,19 +604,22 @@ def judge_spec_gpus(spec: dict[str, Any], facts: dict[str, Any]) -> Outcome:
     return _coverage_outcome(rows, arch_list, t.get("version") or "?", "spec GPUs")
 
 
-def judge_device_count(facts: dict[str, Any], require_gpu: bool) -> Outcome:
+def judge_device_count(facts: dict[str, Any], require_gpu: bool,
+                       target: str | None = None) -> Outcome:
     if not _gpu_present(facts):
-        return no_gpu_outcome(facts, require_gpu)
+        return no_gpu_outcome(facts, require_gpu, target)
     dev = facts["devices"]
     names = [d.get("name") for d in dev.get("devices") or []]
     ev = {k: dev.get(k) for k in ("backend", "count", "env", "driver", "init_warnings")}
     ev["names"] = names
-    return passed(f"{dev['count']} {dev.get('backend')} device(s): " + ", ".join(map(str, names)), ev)
+    return passed(f"{dev['count']} {dev.get('backend')} device(s): "
+                  + ", ".join(map(str, names)), ev)
 
 
-def judge_device_properties(facts: dict[str, Any], require_gpu: bool) -> Outcome:
+def judge_device_properties(facts: dict[str, Any], require_gpu: bool,
+                            target: str | None = None) -> Outcome:
     if not _gpu_present(facts):
-        return no_gpu_outcome(facts, require_gpu)
+        return no_gpu_outcome(facts, require_gpu, target)
     rows = facts["devices"].get("devices") or []
     parts = []
     for d in rows:
@@ -605,9 +647,10 @@ def device_coverage_rows(facts: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def judge_arch_coverage(facts: dict[str, Any], require_gpu: bool) -> Outcome:
+def judge_arch_coverage(facts: dict[str, Any], require_gpu: bool,
+                        target: str | None = None) -> Outcome:
     if not _gpu_present(facts):
-        return no_gpu_outcome(facts, require_gpu)
+        return no_gpu_outcome(facts, require_gpu, target)
     dev = facts["devices"]
     if dev.get("backend") == "mps":
         return skipped("arch coverage does not apply to MPS")
@@ -786,7 +829,7 @@ PERF_KEYS = {"bf16_tflops": "bf16_dense_tflops", "fp16_tflops": "fp16_dense_tflo
 
 
 def load_peaks(data: Any) -> dict[str, Any]:
-    """Validate the peaks JSON (matrix/peaks.toml converted by envbuild): {meta:{...}, gpu:[...]}."""
+    """Validate the peaks JSON (matrix/peaks.toml as converted by envbuild): {meta, gpu: [...]}."""
     if not isinstance(data, dict):
         raise ValueError("peaks: top level must be an object")
     meta = data.get("meta")
@@ -794,10 +837,9 @@ def load_peaks(data: Any) -> dict[str, Any]:
     if not isinstance(meta, dict) or not isinstance(gpus, list):
         raise ValueError("peaks: needs a 'meta' table and a 'gpu' list")
     pass_ratio, warn_ratio = meta.get("pass_ratio"), meta.get("warn_ratio")
-    if not all(isinstance(r, (int, float)) and 0 < r <= 1 for r in (pass_ratio, warn_ratio)):
-        raise ValueError("peaks: meta.pass_ratio and meta.warn_ratio must be numbers in (0, 1]")
-    if warn_ratio > pass_ratio:
-        raise ValueError("peaks: meta.warn_ratio must not exceed meta.pass_ratio")
+    if not (isinstance(pass_ratio, (int, float)) and isinstance(warn_ratio, (int, float))
+            and 0 < warn_ratio <= pass_ratio <= 1):
+        raise ValueError("peaks: meta needs 0 < warn_ratio <= pass_ratio <= 1")
     for i, g in enumerate(gpus):
         if not isinstance(g, dict) or not isinstance(g.get("name"), str):
             raise ValueError(f"peaks: gpu[{i}] needs a name")
@@ -966,8 +1008,10 @@ def probe_companion(torch: Any, pkg: str) -> dict[str, Any]:
 def probe_devices(torch: Any) -> dict[str, Any]:
     env = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
                                           "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")}
-    nodes = [p for p in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0", "/dev/kfd", "/dev/dri")
-             if os.path.exists(p)]
+    nodes: list[str] = []
+    with contextlib.suppress(OSError):
+        nodes = sorted(f"/dev/{n}" for n in os.listdir("/dev")
+                       if n.startswith("nvidia") or n in ("kfd", "dri", "dxg"))
     driver = None
     with contextlib.suppress(OSError), open("/proc/driver/nvidia/version") as fh:
         driver = fh.readline().strip()
@@ -1100,6 +1144,15 @@ def _rel_err(torch: Any, out: Any, ref: Any) -> float:
     return float(diff.norm() / ref.norm())
 
 
+def low_precision(backend: str, cc: str | None) -> str:
+    """The autocast/perf half precision: bf16 where the hardware has it (CUDA cc >= 8.0, ROCm,
+    CPU), else fp16 (pre-Ampere NVIDIA, MPS). torch.cuda.is_bf16_supported() is no guide: it
+    counts emulation."""
+    if backend == "cuda":
+        return "bf16" if cc and parse_cc(cc) >= (8, 0) else "fp16"
+    return "fp16" if backend == "mps" else "bf16"
+
+
 def _supports_tf32(facts: dict[str, Any]) -> bool:
     dev = facts.get("devices") or {}
     if dev.get("backend") != "cuda" or not dev.get("devices"):
@@ -1113,8 +1166,10 @@ def _supports_tf32(facts: dict[str, Any]) -> bool:
 
 def t_facts_torch(ctx: TorchContext) -> Outcome:
     f = ctx.all_facts("torch")["torch"]
+    dnn = (f"MIOpen {f['cudnn']}" if f["hip"]
+           else f"cuDNN {cudnn_version_str(f['cudnn']) or 'none'}")
     detail = (f"torch {f['version']} (CUDA {f['cuda'] or 'none'}, HIP {f['hip'] or 'none'}, "
-              f"cuDNN {cudnn_version_str(f['cudnn']) or 'none'}, NCCL {f['nccl'] or 'none'})")
+              f"{dnn}, NCCL {f['nccl'] or 'none'})")
     return passed(detail, f)
 
 
@@ -1133,9 +1188,10 @@ def _spec_judge(judge: Callable[[dict[str, Any], dict[str, Any]], Outcome],
     return run
 
 
-def _device_judge(judge: Callable[[dict[str, Any], bool], Outcome]) -> Callable[[TorchContext], Outcome]:
+def _device_judge(judge: Callable[[dict[str, Any], bool, str | None], Outcome],
+                  ) -> Callable[[TorchContext], Outcome]:
     def run(ctx: TorchContext) -> Outcome:
-        return judge(ctx.device_facts(), ctx.opts.require_gpu)
+        return judge(ctx.device_facts(), ctx.opts.require_gpu, ctx.spec.get("target"))
     return run
 
 
@@ -1143,7 +1199,7 @@ def t_device_kernel(ctx: TorchContext) -> Outcome:
     torch = ctx.torch
     facts = ctx.device_facts()
     if not _gpu_present(facts):
-        return no_gpu_outcome(facts, ctx.opts.require_gpu)
+        return no_gpu_outcome(facts, ctx.opts.require_gpu, ctx.spec.get("target"))
     rows = device_coverage_rows(facts)
     results: list[dict[str, Any]] = []
     for row in rows:
@@ -1244,11 +1300,9 @@ def t_numerics_autocast(ctx: TorchContext) -> Outcome:
     device, bad = ctx.compute_device()
     if bad:
         return bad
-    dtype_name = "bf16"
-    if device.startswith("cuda") and not torch.cuda.is_bf16_supported():
-        dtype_name = "fp16"
-    elif device == "mps":
-        dtype_name = "fp16"
+    dev = ctx.facts["devices"]
+    dtype_name = low_precision(dev["backend"] if device != "cpu" else "cpu",
+                               dev["devices"][0]["cc"] if device != "cpu" else None)
     dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float16
     g = torch.Generator().manual_seed(2)
     x = torch.rand(64, 128, generator=g, dtype=torch.float64) - 0.5
@@ -1424,19 +1478,34 @@ def _free_port() -> int:
         return port
 
 
-def _kill_tree(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is not None:
-        return
-    try:
-        if os.name == "posix":
-            os.killpg(proc.pid, signal.SIGKILL)
-        else:
-            proc.kill()
-    except (ProcessLookupError, PermissionError, OSError):
-        with contextlib.suppress(OSError):
-            proc.kill()
+def _kill_tree(proc: subprocess.Popen[Any], group: bool = True) -> None:
+    """SIGKILL a child (group=True: the process group of a child started with
+    start_new_session), then reap it. The group is signalled only while its leader is not yet
+    reaped, so the id cannot have been reused by an unrelated process."""
+    if proc.returncode is None:
+        try:
+            if group and os.name == "posix":
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:
+                proc.kill()
+        except OSError:
+            with contextlib.suppress(OSError):
+                proc.kill()
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
+
+
+def _exit_with_parent() -> None:
+    """Exit as soon as the process that started us is gone, so a supervisor killed with
+    SIGKILL or SIGTERM leaves no worker (or its children) running."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(EXIT_CANNOT_RUN)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def t_dist_allreduce(ctx: TorchContext) -> Outcome:
@@ -1465,16 +1534,16 @@ def t_dist_allreduce(ctx: TorchContext) -> Outcome:
             cfg = {"rank": rank, "world": world, "port": port, "backend": backend,
                    "timeout": max(10.0, limit - 10.0)}
             procs.append(subprocess.Popen(
-                [sys.executable, os.path.abspath(__file__), "--_dist-child", json.dumps(cfg)],
+                [*python_argv(), os.path.abspath(__file__), "--_dist-child", json.dumps(cfg)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                text=True, env=env, start_new_session=os.name == "posix"))
+                text=True, env=env))
         for rank, p in enumerate(procs):
             remaining = max(1.0, limit - (time.monotonic() - t0))
             try:
                 out, err = p.communicate(timeout=remaining)
             except subprocess.TimeoutExpired:
                 for q in procs:
-                    _kill_tree(q)
+                    _kill_tree(q, group=False)
                 out, err = p.communicate()
                 outputs.append({"rank": rank, "timeout": True, "stderr_tail": (err or "")[-800:]})
                 continue
@@ -1489,7 +1558,7 @@ def t_dist_allreduce(ctx: TorchContext) -> Outcome:
             outputs.append(res)
     finally:
         for q in procs:
-            _kill_tree(q)
+            _kill_tree(q, group=False)
     ev = {"backend": backend, "world_size": world, "port": port, "ranks": outputs,
           "seconds": round(time.monotonic() - t0, 3), "gpus": len(gpus)}
     if any(o.get("timeout") for o in outputs):
@@ -1503,12 +1572,14 @@ def t_dist_allreduce(ctx: TorchContext) -> Outcome:
         return failed(
             "the 2-process all-reduce failed: see evidence.ranks[].error/stderr_tail (NCCL: set "
             "NCCL_DEBUG=INFO; check /dev/shm size and --ipc=host for multi-GPU)",
-            f"rank {first.get('rank')}: {first.get('error') or 'exit ' + str(first.get('returncode'))}",
+            f"rank {first.get('rank')}: "
+            f"{first.get('error') or 'exit ' + str(first.get('returncode'))}",
             ev)
     return passed(f"{backend} all-reduce across {world} processes exact", ev)
 
 
 def _dist_child(cfg: dict[str, Any]) -> int:
+    _exit_with_parent()
     result: dict[str, Any] = {"ok": False}
     try:
         import datetime
@@ -1530,7 +1601,8 @@ def _dist_child(cfg: dict[str, Any]) -> int:
         expected = torch.arange(1024, dtype=torch.float32) * (world * (world + 1) / 2)
         result["ok"] = bool(torch.equal(t.cpu(), expected))
         if not result["ok"]:
-            result["error"] = f"all_reduce gave {t[:4].tolist()}..., expected {expected[:4].tolist()}..."
+            result["error"] = (f"all_reduce gave {t[:4].tolist()}..., "
+                               f"expected {expected[:4].tolist()}...")
         dist.destroy_process_group()
     except Exception as e:
         result["error"] = _err(e)
@@ -1538,21 +1610,22 @@ def _dist_child(cfg: dict[str, Any]) -> int:
     return 0 if result["ok"] else 1
 
 
-def _bench(fn: Callable[[], Any], sync: Callable[[], None], min_time: float = 0.25,
-           max_iters: int = 50, warmup: int = 2) -> float:
-    """Seconds per call of fn, after warm-up."""
+def _bench(fn: Callable[[], Any], sync: Callable[[], None], min_time: float = 0.2,
+           max_iters: int = 64, warmup: int = 2) -> float:
+    """Seconds per call of fn: batches of 1, 2, 4, ... calls, each batch timed to a sync."""
     for _ in range(warmup):
         fn()
     sync()
-    iters, t0 = 0, time.perf_counter()
+    k = 1
     while True:
-        fn()
-        iters += 1
-        if iters >= max_iters or (iters % 2 == 0 and time.perf_counter() - t0 >= min_time):
-            sync()
-            elapsed = time.perf_counter() - t0
-            if elapsed >= min_time or iters >= max_iters:
-                return elapsed / iters
+        t0 = time.perf_counter()
+        for _ in range(k):
+            fn()
+        sync()
+        elapsed = time.perf_counter() - t0
+        if elapsed >= min_time or k >= max_iters:
+            return elapsed / k
+        k = min(max_iters, k * 2)
 
 
 def _perf_device(ctx: TorchContext) -> tuple[str, str, str, Outcome | None]:
@@ -1574,10 +1647,11 @@ def t_perf_matmul(ctx: TorchContext) -> Outcome:
     metrics: dict[str, float] = {}
     if device == "cpu":
         n = 512
-        a, b = torch.rand(n, n), torch.rand(n, n)
-        sec = _bench(lambda: a @ b, sync)
-        outcome = judge_perf({"fp32_gflops": 2 * n ** 3 / sec / 1e9}, name, "cpu", None,
-                             "matmul")
+        ca, cb = torch.rand(n, n), torch.rand(n, n)
+        sec = _bench(lambda: ca @ cb, sync)
+        metrics = {"fp32_gflops": 2 * n ** 3 / sec / 1e9}
+        ctx.facts.setdefault("perf", {}).update(metrics)
+        outcome = judge_perf(metrics, name, "cpu", None, "matmul")
         outcome.evidence.update(n=n, threads=torch.get_num_threads())
         return outcome
     mem = ctx.facts["devices"]["devices"][0].get("total_memory") or 0
@@ -1585,9 +1659,9 @@ def t_perf_matmul(ctx: TorchContext) -> Outcome:
     if device == "mps":
         plan.append(("fp32_tflops", torch.float32, 2048, False))
     else:
-        low = "bf16_tflops" if torch.cuda.is_bf16_supported() and (
-            backend == "rocm" or _supports_tf32(ctx.facts)) else "fp16_tflops"
-        plan.append((low, torch.bfloat16 if low.startswith("bf16") else torch.float16, 8192, False))
+        low = low_precision(backend, ctx.facts["devices"]["devices"][0]["cc"])
+        plan.append((f"{low}_tflops", torch.bfloat16 if low == "bf16" else torch.float16, 8192,
+                     False))
         if _supports_tf32(ctx.facts):
             plan.append(("tf32_tflops", torch.float32, 4096, True))
         plan.append(("fp32_tflops", torch.float32, 4096, False))
@@ -1596,13 +1670,13 @@ def t_perf_matmul(ctx: TorchContext) -> Outcome:
         elem = torch.empty((), dtype=dtype).element_size()
         while mem and 3 * n * n * elem > mem // 4 and n > 1024:
             n //= 2
-        a = torch.rand(n, n, device=device, dtype=dtype)
-        b = torch.rand(n, n, device=device, dtype=dtype)
+        pair = (torch.rand(n, n, device=device, dtype=dtype),
+                torch.rand(n, n, device=device, dtype=dtype))
         with _tf32(torch, tf32):
-            sec = _bench(lambda a=a, b=b: a @ b, sync)
+            sec = _bench(functools.partial(torch.matmul, *pair), sync)
         metrics[key] = 2 * n ** 3 / sec / 1e12
         sizes[key] = n
-        del a, b
+        del pair
     outcome = judge_perf(metrics, name, backend, ctx.peaks, "matmul")
     outcome.evidence["sizes"] = sizes
     if device == "mps":
@@ -1614,7 +1688,7 @@ def t_perf_matmul(ctx: TorchContext) -> Outcome:
 def t_perf_mem_bw(ctx: TorchContext) -> Outcome:
     torch = ctx.torch
     if not _gpu_present(ctx.device_facts()):
-        return no_gpu_outcome(ctx.facts, ctx.opts.require_gpu)
+        return no_gpu_outcome(ctx.facts, ctx.opts.require_gpu, ctx.spec.get("target"))
     device, name, backend, bad = _perf_device(ctx)
     if bad:
         return bad
@@ -1634,7 +1708,7 @@ def t_perf_mem_bw(ctx: TorchContext) -> Outcome:
 def t_perf_h2d(ctx: TorchContext) -> Outcome:
     torch = ctx.torch
     if not _gpu_present(ctx.device_facts()):
-        return no_gpu_outcome(ctx.facts, ctx.opts.require_gpu)
+        return no_gpu_outcome(ctx.facts, ctx.opts.require_gpu, ctx.spec.get("target"))
     device, name, backend, bad = _perf_device(ctx)
     if bad:
         return bad
@@ -1799,6 +1873,12 @@ def _inject(kind: str) -> None:
         os.abort()
 
 
+def python_argv() -> list[str]:
+    """This interpreter with its mode flags (-I, -S, -E, -X ...): workers run the way we do."""
+    flags = getattr(subprocess, "_args_from_interpreter_flags", None)
+    return [sys.executable, *(flags() if flags else [])]
+
+
 def run_torch_check(defn: CheckDef, ctx: TorchContext) -> dict[str, Any]:
     t0 = time.monotonic()
     assert defn.torch is not None
@@ -1820,6 +1900,7 @@ def run_torch_check(defn: CheckDef, ctx: TorchContext) -> dict[str, Any]:
 
 
 def _worker_main() -> int:
+    _exit_with_parent()
     cfg = json.load(sys.stdin)
     sys.stdout.flush()
     proto = os.fdopen(os.dup(1), "w", buffering=1)
@@ -1880,6 +1961,59 @@ def _tail(fh: IO[bytes], limit: int = 3000) -> str:
     return ""
 
 
+@dataclass
+class _Watch:
+    current: str | None = None  # the check the worker is in
+    ready: bool = False  # torch import attempted
+    problem: str | None = None  # None (done), "timeout" or "exit"
+    limit: float = 0.0
+    started: float = 0.0
+
+
+def _follow_worker(proc: subprocess.Popen[bytes], pending: list[CheckDef],
+                   results: dict[str, dict[str, Any]], facts: dict[str, Any],
+                   scale: float) -> _Watch:
+    """Read the worker's events until it is done, dies, or misses a deadline. Finished checks
+    go to results and leave pending (in place)."""
+    w = _Watch(limit=IMPORT_TIMEOUT_S * scale, started=time.monotonic())
+    events: queue.Queue[dict[str, Any] | None] = queue.Queue()
+    threading.Thread(target=_pump, args=(proc.stdout, events), daemon=True).start()
+    deadline = w.started + w.limit
+    while True:
+        try:
+            event = events.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            w.problem = "timeout"
+            return w
+        if event is None:
+            w.problem = "exit"
+            return w
+        kind = event.get("event")
+        now = time.monotonic()
+        if kind == "ready":
+            w.ready = True
+            deadline = now + BETWEEN_CHECKS_S * scale
+        elif kind == "start":
+            w.current = str(event.get("id"))
+            w.started = now
+            w.limit = _BY_ID[w.current].timeout_s * scale
+            deadline = now + w.limit + GRACE_S * min(1.0, scale)
+        elif kind == "result":
+            check = event["check"]
+            results[check["id"]] = check
+            pending[:] = [d for d in pending if d.id != check["id"]]
+            w.current = None
+            deadline = now + BETWEEN_CHECKS_S * scale
+        elif kind == "facts":
+            facts.update(event.get("facts") or {})
+        elif kind == "done":
+            # Let it exit on its own (EOF), but not forever: CUDA teardown can hang.
+            with contextlib.suppress(queue.Empty):
+                while events.get(timeout=10) is not None:
+                    pass
+            return w
+
+
 def run_torch_checks(defs: Sequence[CheckDef], spec: dict[str, Any],
                      peaks: dict[str, Any] | None, opts: Options) -> tuple[list[dict[str, Any]],
                                                                            dict[str, Any]]:
@@ -1894,60 +2028,24 @@ def run_torch_checks(defs: Sequence[CheckDef], spec: dict[str, Any],
         cfg = {"spec": spec, "peaks": peaks, "checks": [d.id for d in pending],
                "options": {"require_gpu": opts.require_gpu, "in_image": opts.in_image,
                            "timeout_scale": scale}}
-        current: str | None = None
-        ready = False
-        problem: str | None = None
         with tempfile.TemporaryFile() as errf:
             proc = subprocess.Popen(
-                [sys.executable, os.path.abspath(__file__), "--_worker"],
+                [*python_argv(), os.path.abspath(__file__), "--_worker"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errf,
                 start_new_session=os.name == "posix")
             assert proc.stdin is not None and proc.stdout is not None
             with contextlib.suppress(BrokenPipeError):
                 proc.stdin.write(json.dumps(_sanitize(cfg)).encode())
                 proc.stdin.close()
-            events: queue.Queue[dict[str, Any] | None] = queue.Queue()
-            threading.Thread(target=_pump, args=(proc.stdout, events), daemon=True).start()
-            t_import = time.monotonic()
-            deadline = t_import + IMPORT_TIMEOUT_S * scale
-            limit = IMPORT_TIMEOUT_S * scale
-            started = t_import
-            while True:
-                try:
-                    event = events.get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    problem = "timeout"
-                    break
-                if event is None:
-                    problem = "exit"
-                    break
-                kind = event.get("event")
-                now = time.monotonic()
-                if kind == "ready":
-                    ready = True
-                    deadline = now + BETWEEN_CHECKS_S * scale
-                elif kind == "start":
-                    current = str(event.get("id"))
-                    started = now
-                    limit = _BY_ID[current].timeout_s * scale
-                    deadline = now + limit + GRACE_S
-                elif kind == "result":
-                    check = event["check"]
-                    results[check["id"]] = check
-                    pending = [d for d in pending if d.id != check["id"]]
-                    current = None
-                    deadline = now + BETWEEN_CHECKS_S * scale
-                elif kind == "facts":
-                    facts = event.get("facts") or {}
-                elif kind == "done":
-                    break
-            _kill_tree(proc)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
+            try:
+                w = _follow_worker(proc, pending, results, facts, scale)
+            finally:
+                _kill_tree(proc)
             death = _death(proc, _tail(errf))
+        current, problem, limit = w.current, w.problem, w.limit
         if problem is None:
             break
-        if current is None and not ready:
+        if current is None and not w.ready:
             what = (f"`import torch` did not finish within {limit:.0f}s" if problem == "timeout"
                     else "the Python process died while importing torch")
             for d in pending:
@@ -1958,7 +2056,7 @@ def run_torch_checks(defs: Sequence[CheckDef], spec: dict[str, Any],
             break
         restarts += 1
         if current is not None:
-            elapsed = time.monotonic() - started
+            elapsed = time.monotonic() - w.started
             if problem == "timeout":
                 outcome = failed(
                     f"the check did not finish within {limit:.0f}s (hung driver or library call, "
@@ -1969,7 +2067,8 @@ def run_torch_checks(defs: Sequence[CheckDef], spec: dict[str, Any],
                     "the check killed its Python process (" + (death["signal"] or
                     f"exit {death['returncode']}") + "): usually mismatched native libraries "
                     "(torch vs CUDA/cuDNN/driver) or an illegal instruction; see "
-                    "evidence.stderr_tail", f"worker died ({death['signal'] or death['returncode']})",
+                    "evidence.stderr_tail",
+                    f"worker died ({death['signal'] or death['returncode']})",
                     death)
             results[current] = make_check(current, _BY_ID[current].title, outcome, elapsed)
             pending = [d for d in pending if d.id != current]
@@ -1983,12 +2082,13 @@ def run_torch_checks(defs: Sequence[CheckDef], spec: dict[str, Any],
 
 
 def _run_host_check(defn: CheckDef, spec: dict[str, Any], opts: Options) -> dict[str, Any]:
-    assert defn.host is not None
+    host = defn.host
+    assert host is not None
     box: dict[str, Outcome] = {}
 
     def target() -> None:
         try:
-            box["outcome"] = defn.host(spec, opts)  # type: ignore[misc]
+            box["outcome"] = host(spec, opts)
         except Exception as e:
             box["outcome"] = failed("the check raised an unexpected error; see evidence",
                                     _err(e), {"error": _err(e)})
@@ -2068,7 +2168,7 @@ def format_table(report: dict[str, Any]) -> str:
 
 
 class _ArgumentParser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # bad arguments are "could not run": exit 3, not 2
+    def error(self, message: str) -> NoReturn:  # bad arguments are "could not run": exit 3, not 2
         self.print_usage(sys.stderr)
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         raise SystemExit(EXIT_CANNOT_RUN)
@@ -2076,7 +2176,7 @@ class _ArgumentParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _ArgumentParser(prog="validator", description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--spec", required=True, help="the environment spec JSON")
+    p.add_argument("--spec", help="the environment spec JSON (without it, expect.* checks skip)")
     p.add_argument("--peaks", help="per-GPU peak table JSON (matrix/peaks.toml converted)")
     p.add_argument("--out", help="write the JSON report here (atomically)")
     p.add_argument("--json", action="store_true", help="print the JSON report on stdout")
@@ -2105,7 +2205,8 @@ def load_spec(path: str) -> dict[str, Any]:
     if not isinstance(spec, dict):
         raise ValueError("the spec must be a JSON object")
     if spec.get("target") not in TARGETS:
-        raise ValueError(f"spec target must be one of {', '.join(TARGETS)}, got {spec.get('target')!r}")
+        raise ValueError(f"spec target must be one of {', '.join(TARGETS)}, "
+                         f"got {spec.get('target')!r}")
     return spec
 
 
@@ -2120,18 +2221,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write("validator: --timeout-scale must be positive\n")
         return EXIT_CANNOT_RUN
     try:
-        spec = load_spec(args.spec)
+        spec = load_spec(args.spec) if args.spec else {}
         peaks = None
         if args.peaks:
             with open(args.peaks, encoding="utf-8") as fh:
-                peaks = load_peaks(json.load(fh))
+                raw = json.load(fh)
+            peaks = load_peaks(raw) if raw != {} else None  # {}: the matrix has no peaks table
         defs = select_checks(_split(args.only), _split(args.skip))
     except (OSError, ValueError) as e:
         sys.stderr.write(f"validator: cannot run: {_err(e)}\n")
         return EXIT_CANNOT_RUN
     opts = Options(require_gpu=args.require_gpu, in_image=args.in_image,
                    timeout_scale=args.timeout_scale)
-    report, facts = validate(spec, peaks, opts, defs)
+    try:
+        report, facts = validate(spec, peaks, opts, defs)
+    except KeyboardInterrupt:
+        sys.stderr.write("validator: interrupted\n")
+        return 130
+    except Exception:  # a validator bug: say so, exit "could not run", never a bare traceback
+        sys.stderr.write("validator: internal error, please report:\n" + traceback.format_exc())
+        return EXIT_CANNOT_RUN
     try:
         if args.out:
             write_json_atomic(args.out, report)

@@ -15,6 +15,7 @@ _EXITS = tuple({typer.Exit, getattr(click_exc, "Exit", typer.Exit)})
 _ABORTS = tuple({typer.Abort, getattr(click_exc, "Abort", typer.Abort)})
 
 from envbuild.cli import build_cmd as _build_cmd  # noqa: F401
+from envbuild.cli import doctor_cmd as _doctor_cmd  # noqa: F401
 
 # Each module adds its commands to `app` on import.
 from envbuild.cli import matrix_cmd as _matrix_cmd  # noqa: F401
@@ -44,7 +45,9 @@ def _fail(err: EnvbuildError, as_json: bool) -> int:
 def run(argv: list[str]) -> int:
     as_json = _wants_json(argv)
     try:
-        app(args=argv, prog_name="envbuild", standalone_mode=False)
+        rc = app(args=argv, prog_name="envbuild", standalone_mode=False)
+        if isinstance(rc, int):  # click returns Exit codes instead of raising without standalone
+            return rc
     except EnvbuildError as err:
         return _fail(err, as_json)
     except click_exc.NoArgsIsHelpError:

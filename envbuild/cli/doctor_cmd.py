@@ -1,0 +1,99 @@
+"""`envbuild doctor` and `envbuild explain`: parsing and dispatch only."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from envbuild import matrix as matrix_mod
+from envbuild.cli._app import app, emit_json, say, warn
+from envbuild.errors import EXIT_FAILED, UsageError
+
+MAX_LOG_BYTES = 8 << 20
+
+
+def _matrix(directory: Path | None) -> matrix_mod.Matrix:
+    return matrix_mod.load(directory)
+
+
+@app.command(help="Check this host for GPU/ML problems and print the `envbuild make` command "
+                  "it should run.")
+def doctor(
+    json_out: Annotated[bool, typer.Option("--json", help="Print a JSON report.")] = False,
+    cuda: Annotated[str, typer.Option("--cuda", metavar="X.Y",
+                                      help="Ask: can this host run CUDA X.Y?")] = "",
+    facts_dir: Annotated[Path | None, typer.Option(
+        "--facts", metavar="DIR",
+        help="Evaluate raw facts recorded with --save instead of probing this host.")] = None,
+    save: Annotated[Path | None, typer.Option(
+        "--save", metavar="DIR", help="Also record the raw probe outputs into DIR.")] = None,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Show all evidence.")] = False,
+    matrix_dir: Annotated[Path | None, typer.Option("--matrix", hidden=True)] = None,
+) -> None:
+    from envbuild.doctor import evaluate, probes, record, report
+    from envbuild.doctor.model import Request, Severity
+
+    facts = record.load(facts_dir) if facts_dir is not None else probes.collect()
+    if save is not None:
+        record.save(facts, save)
+    findings, rec = evaluate.diagnose(facts, _matrix(matrix_dir), Request(cuda=cuda.strip()))
+    if json_out:
+        emit_json(report.to_json(findings, rec, facts))
+    else:
+        sys.stdout.write(report.render(findings, rec, facts, verbose))
+    if any(f.severity is Severity.ERROR for f in findings):
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _read_input(text: str | None, file: Path | None) -> str:
+    if text is not None and file is not None:
+        raise UsageError("give the error text or --file, not both")
+    if file is not None:
+        try:
+            with file.open("rb") as fh:
+                data = fh.read(MAX_LOG_BYTES)
+        except OSError as exc:
+            raise UsageError(f"cannot read {file}: {exc.strerror}",
+                             "give a readable log file") from exc
+        return data.decode("utf-8", errors="replace")
+    if text is not None:
+        return text
+    if sys.stdin.isatty():
+        raise UsageError("no error text given",
+                         "pass it as an argument, with --file LOG, or on stdin")
+    return sys.stdin.read(MAX_LOG_BYTES)
+
+
+@app.command(help="Name the cause and the fix of an error message or log (TEXT, --file, or stdin).")
+def explain(
+    text: Annotated[str | None, typer.Argument(metavar="[TEXT]", show_default=False)] = None,
+    file: Annotated[Path | None, typer.Option("--file", "-f", metavar="LOG",
+                                              help="Read the error text from LOG.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    matrix_dir: Annotated[Path | None, typer.Option("--matrix", hidden=True)] = None,
+) -> None:
+    from envbuild.explain import explain as match
+
+    body = _read_input(text, file)
+    if not body.strip():
+        raise UsageError("the error text is empty",
+                         "pass the message as an argument, with --file LOG, or on stdin")
+    matches = match(body, _matrix(matrix_dir))
+    if json_out:
+        emit_json({"matches": [m.to_json() for m in matches]})
+    elif matches:
+        for i, m in enumerate(matches, 1):
+            say(f"{i}. {m.id}: {m.title} (confidence {m.confidence:.2f})")
+            say(f"   matched: {m.line}")
+            say(f"   cause:   {m.cause}")
+            say(f"   fix:     {m.fix}")
+            if i < len(matches):
+                say()
+    else:
+        warn("no known failure signature matched; run `envbuild doctor` to check this host, "
+             "or include the first error line and the lines around it")
+    if not matches:
+        raise typer.Exit(EXIT_FAILED)

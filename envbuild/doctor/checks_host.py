@@ -1,0 +1,324 @@
+"""Checks of the GPU stack: NVIDIA driver and GPUs, a --cuda request, libraries on the loader
+path, WSL2, ROCm and macOS (pure functions of the View and the Matrix)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from envbuild.doctor import compat, model, parse
+from envbuild.doctor.model import Request
+from envbuild.doctor.view import (
+    ERROR,
+    INFO,
+    OK,
+    WARN,
+    WSL_LIB,
+    Out,
+    View,
+    first_resolved,
+    stdout_of,
+    tail,
+)
+from envbuild.matrix import Matrix
+
+WSL_DRIVER_PKG = re.compile(
+    r"^(nvidia-(driver|dkms|kernel|utils|compute-utils|headless)|"
+    r"libnvidia-(compute|gl|decode|encode|extra|fbc1|cfg1|common)|cuda-drivers)")
+
+
+def check_wsl(v: View, m: Matrix, o: Out) -> None:
+    f = v.facts
+    if not v.wsl:
+        return
+    release = (f.file(model.OSRELEASE) or "").strip()
+    if "/dev/dxg" not in f.devices:
+        wsl1 = "wsl2" not in release.lower()
+        o.add("wsl.no_gpu_bridge", ERROR,
+              f"WSL{'1' if wsl1 else '2'} without /dev/dxg: the Windows GPU is not shared with "
+              "this distribution",
+              "run `wsl --set-version <distro> 2` and `wsl --update` in Windows, and install "
+              "the current Windows NVIDIA driver (nothing NVIDIA inside the distribution)",
+              [f"/proc/sys/kernel/osrelease: {release}"])
+    else:
+        o.add("wsl.detected", INFO, f"WSL2 ({release}) with GPU paravirtualization (/dev/dxg)")
+    installed = [p for p in parse.dpkg_installed(stdout_of(f, model.DPKG))
+                 if WSL_DRIVER_PKG.match(p)]
+    first = first_resolved(f, "libcuda.so.1")
+    outside = first and not first[0].startswith("/usr/lib/wsl/")
+    if installed or outside:
+        ev = [f"dpkg: {p} installed" for p in installed[:6]]
+        if first:
+            ev.append(f"libcuda.so.1 -> {first[1]}")
+        o.add("wsl.linux_driver_installed", ERROR,
+              "a Linux NVIDIA driver is installed inside WSL: it shadows the Windows driver's "
+              f"libcuda in {WSL_LIB}",
+              "purge it (`sudo apt-get purge 'nvidia-driver-*' 'libnvidia-compute-*' "
+              "'cuda-drivers*'`, then `sudo ldconfig`); in WSL install only the Windows driver, "
+              "and for a toolkit only cuda-toolkit-X-Y from the wsl-ubuntu repository", ev)
+    elif first:
+        o.add("wsl.libcuda", OK, f"libcuda.so.1 comes from the Windows driver ({first[0]})")
+    if len(v.gpus) > 1:
+        o.add("wsl.nccl_multi_gpu", WARN,
+              f"{len(v.gpus)} GPUs under WSL2: NCCL cannot read WSL's virtual PCI topology, "
+              "so multi-GPU NCCL jobs fail or hang",
+              "train on one GPU under WSL, or use native Linux for multi-GPU jobs")
+    mem = parse.meminfo_kib(f.file(model.MEMINFO))
+    if mem:
+        gib = mem / 1024 / 1024
+        gpu_gib = sum(g.memory_mib for g in v.gpus) / 1024
+        if gpu_gib and gib < gpu_gib:
+            o.add("wsl.memory", WARN,
+                  f"the WSL2 VM has {gib:.1f} GiB of RAM, less than the GPUs' {gpu_gib:.0f} GiB: "
+                  "loading checkpoints and DataLoader workers can be OOM-killed",
+                  "raise `memory=` (and `swap=`) in %UserProfile%\\.wslconfig, then "
+                  "`wsl --shutdown`")
+        else:
+            o.add("wsl.memory", INFO, f"the WSL2 VM has {gib:.1f} GiB of RAM "
+                  "(set by `memory=` in %UserProfile%\\.wslconfig)")
+
+def check_nvidia(v: View, m: Matrix, o: Out) -> None:
+    f = v.facts
+    if not v.nvidia and not (v.wsl and v.smi_text):
+        return
+    if v.mismatch:
+        o.add("nvidia.driver_library_mismatch", ERROR,
+              f"the loaded NVIDIA kernel module is {v.kernel_driver or '?'} but the user-space "
+              f"driver libraries are {v.nvml_driver or 'another version'}: NVML and CUDA "
+              "refuse to start",
+              "reboot (or unload and reload the nvidia kernel modules); then stop unattended "
+              "upgrades from replacing the driver underneath a running module: "
+              "`sudo apt-mark hold` the driver packages",
+              [f"/proc/driver/nvidia/version: {v.kernel_driver}", *tail(v.smi_text)])
+    if "nouveau" in f.modules and not v.wsl:
+        o.add("nvidia.nouveau", ERROR,
+              "the nouveau kernel module is loaded: the NVIDIA driver cannot bind the GPU",
+              "blacklist nouveau (`blacklist nouveau` + `options nouveau modeset=0` in "
+              "/etc/modprobe.d/), rebuild the initramfs and reboot", ["/sys/module/nouveau"])
+    if not v.kernel_driver and not v.wsl:
+        o.add("nvidia.no_driver", ERROR,
+              "an NVIDIA GPU is present but no NVIDIA kernel driver is loaded "
+              "(/proc/driver/nvidia/version is missing)",
+              "install the NVIDIA driver (a branch that supports the CUDA you want) and reboot")
+    xml = f.out(model.NVSMI_XML)
+    if xml is None or not xml.ran:
+        if v.kernel_driver:
+            o.add("nvidia.smi_missing", WARN,
+                  "nvidia-smi is not installed: GPU models and compute capabilities are unknown",
+                  "install the driver's utilities package (e.g. nvidia-utils-<branch>)")
+    elif not xml.ok and not v.mismatch:
+        o.add("nvidia.smi_failed", ERROR, "nvidia-smi cannot talk to the NVIDIA driver",
+              "check `dmesg | grep -i nvrm` for the driver's own error; reinstall the driver "
+              "matching the running kernel and reboot", tail(xml.text))
+    driver = v.driver
+    if driver:
+        native = compat.cuda_for_driver(m, driver, v.wsl)
+        reported = f" (nvidia-smi reports CUDA {v.smi.cuda})" if v.smi and v.smi.cuda else ""
+        side = "Windows driver" if v.wsl else "driver"
+        if native:
+            o.add("nvidia.driver", OK,
+                  f"NVIDIA {side} {driver} runs CUDA <= {native} natively{reported}")
+        else:
+            oldest = m.cuda[0].version if m.cuda else "?"
+            choice = compat.choose_cuda(m, driver, v.ccs, v.wsl)
+            how = ("CUDA wheels run on it only through minor-version compatibility"
+                   if choice else "no CUDA wheel envbuild knows runs on it")
+            o.add("nvidia.driver_old", WARN if choice else ERROR,
+                  f"NVIDIA {side} {driver} is older than CUDA {oldest}'s{reported}: {how}",
+                  "install a current driver branch (see `envbuild matrix show cuda`)")
+    for g in v.gpus:
+        if not g.cc:
+            o.add("nvidia.cc_unknown", WARN,
+                  f"GPU {g.index} ({g.name}): compute capability unknown (not in gpus.toml, "
+                  "and this nvidia-smi has no compute_cap field)",
+                  "the recommendation below does not check arch coverage for it")
+    if v.gpus:
+        counts = Counter((g.name, g.cc, round(g.memory_mib / 1024)) for g in v.gpus)
+        desc = "; ".join(f"{n} x {name} (compute capability {cc or '?'}, {mem} GiB)"
+                         for (name, cc, mem), n in counts.items())
+        o.add("nvidia.gpus", OK, desc)
+    check_nvidia_gpu_state(v, o)
+    check_nvidia_nodes(v, o)
+
+def check_nvidia_gpu_state(v: View, o: Out) -> None:
+    for g in v.smi.gpus if v.smi else ():
+        label = f"GPU {g.index} ({g.name})"
+        if g.mig == "Enabled":
+            o.add("nvidia.mig", INFO, f"{label}: MIG is enabled; each MIG slice is a separate, "
+                  "smaller CUDA device", "size workloads for the slice; `nvidia-smi -L` lists them")
+        if g.persistence == "Disabled" and not v.wsl:
+            o.add("nvidia.persistence_off", INFO,
+                  f"{label}: persistence mode is off (slower first CUDA call)",
+                  "enable nvidia-persistenced (`sudo systemctl enable --now nvidia-persistenced`)")
+        if g.pcie_width_max and g.pcie_width and g.pcie_width < g.pcie_width_max:
+            o.add("nvidia.pcie_degraded", WARN,
+                  f"{label}: PCIe link runs at x{g.pcie_width} of x{g.pcie_width_max}",
+                  "reseat the card or riser; check BIOS PCIe settings")
+        if g.compute_mode and g.compute_mode not in ("Default", "N/A"):
+            o.add("nvidia.compute_mode", WARN,
+                  f"{label}: compute mode {g.compute_mode}: only one process may use it",
+                  f"`sudo nvidia-smi -i {g.index} -c DEFAULT` unless the exclusivity is wanted"
+                  )
+        if g.remap_failure or g.remap_pending:
+            o.add("nvidia.row_remap", ERROR if g.remap_failure else WARN,
+                  f"{label}: memory row remapping {'failed' if g.remap_failure else 'pending'}",
+                  "reset the GPU (pending) or drain the node and RMA the GPU (failed)")
+
+def check_nvidia_nodes(v: View, o: Out) -> None:
+    f = v.facts
+    if v.wsl or not v.kernel_driver:
+        return
+    missing = [n for n in ("/dev/nvidiactl", *(f"/dev/nvidia{g.index}" for g in v.gpus))
+               if n not in f.devices]
+    if missing:
+        o.add("nvidia.dev_nodes", ERROR, "NVIDIA device nodes are missing: " + ", ".join(missing),
+              "run `sudo nvidia-modprobe -c 0` (or restart the driver service)")
+    elif "/dev/nvidia-uvm" not in f.devices:
+        o.add("nvidia.uvm_missing", WARN,
+              "/dev/nvidia-uvm is missing: CUDA inside containers cannot start",
+              "`sudo nvidia-modprobe -u -c 0` (or run any CUDA program once on the host)")
+    denied = [p for p, d in f.devices.items() if p.startswith("/dev/nvidia") and not d.rw]
+    if denied:
+        o.add("nvidia.device_permission", ERROR,
+              "this user cannot open " + ", ".join(sorted(denied)),
+              "check the device modes (normally 0666) and the udev rules of the driver")
+
+def check_request(v: View, m: Matrix, req: Request, o: Out) -> None:
+    if not req.cuda:
+        return
+    cuda = req.cuda
+    if not v.driver:
+        o.add("cuda.request_no_gpu", WARN,
+              f"CUDA {cuda} cannot run on this host: no usable NVIDIA driver",
+              "images for it can still be built here and run on a GPU host")
+        return
+    how = compat.how_runs(m, v.driver, cuda, v.wsl)
+    rel = m.cuda_release(cuda)
+    ga = (rel.ga_driver_windows if v.wsl else rel.ga_driver_linux) if rel else ""
+    floor = compat.mvc_floor(m, int(cuda.split(".")[0]), v.wsl)
+    native = compat.cuda_for_driver(m, v.driver, v.wsl)
+    if how == "native":
+        o.add("cuda.request_ok", OK, f"driver {v.driver} runs CUDA {cuda} natively "
+              f"(needs >= {ga})")
+    elif how == "mvc":
+        o.add("cuda.request_mvc", WARN,
+              f"driver {v.driver} runs CUDA {cuda} only through minor-version compatibility "
+              f"(>= {floor}); CUDA {cuda} itself shipped with {ga}: PTX built by a newer "
+              "toolchain (Triton, torch.compile) cannot be JIT-compiled",
+              f"install a driver >= {ga} for full CUDA {cuda} support")
+    else:
+        supports = f"CUDA <= {native}" if native else \
+            f"only CUDA older than {m.cuda[0].version}" if m.cuda else "no known CUDA"
+        o.add("nvidia.driver_too_old", ERROR,
+              f"driver {v.driver} is too old for CUDA {cuda}: it needs >= {ga}, or >= {floor} "
+              f"through minor-version compatibility; this driver supports {supports}",
+              f"install a driver >= {floor.split('.')[0] if floor else ga}, or use the CUDA "
+              "version recommended below")
+    tag = compat.tag_of(cuda)
+    if not any(v2.tag == tag for v2 in m.variants):
+        o.add("cuda.request_no_wheels", INFO, f"no torch release has {tag} wheels",
+              "torch wheels exist for CUDA " + ", ".join(compat.wheel_cudas(m)))
+    elif v.ccs and compat.newest_release_with(m, tag, v.ccs) is None:
+        o.add("cuda.request_arch", ERROR,
+              f"no torch {tag} wheel has kernels for compute capability "
+              + ", ".join(v.ccs), "use the CUDA version recommended below")
+
+def check_libs(v: View, m: Matrix, o: Out) -> None:
+    f = v.facts
+    path = [d for d in f.env.get("LD_LIBRARY_PATH", "").split(":") if d]
+    stubs = [d for d in path if "stubs" in d and any(n.startswith("libcuda.so")
+                                                    for n in f.dirs.get(d, ()))]
+    cache = [p for p in parse.ldconfig_paths(stdout_of(f, model.LDCONFIG), "libcuda.so.1")
+             if "/stubs/" in p]
+    if stubs or cache:
+        o.add("libs.stub_libcuda", ERROR,
+              "the CUDA stub libcuda (for linking only) is on the runtime library path: CUDA "
+              "fails with 'CUDA driver is a stub library' or a misleading 'driver insufficient'",
+              "remove the stubs directory from LD_LIBRARY_PATH (and from /etc/ld.so.conf.d, "
+              "then `sudo ldconfig`)", [*(f"LD_LIBRARY_PATH: {d}" for d in stubs), *cache])
+    if v.torch_flavor != "cuda":
+        return
+    for lib, id_, what in (("libcudnn", "libs.cudnn_shadow", "cuDNN"),
+                           ("libnvJitLink", "libs.nvjitlink_shadow", "nvJitLink")):
+        hits = [f"{d}: {', '.join(n for n in f.dirs.get(d, ()) if n.startswith(lib))}"
+                for d in path if "site-packages/nvidia" not in d
+                and any(n.startswith(lib) for n in f.dirs.get(d, ()))]
+        if hits:
+            o.add(id_, WARN,
+                  f"LD_LIBRARY_PATH puts a system {what} ahead of the one the pip torch wheel "
+                  "brings: expect 'cuDNN version incompatibility' / 'undefined symbol "
+                  "__nvJitLink...' errors",
+                  "drop that directory from LD_LIBRARY_PATH (often added by a shell rc file or "
+                  "conda activate script)", hits)
+
+def check_rocm(v: View, m: Matrix, o: Out) -> None:
+    f = v.facts
+    if not v.amd:
+        return
+    if "/dev/kfd" not in f.devices:
+        o.add("rocm.no_kfd", ERROR, "an AMD GPU is present but /dev/kfd is missing: the amdgpu "
+              "kernel driver (with KFD) is not loaded",
+              "install the amdgpu-dkms driver from AMD's ROCm repository and reboot")
+    else:
+        nodes = {p: d for p, d in f.devices.items()
+                 if p == "/dev/kfd" or p.startswith("/dev/dri/renderD")}
+        denied = sorted(p for p, d in nodes.items() if not d.rw)
+        if denied:
+            need = sorted({f.group_names.get(nodes[p].gid, str(nodes[p].gid)) for p in denied})
+            mine = ", ".join(f.group_names.get(g, str(g)) for g in f.groups) or "none"
+            o.add("rocm.device_permission", ERROR,
+                  f"this user cannot open {', '.join(denied)} (group {', '.join(need)}; "
+                  f"your groups: {mine})",
+                  f"`sudo usermod -aG {','.join(need)} $USER` and log in again; in containers "
+                  "pass --device=/dev/kfd --device=/dev/dri --group-add video --group-add render")
+        else:
+            o.add("rocm.devices", OK, f"/dev/kfd and {len(nodes) - 1} render node(s) are usable")
+    rocm = f.out(model.ROCMINFO)
+    if rocm is not None and rocm.ran and not rocm.ok:
+        o.add("rocm.rocminfo_failed", WARN, "rocminfo failed", "", tail(rocm.text))
+    if v.amd_gfx:
+        counts = Counter(zip(v.amd_names, v.amd_gfx, strict=True))
+        o.add("rocm.gpus", OK, "; ".join(f"{n} x {name} ({gfx})"
+                                         for (name, gfx), n in counts.items()))
+        if compat.choose_rocm(m, set(v.amd_gfx)) is None:
+            o.add("rocm.gfx_unsupported", ERROR,
+                  "no ROCm torch wheel is built for " + ", ".join(sorted(set(v.amd_gfx))),
+                  "HSA_OVERRIDE_GFX_VERSION can force a near target (unsupported, may crash); "
+                  "otherwise use --target cpu")
+
+def check_macos(v: View, m: Matrix, o: Out) -> None:
+    f = v.facts
+    if not v.darwin:
+        return
+    cpu = stdout_of(f, model.SYSCTL_CPU).strip()
+    translated = stdout_of(f, model.SYSCTL_TRANSLATED).strip() == "1"
+    if translated:
+        o.add("macos.rosetta", ERROR,
+              "this Python is an x86_64 build running under Rosetta 2 on Apple silicon: torch "
+              "gets no MPS and only old x86_64 macOS wheels",
+              "install an arm64 (or universal2) Python, e.g. python.org's installer or Homebrew "
+              "in /opt/homebrew, and recreate the environment with it",
+              [f"sysctl.proc_translated: 1; platform.machine: {f.machine}"])
+    elif not v.apple_silicon:
+        o.add("macos.intel", WARN, f"Intel Mac ({cpu or f.machine}): PyTorch has no MPS or GPU "
+              "support here", "environments here run on the CPU")
+    else:
+        o.add("macos.apple_silicon", OK, f"{cpu or 'Apple silicon'} (arm64)")
+    if not v.apple_silicon:
+        return
+    newest = compat.newest_torch(m)
+    usable = compat.mps_torch(m, v.macos) if v.macos else None
+    if not v.macos:
+        o.add("macos.version_unknown", WARN, "sw_vers gave no macOS version", "")
+    elif newest is not None and usable is not None and usable.version == newest.version:
+        o.add("macos.mps", OK, f"macOS {v.macos}: MPS works with torch {newest.version} "
+              f"(needs macOS >= {newest.mps_min_macos})")
+    elif usable is not None and newest is not None:
+        o.add("macos.mps_too_old", WARN,
+              f"macOS {v.macos} is older than torch {newest.version}'s MPS floor "
+              f"({newest.mps_min_macos}): the newest torch with MPS here is {usable.version}",
+              f"upgrade macOS to >= {newest.mps_min_macos}, or use torch {usable.version}")
+    else:
+        o.add("macos.mps_too_old", ERROR,
+              f"macOS {v.macos} is older than every torch release's MPS floor",
+              "upgrade macOS, or use --target cpu")

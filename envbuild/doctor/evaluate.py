@@ -1,0 +1,53 @@
+"""Pure evaluation: raw HostFacts + the version Matrix (+ the request) -> findings and the
+`envbuild make` command this host should run. No I/O: tested on recorded fixtures."""
+
+from __future__ import annotations
+
+from envbuild.doctor import checks_env, checks_host
+from envbuild.doctor.checks_env import Rules
+from envbuild.doctor.model import Finding, HostFacts, Recommendation, Request
+from envbuild.doctor.recommend import recommend
+from envbuild.doctor.view import INFO, Out, build_view
+from envbuild.errors import UsageError
+from envbuild.matrix import Matrix
+
+__all__ = ["Rules", "diagnose", "evaluate"]
+
+
+def evaluate(facts: HostFacts, matrix: Matrix, request: Request | None = None,
+             rules: Rules | None = None) -> list[Finding]:
+    """Every finding for these host facts, grouped by area in a fixed order."""
+    return diagnose(facts, matrix, request, rules)[0]
+
+
+def diagnose(facts: HostFacts, matrix: Matrix, request: Request | None = None,
+             rules: Rules | None = None) -> tuple[list[Finding], Recommendation]:
+    req = request or Request()
+    _validate(req, matrix)
+    if rules is None:
+        from envbuild.explain import load_catalogue
+
+        rules = Rules.from_table(load_catalogue().doctor)
+    v = build_view(facts, matrix)
+    o = Out()
+    checks_host.check_macos(v, matrix, o)
+    checks_host.check_wsl(v, matrix, o)
+    checks_host.check_nvidia(v, matrix, o)
+    checks_host.check_request(v, matrix, req, o)
+    checks_host.check_libs(v, matrix, o)
+    checks_host.check_rocm(v, matrix, o)
+    if not (v.nvidia or v.amd or v.apple_silicon or (v.wsl and v.gpus)):
+        o.add("gpu.none", INFO, "no NVIDIA, AMD or Apple GPU found: PyTorch here runs on the CPU",
+              "")
+    checks_env.check_docker(v, matrix, rules, o)
+    checks_env.check_torch(v, matrix, o)
+    rec = recommend(v, matrix, req)
+    return o.items, rec
+
+
+def _validate(req: Request, m: Matrix) -> None:
+    if req.cuda and m.cuda_release(req.cuda) is None:
+        known = [r.version for r in m.cuda]
+        raise UsageError(f"--cuda {req.cuda!r} is not a CUDA release envbuild knows",
+                         "give a CUDA minor version such as " + (known[-1] if known else "12.8"),
+                         known)

@@ -1,0 +1,80 @@
+"""The `envbuild make` command this host should run (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from envbuild.doctor import compat, model
+from envbuild.doctor.model import Recommendation, Request
+from envbuild.doctor.view import View, stdout_of
+from envbuild.matrix import Matrix
+
+HOW = {"native": "natively", "mvc": "through minor-version compatibility"}
+
+
+def recommend(v: View, m: Matrix, req: Request) -> Recommendation:
+    newest = compat.newest_torch(m)
+    newest_v = newest.version if newest else ""
+
+    def pin(torch: str) -> str:
+        return "" if torch == newest_v else torch
+
+    if v.darwin:
+        if not v.apple_silicon:
+            return Recommendation("cpu", reason="Intel Mac: no GPU backend")
+        rel = compat.mps_torch(m, v.macos) if v.macos else newest
+        if rel is None:
+            return Recommendation("cpu", reason=f"macOS {v.macos} is too old for MPS")
+        why = "Apple silicon: Metal (MPS) backend"
+        if v.facts.out(model.SYSCTL_TRANSLATED) and stdout_of(
+                v.facts, model.SYSCTL_TRANSLATED).strip() == "1":
+            why += ", with an arm64 Python (not under Rosetta)"
+        return Recommendation("mps", torch=pin(rel.version), reason=why)
+    if v.nvidia or (v.wsl and v.gpus):
+        return recommend_cuda(v, m, req, pin)
+    if v.amd:
+        if not v.amd_gfx:
+            return Recommendation("cpu", reason="AMD GPU with unknown gfx target: fix ROCm "
+                                  "(rocminfo) first")
+        choice = compat.choose_rocm(m, set(v.amd_gfx))
+        if choice is None:
+            return Recommendation("cpu", reason="no ROCm torch wheel supports "
+                                  + ", ".join(sorted(set(v.amd_gfx))))
+        return Recommendation("rocm", rocm=choice.rocm, torch=pin(choice.torch),
+                              reason=f"{', '.join(sorted(set(v.amd_gfx)))}: newest ROCm wheel "
+                              f"built for it is rocm{choice.rocm} (torch {choice.torch})")
+    return Recommendation("cpu", reason="no GPU on this host")
+
+def recommend_cuda(v: View, m: Matrix, req: Request, pin: Callable[[str], str]) -> Recommendation:
+    driver, ccs = v.driver, v.ccs
+    arch = f"compute capability {', '.join(ccs)}" if ccs else "unknown compute capability"
+    if not driver:
+        return Recommendation("cpu", reason="NVIDIA GPU without a working driver: fix the "
+                              "driver, then run `envbuild doctor` again")
+    if req.cuda:
+        rel = compat.newest_release_with(m, compat.tag_of(req.cuda), ccs)
+        how = compat.how_runs(m, driver, req.cuda, v.wsl)
+        if rel is not None and how:
+            return Recommendation("cuda", cuda=req.cuda, torch=pin(rel.version),
+                                  reason=f"as asked: driver {driver} runs CUDA {req.cuda} "
+                                  f"{HOW[how]}; torch {rel.version} has "
+                                  f"{compat.tag_of(req.cuda)} wheels for {arch}")
+    choice = compat.choose_cuda(m, driver, ccs, v.wsl)
+    if choice is None:
+        return Recommendation("cpu", reason=f"no CUDA torch wheel runs on driver {driver} "
+                              f"with {arch}")
+    native = compat.cuda_for_driver(m, driver, v.wsl)
+    if choice.how == "native":
+        why = (f"driver {driver} runs CUDA <= {native}; newest CUDA with torch wheels for "
+               f"{arch}: {choice.tag} (torch {choice.torch})")
+    else:
+        supports = f"<= {native}" if native else "older than any wheel"
+        why = (f"driver {driver} supports CUDA {supports}; the {choice.tag} wheels "
+               f"(torch <= {choice.torch}) run on it through minor-version compatibility")
+    alts = []
+    newest_choice = compat.newest_torch_choice(m, driver, ccs, v.wsl)
+    if newest_choice is not None and newest_choice.torch != choice.torch:
+        alt = Recommendation("cuda", cuda=newest_choice.cuda, torch=pin(newest_choice.torch))
+        alts.append(f"{alt.command}  (newest torch {newest_choice.torch} on this driver)")
+    return Recommendation("cuda", cuda=choice.cuda, torch=pin(choice.torch), reason=why,
+                          alternatives=tuple(alts))

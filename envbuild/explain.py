@@ -1,0 +1,302 @@
+"""`envbuild explain`: name the cause and the fix of pasted error text (pure matcher).
+
+The knowledge is data: matrix/signatures.toml holds each failure signature (id, title, regexes,
+cause, fix templates, sources) and the extractors that pull versions out of the text. Version
+numbers in a fix (driver floors, CUDA for a driver, wheels covering an arch, MPS floors) are
+computed here from the version Matrix, never written as literals.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from envbuild.doctor import compat
+from envbuild.errors import MatrixError
+from envbuild.matrix import Matrix
+
+FLAGS = re.IGNORECASE | re.MULTILINE
+# Fields derive() computes from the matrix; fix templates may use these and extractor groups.
+DERIVED = frozenset({
+    "index_base", "driver_cuda", "driver_branch", "cuda", "cuda_major", "cuda_floor",
+    "cuda_floor_branch", "require_driver", "require_floor", "fallback_cuda", "fallback_tag",
+    "fallback_torch", "fallback_how", "cc", "cover_tag", "cover_torch", "cover_cuda",
+    "cover_none", "jit_cuda", "newest_torch", "mps_min", "mps_torch", "mps_none", "rocm_cover",
+    "rocm_cover_torch", "gfx_none"})
+
+
+@dataclass(frozen=True)
+class Signature:
+    id: str
+    title: str
+    patterns: tuple[re.Pattern[str], ...]
+    cause: str
+    fix: tuple[str, ...]  # templates, most specific first; the first whose fields are known wins
+    source: tuple[str, ...]
+    confidence: float
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    signatures: tuple[Signature, ...]
+    extractors: tuple[re.Pattern[str], ...]
+    sources: Mapping[str, Mapping[str, Any]]
+    doctor: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Match:
+    id: str
+    title: str
+    cause: str
+    fix: str
+    confidence: float
+    line: str  # the log line that matched
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "title": self.title, "cause": self.cause, "fix": self.fix,
+                "confidence": self.confidence}
+
+
+def default_path() -> Path:
+    from envbuild.resources import matrix_dir
+
+    return matrix_dir() / "signatures.toml"
+
+
+def _compile(pattern: str, where: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern, FLAGS)
+    except re.error as exc:
+        raise MatrixError(f"signatures.toml: {where}: bad regex {pattern!r}: {exc}") from exc
+
+
+def parse_catalogue(doc: Mapping[str, Any]) -> Catalogue:
+    sigs = []
+    for i, raw in enumerate(doc.get("signature", [])):
+        sid = str(raw.get("id", f"#{i + 1}"))
+        try:
+            fix = raw["fix"]
+            sigs.append(Signature(
+                id=sid, title=str(raw["title"]),
+                patterns=tuple(_compile(p, sid) for p in raw["patterns"]),
+                cause=str(raw["cause"]),
+                fix=tuple(fix) if isinstance(fix, list) else (str(fix),),
+                source=tuple(raw.get("source", ())),
+                confidence=float(raw.get("confidence", 0.9)),
+            ))
+        except KeyError as exc:
+            raise MatrixError(f"signatures.toml: signature {sid}: missing key {exc}") from exc
+    extractors = tuple(_compile(p, "[extract]") for ps in doc.get("extract", {}).values()
+                       for p in ps)
+    return Catalogue(tuple(sigs), extractors, doc.get("source", {}), doc.get("doctor", {}))
+
+
+@cache
+def _load(path: Path) -> Catalogue:
+    try:
+        with path.open("rb") as fh:
+            doc = tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise MatrixError(f"cannot read the error-signature catalogue {path}: {exc}") from exc
+    return parse_catalogue(doc)
+
+
+def load_catalogue(path: Path | None = None) -> Catalogue:
+    return _load((path or default_path()).resolve())
+
+
+# ---------------------------------------------------------------- version fields
+
+
+def extract(text: str, catalogue: Catalogue) -> dict[str, str]:
+    """Named groups of the catalogue's extractors; the first pattern to set a name wins."""
+    out: dict[str, str] = {}
+    for rx in catalogue.extractors:
+        for m in rx.finditer(text):
+            for k, v in m.groupdict().items():
+                if v and k not in out:
+                    out[k] = v.strip()
+    return out
+
+
+def _api_to_cuda(value: str) -> str:
+    """cudaDriverGetVersion() numbers: 11040 -> '11.4', 12010 -> '12.1', 9000 -> '9.0'."""
+    v = int(value)
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def _tuple_version(text: str) -> str:
+    nums = re.findall(r"\d+", text)
+    if len(nums) == 1 and len(nums[0]) >= 4:  # 8902 style
+        n = int(nums[0])
+        return f"{n // 1000}.{(n % 1000) // 100}.{n % 100}"
+    return ".".join(nums)
+
+
+def derive(f: dict[str, str], m: Matrix) -> dict[str, str]:
+    """Add the fields computed from the matrix to those found in the text."""
+    f = dict(f)
+    f.setdefault("index_base", str(m.meta.get("torch", {}).get("index_base", "")))
+    if not f["index_base"]:
+        del f["index_base"]
+    if "driver_api" in f and "driver_cuda" not in f:
+        f["driver_cuda"] = _api_to_cuda(f["driver_api"])
+    if "cu_tag" in f and "cuda" not in f:
+        f["cuda"] = compat.cuda_of_tag("cu" + f["cu_tag"])
+    if "require_cuda" in f:
+        f.setdefault("cuda", f["require_cuda"])
+        rel = m.cuda_release(f["require_cuda"])
+        if rel is not None and rel.ga_driver_linux:
+            f["require_driver"] = rel.ga_driver_linux
+        floor = compat.mvc_floor(m, int(f["require_cuda"].split(".")[0]))
+        if floor:
+            f["require_floor"] = floor
+    if f.get("cuda"):
+        major = f["cuda"].split(".")[0]
+        f["cuda_major"] = major
+        floor = compat.mvc_floor(m, int(major))
+        if floor:
+            f["cuda_floor"] = floor
+            f["cuda_floor_branch"] = floor.split(".")[0]
+    driver = f.get("driver", "")
+    if driver:
+        f["driver_branch"] = driver.split(".")[0]
+        if "driver_cuda" not in f:
+            native = compat.cuda_for_driver(m, driver.replace(".x", ""))
+            if native:
+                f["driver_cuda"] = native
+    proxy = driver.replace(".x", "")
+    if not proxy and f.get("driver_cuda"):
+        rel = m.cuda_release(f["driver_cuda"])
+        proxy = rel.ga_driver_linux if rel is not None and rel.ga_driver_linux else \
+            compat.mvc_floor(m, int(f["driver_cuda"].split(".")[0]))
+    if proxy:
+        choice = compat.choose_cuda(m, proxy, ())
+        if choice is not None and choice.cuda != f.get("cuda"):
+            f["fallback_cuda"], f["fallback_tag"] = choice.cuda, choice.tag
+            f["fallback_torch"] = choice.torch
+            f["fallback_how"] = ("natively" if choice.how == "native"
+                                 else "through minor-version compatibility")
+    _derive_arch(f, m)
+    if "cudnn_compiled" in f:
+        f["cudnn_compiled"] = _tuple_version(f["cudnn_compiled"])
+    if "cudnn_runtime" in f:
+        f["cudnn_runtime"] = _tuple_version(f["cudnn_runtime"])
+    if "jit_major" in f and "jit_minor" in f:
+        f["jit_cuda"] = f"{f['jit_major']}.{f['jit_minor']}"
+    _derive_mac(f, m)
+    if "gfx" in f:
+        rocm = compat.choose_rocm(m, {f["gfx"].lower()})
+        if rocm is None:
+            f["gfx_none"] = f["gfx"]
+        else:
+            f["rocm_cover"], f["rocm_cover_torch"] = rocm.rocm, rocm.torch
+    return f
+
+
+def _derive_arch(f: dict[str, str], m: Matrix) -> None:
+    cc = compat.cc_of(f.get("sm", "")) or compat.cc_of(f.get("cc", ""))
+    if not cc and f.get("gpu"):
+        cc = compat.gpu_cc(m, f["gpu"])
+    if not cc:
+        return
+    f["cc"] = cc
+    if "supported" in f:
+        f["supported"] = " ".join(f["supported"].split())
+    for rel in reversed(m.torch):
+        tags = compat.covering_tags(m, rel.version, cc)
+        if tags:
+            tag = tags[-1]
+            f["cover_tag"], f["cover_torch"] = tag, rel.version
+            f["cover_cuda"] = compat.cuda_of_tag(tag)
+            return
+    f["cover_none"] = cc
+
+
+def _derive_mac(f: dict[str, str], m: Matrix) -> None:
+    newest = compat.newest_torch(m)
+    if newest is not None and ("macos" in f or "macos_need" in f):
+        f["newest_torch"] = newest.version
+        if newest.mps_min_macos:
+            f["mps_min"] = newest.mps_min_macos
+    if "macos" in f:
+        rel = compat.mps_torch(m, f["macos"])
+        if rel is not None:
+            f["mps_torch"] = rel.version
+        else:
+            f["mps_none"] = f["macos"]
+
+
+def _fields_of(template: str) -> set[str]:
+    return {name for _, name, _, _ in string.Formatter().parse(template) if name}
+
+
+def render_fix(sig: Signature, fields: Mapping[str, str]) -> str:
+    for template in sig.fix:
+        if _fields_of(template) <= fields.keys():
+            return template.format_map(dict(fields))
+    return sig.fix[-1]
+
+
+# ---------------------------------------------------------------- matching
+
+
+def _line_of(text: str, start: int) -> str:
+    begin = text.rfind("\n", 0, start) + 1
+    end = text.find("\n", start)
+    line = text[begin:end if end >= 0 else len(text)].strip()
+    return line if len(line) <= 240 else line[:237] + "..."
+
+
+def explain(text: str, matrix: Matrix, catalogue: Catalogue | None = None) -> list[Match]:
+    """Every signature the text shows, best first, with its fix filled from text and matrix."""
+    cat = catalogue or load_catalogue()
+    base = extract(text, cat)
+    found: list[tuple[float, int, Match]] = []
+    for order, sig in enumerate(cat.signatures):
+        hits = [m for rx in sig.patterns if (m := rx.search(text)) is not None]
+        if not hits:
+            continue
+        groups = {k: v.strip() for h in hits for k, v in h.groupdict().items() if v}
+        fields = derive({**base, **groups}, matrix)
+        confidence = round(min(0.99, sig.confidence + 0.02 * (len(hits) - 1)), 2)
+        first = min(hits, key=lambda h: h.start())
+        found.append((confidence, order, Match(sig.id, sig.title, sig.cause,
+                                               render_fix(sig, fields), confidence,
+                                               _line_of(text, first.start()))))
+    found.sort(key=lambda t: (-t[0], t[1]))
+    return [m for _, _, m in found]
+
+
+def check_catalogue(cat: Catalogue, known_sources: set[str]) -> list[str]:
+    """Integrity problems: duplicate ids, unknown source ids, templates without a fallback."""
+    problems = []
+    seen: set[str] = set()
+    for sig in cat.signatures:
+        if sig.id in seen:
+            problems.append(f"{sig.id}: duplicate id")
+        seen.add(sig.id)
+        if not sig.patterns:
+            problems.append(f"{sig.id}: no patterns")
+        if not sig.source:
+            problems.append(f"{sig.id}: no source")
+        for s in sig.source:
+            if s not in cat.sources and s not in known_sources:
+                problems.append(f"{sig.id}: source {s!r} is not defined")
+        if _fields_of(sig.fix[-1]):
+            problems.append(f"{sig.id}: the last fix template must need no fields")
+        groups = {g for rx in (*cat.extractors, *sig.patterns) for g in rx.groupindex}
+        for template in sig.fix:
+            unknown = _fields_of(template) - groups - DERIVED
+            if unknown:
+                problems.append(f"{sig.id}: fix uses unknown fields {sorted(unknown)}")
+        if not 0 < sig.confidence <= 1:
+            problems.append(f"{sig.id}: confidence must be in (0, 1]")
+    return problems

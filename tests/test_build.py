@@ -1,0 +1,313 @@
+"""The whole pipeline on a real Docker engine: build, validate, cache, secrets, failures, push.
+
+Uses a local Debian base (debootstrap + docker import, `make fixtures`) and an offline wheelhouse
+of torch 2.13.0 (CPU). These tests never skip in CI: a missing engine or fixture fails them.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import IN_CI, ROOT, Cli, run_cli, work_dir
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+DOCKER = "/usr/bin/docker"
+BASE = os.environ.get("ENVBUILD_TEST_BASE", "local/debian:bookworm")
+SYSTEM_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+def docker(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([DOCKER, *args], capture_output=True, text=True, check=check,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def fixtures(docker_engine: None) -> Path:
+    wheelhouse = work_dir() / "wheelhouse"
+    problems = []
+    if docker("image", "inspect", BASE, check=False).returncode != 0:
+        problems.append(f"base image {BASE} missing")
+    if not list(wheelhouse.glob("torch-2.13.0*.whl")):
+        problems.append(f"wheelhouse {wheelhouse} has no torch 2.13.0")
+    if problems:
+        msg = "; ".join(problems) + " (run `make fixtures`)"
+        if IN_CI:
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return wheelhouse
+
+
+def cpu_args(wheelhouse: Path, *extra: str) -> list[str]:
+    return ["--target", "cpu", "--torch", "2.13.0", "--python", "3.11", "--os", "debian12",
+            "--without", "torchvision", "--without", "torchaudio", "--base-image", BASE,
+            "--wheelhouse", str(wheelhouse), "--progress", "plain", *extra]
+
+
+def make(wheelhouse: Path, *extra: str) -> tuple[Cli, dict[str, object]]:
+    r = run_cli("make", *cpu_args(wheelhouse, *extra), "--json")
+    try:
+        data = json.loads(r.stdout)
+    except json.JSONDecodeError:
+        data = {}
+    return r, data
+
+
+def image_exists(ref: str) -> bool:
+    return docker("image", "inspect", ref, check=False).returncode == 0
+
+
+def leftovers() -> list[str]:
+    tmp = Path(tempfile.gettempdir())
+    return sorted(p.name for p in tmp.iterdir()
+                  if p.name.startswith(("envbuild-build-", "envbuild-ctx-")))
+
+
+@pytest.fixture(scope="module")
+def cpu_image(fixtures: Path) -> Iterator[str]:
+    tag = "envbuild-test/cpu:pipeline"
+    r, data = make(fixtures, "--tag", tag, "--rebuild")
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = data["validation"]
+    assert isinstance(report, dict)
+    yield tag
+
+
+def test_make_builds_and_validates(cpu_image: str, fixtures: Path) -> None:
+    labels = json.loads(docker("image", "inspect", cpu_image, "--format",
+                               "{{json .Config.Labels}}").stdout)
+    spec = json.loads(labels["io.envbuild.spec"])
+    assert spec["torch"] == "2.13.0" and spec["variant"] == "cpu"
+    assert labels["io.envbuild.spec-hash"]
+    assert labels["org.opencontainers.image.version"] == "2.13.0-cpu-py3.11"
+    # import torch works in the image, as the non-root default user
+    p = docker("run", "--rm", cpu_image, "python", "-c",
+               "import os, torch; print(torch.__version__, os.getuid())")
+    version, uid = p.stdout.split()
+    assert version.startswith("2.13.0") and uid == "1000"
+    # the validator in the image: every check passes or skips with a reason
+    r = run_cli("validate", cpu_image, "--json")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    report = json.loads(r.stdout)
+    statuses = {c["id"]: c["status"] for c in report["checks"]}
+    assert "fail" not in statuses.values()
+    for c in report["checks"]:
+        if c["status"] == "skip":
+            assert c["reason"]
+    for must in ("facts.torch", "expect.torch_version", "expect.flavor", "numerics.matmul",
+                 "train.smoke", "dist.allreduce", "image.no_driver_userspace"):
+        assert statuses[must] == "pass", must
+
+
+def test_second_make_is_a_cache_hit(cpu_image: str, fixtures: Path) -> None:
+    r, data = make(fixtures, "--tag", cpu_image, "--no-validate")
+    assert r.returncode == 0, r.stderr
+    image = data["image"]
+    assert isinstance(image, dict) and image["cached"] is True
+
+
+def test_validation_fails_on_broken_torch(cpu_image: str, tmp_path: Path) -> None:
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {cpu_image}\nRUN rm -f /opt/venv/lib/python3.11/site-packages/torch/lib/"
+        "libtorch_cpu.so\n")
+    broken = "envbuild-test/cpu:broken"
+    docker("build", "-q", "-t", broken, str(tmp_path))
+    try:
+        r = run_cli("validate", broken, "--json")
+        assert r.returncode == 1
+        report = json.loads(r.stdout)
+        failed = [c["id"] for c in report["checks"] if c["status"] == "fail"]
+        assert "facts.torch" in failed
+        text = run_cli("validate", broken)
+        assert text.returncode == 1 and "facts.torch" in text.stdout
+    finally:
+        docker("rmi", "-f", broken, check=False)
+
+
+def test_secret_ca_never_lands_anywhere(fixtures: Path, tmp_path: Path) -> None:
+    """PyPI inside the build needs this machine's proxy CA; a canary rides along in the bundle."""
+    canary = f"ENVBUILD-CANARY-{os.getpid()}-{int(time.time())}"
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text(SYSTEM_CA.read_text() + f"\n# {canary}\n")
+    tag = "envbuild-test/cpu:secret"
+    r, data = make(fixtures, "--tag", tag, "--rebuild", "--pip", "six==1.16.0",
+                   "--ca-cert", str(bundle))
+    try:
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert docker("run", "--rm", tag, "python", "-c", "import six; print(six.__version__)"
+                      ).stdout.strip() == "1.16.0"
+        history = docker("history", "--no-trunc", tag).stdout
+        assert canary not in history
+        assert canary not in r.stdout and canary not in r.stderr
+        log = Path(data["image"]["log"])  # type: ignore[index]
+        assert log.is_file() and canary not in log.read_text()
+        assert "ca.pem" not in json.dumps(data["validation"])
+        assert canary not in json.dumps(data)
+        saved = subprocess.run([DOCKER, "save", tag], capture_output=True, check=True,
+                               timeout=600).stdout
+        assert _tar_contains(saved, b"Bundled version of the six module")  # the scan sees layers
+        assert _tar_contains(saved, canary.encode()) is False
+        assert _tar_contains(saved, b"ENVBUILD-CANARY") is False
+    finally:
+        docker("rmi", "-f", tag, check=False)
+
+
+def _tar_contains(blob: bytes, needle: bytes) -> bool:
+    with tarfile.open(fileobj=io.BytesIO(blob)) as outer:
+        for member in outer.getmembers():
+            if not member.isfile():
+                continue
+            f = outer.extractfile(member)
+            if f is None:
+                continue
+            data = f.read()
+            if needle in data:
+                return True
+            if member.name.endswith(".tar"):
+                with tarfile.open(fileobj=io.BytesIO(data)) as layer:
+                    for m in layer.getmembers():
+                        if not m.isfile():
+                            continue
+                        lf = layer.extractfile(m)
+                        if lf is not None and needle in lf.read():
+                            return True
+    return False
+
+
+def test_failed_build_leaves_no_tag(fixtures: Path) -> None:
+    tag = "envbuild-test/cpu:broken-build"
+    before = leftovers()
+    r, data = make(fixtures, "--tag", tag, "--rebuild", "--apt", "no-such-package-envbuild")
+    assert r.returncode == 1
+    error = data["error"]
+    assert isinstance(error, dict)
+    assert error["message"].startswith("build failed at ")
+    assert "Unable to locate package" in "\n".join(error["alternatives"])
+    assert error["alternatives"][-1].startswith("full log: ")
+    assert "--apt" in error["hint"]
+    assert "Traceback" not in r.stderr
+    text = run_cli("make", *cpu_args(fixtures, "--tag", tag, "--apt", "no-such-package-envbuild"))
+    assert text.returncode == 1 and "\nerror: build failed at" in text.stderr
+    assert not image_exists(tag)
+    assert leftovers() == before
+
+
+def test_ctrl_c_during_build_exits_130_without_tag(fixtures: Path) -> None:
+    tag = "envbuild-test/cpu:interrupted"
+    before = leftovers()
+    argv = [sys.executable, "-m", "envbuild", "make", *cpu_args(fixtures), "--tag", tag,
+            "--rebuild", "--pip", f"six==1.16.0; python_version > '{os.getpid() % 7}'",
+            "--ca-cert", str(SYSTEM_CA)]
+    p = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    assert p.stderr is not None
+    seen = []
+    deadline = time.monotonic() + 120
+    for line in p.stderr:  # wait until BuildKit is running steps
+        seen.append(line)
+        if line.startswith("#") and ("RUN" in line or "COPY" in line):
+            break
+        assert time.monotonic() < deadline, "".join(seen)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err[-2000:]
+    assert "Traceback" not in err
+    assert not image_exists(tag)
+    assert leftovers() == before
+
+
+def test_missing_daemon_is_a_clean_error(fixtures: Path) -> None:
+    r = run_cli("make", *cpu_args(fixtures), "--no-validate",
+                env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    assert r.returncode == 3
+    assert "cannot reach the Docker engine" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_client_without_buildkit_is_refused(fixtures: Path, tmp_path: Path) -> None:
+    fake = tmp_path / "docker"
+    fake.write_text("#!/bin/sh\n[ \"$1\" = version ] && echo 28.2.2 && exit 0\n"
+                    "echo 'docker: unknown command: docker buildx' >&2; exit 1\n")
+    fake.chmod(0o755)
+    out = tmp_path / "ctx"
+    assert run_cli("render", *cpu_args(fixtures)[:-2], "--out", str(out)).returncode == 0
+    r = run_cli("build", str(out), "--rebuild", env={"ENVBUILD_DOCKER": str(fake)})
+    assert r.returncode == 3
+    assert "no docker client that can run BuildKit builds" in r.stderr
+    assert "buildx" in r.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("registry")
+    port = _free_port()
+    cfg = root / "config.yml"
+    cfg.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {root}/data\n"
+                   f"http:\n  addr: 127.0.0.1:{port}\n")
+    proc = subprocess.Popen(["docker-registry", "serve", str(cfg)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_push_to_local_registry(cpu_image: str, fixtures: Path, registry: str,
+                                tmp_path: Path) -> None:
+    ctx = tmp_path / "ctx"
+    assert run_cli("render", *cpu_args(fixtures)[:-2], "--out", str(ctx)).returncode == 0
+    r = run_cli("build", str(ctx), "--tag", cpu_image, "--push", registry, "--json")
+    assert r.returncode == 0, r.stderr
+    pushed = json.loads(r.stdout)["pushed"]
+    assert pushed == f"{registry}/{cpu_image}"
+    repo, _, tag = cpu_image.partition(":")
+    tags = json.loads(urllib.request.urlopen(f"http://{registry}/v2/{repo}/tags/list",
+                                             timeout=10).read())
+    assert tag in tags["tags"]
+    # the pushed image carries the spec labels
+    manifest = urllib.request.Request(f"http://{registry}/v2/{repo}/manifests/{tag}", headers={
+        "Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+    config_digest = json.loads(urllib.request.urlopen(manifest, timeout=10).read())["config"][
+        "digest"]
+    config = json.loads(urllib.request.urlopen(
+        f"http://{registry}/v2/{repo}/blobs/{config_digest}", timeout=10).read())
+    assert "io.envbuild.spec" in config["config"]["Labels"]
+
+
+def test_push_to_a_registry_that_is_down(cpu_image: str, fixtures: Path, tmp_path: Path) -> None:
+    ctx = tmp_path / "ctx"
+    assert run_cli("render", *cpu_args(fixtures)[:-2], "--out", str(ctx)).returncode == 0
+    down = f"127.0.0.1:{_free_port()}"
+    t = time.monotonic()
+    r = run_cli("build", str(ctx), "--tag", cpu_image, "--push", down)
+    assert r.returncode in (1, 3)
+    assert f"push of {down}/{cpu_image} failed" in r.stderr and "Traceback" not in r.stderr
+    assert "local image is kept" in r.stderr
+    assert time.monotonic() - t < 60
+    assert image_exists(cpu_image)
