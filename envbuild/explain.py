@@ -277,7 +277,8 @@ def explain(text: str, matrix: Matrix, catalogue: Catalogue | None = None) -> li
 
 def check_catalogue(cat: Catalogue, known_sources: set[str]) -> list[str]:
     """Integrity problems: duplicate ids, unknown source ids, templates without a fallback."""
-    problems = []
+    problems = [f"[doctor]: source {s!r} is not defined" for s in cat.doctor.get("source", ())
+                if s not in cat.sources and s not in known_sources]
     seen: set[str] = set()
     for sig in cat.signatures:
         if sig.id in seen:

@@ -490,15 +490,63 @@ def _label(row: Any) -> str:
     return repr(row)
 
 
+def _cache_path(d: Path) -> Path | None:
+    """A per-user cache of the checked matrix, keyed by every file's name, size and mtime."""
+    import hashlib
+    import os
+
+    from envbuild import __version__
+
+    try:
+        stats = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in d.glob("*.toml"))
+    except OSError:
+        return None
+    key = hashlib.sha256(repr((__version__, str(d.resolve()), stats)).encode()).hexdigest()[:20]
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envbuild"
+    return base / f"matrix-{key}.pickle"
+
+
 def load(directory: Path | None = None) -> Matrix:
-    """Load and fully check the matrix; raise MatrixError naming the first problems."""
+    """Load and fully check the matrix; raise MatrixError naming the first problems.
+
+    A matrix that checked clean is cached (pickle, keyed by the files' sizes and mtimes): parsing
+    TOML is most of the start-up time of `envbuild resolve`.
+    """
+    import pickle
+
     from envbuild.resources import matrix_dir
 
     d = directory or matrix_dir()
+    cache = _cache_path(d)
+    if cache is not None and cache.is_file():
+        try:
+            with cache.open("rb") as fh:
+                cached = pickle.load(fh)
+            if isinstance(cached, Matrix):
+                return cached
+        except (OSError, pickle.UnpicklingError, AttributeError, EOFError, TypeError):
+            pass
     matrix, problems = parse(d)
     problems += cross_check(matrix)
     if problems:
         shown = "; ".join(str(x) for x in problems[:3])
         more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
         raise MatrixError(f"the version matrix in {d} is broken: {shown}{more}")
+    if cache is not None:
+        _write_cache(cache, matrix)
     return matrix
+
+
+def _write_cache(cache: Path, matrix: Matrix) -> None:
+    import os
+    import pickle
+    import tempfile
+
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cache.parent, prefix=".matrix-")
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump(matrix, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, cache)
+    except OSError:
+        pass  # a read-only home: no cache, same result

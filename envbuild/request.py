@@ -6,14 +6,15 @@ whether the parts fit together is the resolver's business (ConflictError, exit 1
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, field
-
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from typing import TYPE_CHECKING
 
 from envbuild.errors import UsageError
 from envbuild.matrix import Gpu, Matrix
+
+if TYPE_CHECKING:
+    from packaging.specifiers import SpecifierSet
 
 TARGETS = ("cuda", "rocm", "cpu", "mps")
 FLAVORS = ("base", "runtime", "devel")
@@ -81,11 +82,15 @@ class Parsed:
 
 
 def _close(word: str, options: list[str]) -> list[str]:
+    import difflib
+
     return difflib.get_close_matches(word, options, n=3, cutoff=0.5)
 
 
 def torch_specifier(text: str) -> SpecifierSet:
     """`2.4` -> ==2.4.*, `2.4.1` -> ==2.4.1, anything else is a PEP 440 specifier set."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
     t = text.strip()
     if not t or len(t) > 100:
         raise UsageError(f"--torch {text!r} is not a version or specifier",

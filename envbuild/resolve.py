@@ -326,8 +326,12 @@ def _spec(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant
         t.add(f"no torchaudio release goes with torch {patch.torch}; left out")
     if audio and not patch.torchaudio_pinned:
         t.add(f"torchaudio {audio} is built on torch's stable ABI and pins no torch version")
-    unverified = [] if (v.verified and rel.verified and patch.verified and verified) else [
-        "some matrix facts behind this spec are marked verified=false (`envbuild matrix show`)"]
+    flags = [(v.verified, f"the torch {rel.version} {v.tag} wheel facts (arch list, cuDNN, "
+                          "NCCL)"), (rel.verified, f"the torch {rel.version} release facts"),
+             (patch.verified, f"the torch {patch.torch} companions"),
+             (verified, "the base image facts")]
+    unverified = [f"not verified against a primary source: {what} (`envbuild matrix show`)"
+                  for ok, what in flags if not ok]
     return Spec(
         target=p.target,
         torch=patch.torch,
@@ -391,24 +395,33 @@ def resolve_parsed(m: Matrix, p: Parsed) -> Spec:
                 if why.narrow:
                     narrow.add((rel.version, v.tag))
                 continue
-            return dataclasses.replace(spec, trace=(*spec.trace[:1],
-                                                    *_why_this(m, p, rel, patch, v, rejections),
-                                                    *spec.trace[1:]))
+            why = _why_this(m, p, rel, patch, v, rejections, narrow)
+            return dataclasses.replace(spec, trace=(*spec.trace[:1], *why, *spec.trace[1:]))
     relevant = [r for r in rejections if (r[0].version, r[1].tag) not in narrow]
     raise _conflict(m, p, releases, relevant or rejections)
 
 
 def _why_this(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant,
-              rejections: list[tuple[TorchRelease, Variant, str]]) -> list[str]:
+              rejections: list[tuple[TorchRelease, Variant, str]],
+              narrow: set[tuple[str, str]]) -> list[str]:
     lines = []
-    newer_skipped = [r for r in rejections if version_key(r[0].version) > version_key(rel.version)]
-    if newer_skipped:
-        seen: dict[str, str] = {}
-        for r, vv, why in newer_skipped:
+    newer = [r for r in rejections if version_key(r[0].version) > version_key(rel.version)]
+    out_of_scope = sorted({r[0].version for r in newer} - {
+        r[0].version for r in newer if (r[0].version, r[1].tag) not in narrow}, key=version_key)
+    if out_of_scope:
+        span = out_of_scope[0] if len(out_of_scope) == 1 else \
+            f"{out_of_scope[0]} … {out_of_scope[-1]}"
+        scope = (f"a CUDA {major_of(p.cuda_minor)}.x wheel <= {p.cuda_minor}" if p.cuda_minor
+                 else f"a ROCm {p.rocm} wheel")
+        lines.append(f"newer torch ({span}): none has {scope}")
+    seen: dict[str, str] = {}
+    for r, vv, why in newer:
+        if (r.version, vv.tag) not in narrow:
             seen.setdefault(r.version, f"{vv.tag}: {why}")
+    if seen:
         items = [f"{k} ({w})" for k, w in seen.items()]
-        more = f"; and {len(items) - 4} older" if len(items) > 4 else ""
-        lines.append("skipped newer torch: " + "; ".join(items[:4]) + more)
+        more = f"; and {len(items) - 3} more" if len(items) > 3 else ""
+        lines.append("skipped newer torch: " + "; ".join(items[:3]) + more)
     what = {"cuda": f"a CUDA {major_of(v.version) if v.version else ''}.x wheel",
             "rocm": f"a ROCm {v.version} wheel", "cpu": "a CPU wheel"}[v.kind]
     if p.target == "mps":

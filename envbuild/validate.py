@@ -60,6 +60,43 @@ def validate_image(ref: str, *, require_gpu: bool = False, timeout: float = 600)
     return Validation(report, result.exit_code, gpus, note)
 
 
+def host_spec() -> dict[str, Any]:
+    """What this host's Python has, as a spec: the checks then verify it works (no torch import
+    here: versions come from the installed distributions' metadata)."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    torch = installed("torch")
+    local = torch.partition("+")[2] if torch else ""
+    from importlib.metadata import requires
+
+    deps = " ".join(requires("torch") or []) if torch else ""
+    if local.startswith("cu") or (not local and ("nvidia-" in deps or "cuda-toolkit" in deps)):
+        target = "cuda"
+    elif local.startswith("rocm"):
+        target = "rocm"
+    elif sys.platform == "darwin" and platform.machine() == "arm64":
+        target = "mps"
+    else:
+        target = "cpu"
+
+    def public(v: str | None) -> str | None:
+        return v.partition("+")[0] if v else None
+
+    return {"target": target, "torch": public(torch), "torchvision": public(
+        installed("torchvision")), "torchaudio": public(installed("torchaudio")),
+        "python": ".".join(platform.python_version_tuple()[:2]), "variant": local or target,
+        "torch_cuda": None, "rocm": None, "cuda_image": None, "cudnn": None, "nccl": None,
+        "archs": [], "gpus": [], "os": platform.system().lower(), "base_image": None,
+        "min_driver": None}
+
+
 def validate_host(*, spec: Path | None = None, require_gpu: bool = False,
                   timeout: float = 600) -> Validation:
     """Run the validator with this Python (bare metal, WSL2, macOS)."""
@@ -70,10 +107,11 @@ def validate_host(*, spec: Path | None = None, require_gpu: bool = False,
         peaks = Path(tmp, "peaks.json")
         peaks.write_text(peaks_json(load()))
         out = Path(tmp, "report.json")
+        if spec is None:
+            spec = Path(tmp, "spec.json")
+            spec.write_text(json.dumps(host_spec()))
         argv = [sys.executable, "-m", "envbuild.validator", "--peaks", str(peaks),
-                "--out", str(out)]
-        if spec is not None:
-            argv += ["--spec", str(spec)]
+                "--out", str(out), "--spec", str(spec)]
         if require_gpu:
             argv.append("--require-gpu")
         r = proc.run(argv, timeout=timeout, check=False)

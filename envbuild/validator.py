@@ -27,6 +27,7 @@ if (
     del sys.path[0]
 
 import argparse
+import collections
 import contextlib
 import functools
 import importlib
@@ -250,7 +251,7 @@ _PIN_RE = re.compile(r"^\s*torch\s*(?:\[[^\]]*\])?\s*\(?\s*===?\s*([^\s;,()]+)")
 def torch_pin_from_requires(requires: Sequence[str] | None) -> str | None:
     """The exact torch version a companion wheel pins ('torch==2.5.1', 'torch (==2.5.1)')."""
     for req in requires or ():
-        if "extra ==" in req.replace("extra==", "extra =="):
+        if re.search(r";.*\bextra\s*==", req):  # optional-extra requirements are not pins
             continue
         m = _PIN_RE.match(req)
         if m:
@@ -554,6 +555,28 @@ def judge_rocm_version(spec: dict[str, Any], facts: dict[str, Any]) -> Outcome:
         return failed(f"install the rocm{expected} build of torch; this one has HIP {actual}",
                       f"HIP {actual}, spec wants ROCm {expected}", ev)
     return passed(f"HIP {actual}", ev)
+
+
+def judge_archs(spec: dict[str, Any], facts: dict[str, Any]) -> Outcome:
+    """The wheel carries every arch the resolver promised (spec.archs, in get_arch_list form)."""
+    t = _torch_facts(facts)
+    expected = [str(a) for a in spec.get("archs") or []]
+    actual = t.get("arch_list") or []
+    ev = {"expected": expected, "actual": actual}
+    if not expected:
+        return skipped("spec lists no archs", ev)
+    if not (t.get("cuda") or t.get("hip")):
+        return skipped("torch is not a CUDA or ROCm build: no arch list (see expect.flavor)", ev)
+    if not actual:
+        return skipped("torch reports no arch list", ev)
+    missing = [a for a in expected if a not in actual]
+    if missing:
+        return failed(
+            f"the installed torch lacks {' '.join(missing)} that the spec's {spec.get('variant')} "
+            "wheel should carry: a different wheel (another variant or a source build) was "
+            "installed; reinstall from the spec's index",
+            f"missing archs: {' '.join(missing)}", ev)
+    return passed(" ".join(actual), ev)
 
 
 def _coverage_outcome(rows: list[dict[str, Any]], arch_list: Sequence[str], version: str,
@@ -891,6 +914,9 @@ def judge_perf(metrics: dict[str, float], device_name: str, backend: str,
     if backend == "cpu":
         ev["note"] = "no verdict on CPU"
         return passed(f"CPU {text} (no verdict on CPU)", ev)
+    if backend == "mps":
+        ev["note"] = "no peaks for Apple GPUs: no verdict"
+        return passed(f"MPS {text} (no verdict on MPS)", ev)
     if peaks is None:
         ev["note"] = "no peaks table given (--peaks): no verdict"
         return passed(f"{text} (no verdict: no --peaks)", ev)
@@ -1316,7 +1342,21 @@ def t_numerics_autocast(ctx: TorchContext) -> Outcome:
         return skipped(f"autocast to {dtype_name} is not supported on {device_type}: {_err(e)}")
     with ac:
         y = torch.nn.functional.linear(x.float().to(device), wd)
-    y.float().sum().backward()
+    scaler = None
+    if dtype_name == "fp16" and device_type == "cuda":  # fp16 training needs loss scaling
+        amp: Any = getattr(torch, "amp", None)
+        scaler = (amp.GradScaler("cuda") if hasattr(amp, "GradScaler")
+                  else torch.cuda.amp.GradScaler())
+    opt = torch.optim.SGD([wd], lr=0.1)
+    before = wd.detach().clone()
+    loss = y.float().square().mean()
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    else:
+        loss.backward()
+        opt.step()
     _sync(torch, device)
     if y.dtype != dtype:
         return failed("autocast did not lower the matmul precision: autocast is broken here",
@@ -1324,11 +1364,14 @@ def t_numerics_autocast(ctx: TorchContext) -> Outcome:
                       {"device": device, "dtype": str(y.dtype)})
     outcome = tolerance_verdict({dtype_name: _rel_err(torch, y, ref)},
                                 f"autocast {dtype_name} linear on {device}")
-    grad_ok = bool(torch.isfinite(wd.grad).all())
-    outcome.evidence.update(device=device, dtype=dtype_name, grad_finite=grad_ok)
-    if outcome.status == "pass" and not grad_ok:
-        return failed("autocast backward produced NaN/inf gradients", "non-finite gradients",
-                      outcome.evidence)
+    finite = bool(torch.isfinite(wd.grad).all()) and bool(torch.isfinite(wd.detach()).all())
+    changed = not bool(torch.equal(before, wd.detach()))
+    outcome.evidence.update(device=device, dtype=dtype_name, step="SGD",
+                            grad_scaler=scaler is not None, finite=finite, weights_changed=changed)
+    if outcome.status == "pass" and not (finite and changed):
+        return failed("the autocast optimizer step produced NaN/inf or did not update the "
+                      "weights: mixed-precision training is broken on this device",
+                      "autocast step broken", outcome.evidence)
     return outcome
 
 
@@ -1628,11 +1671,19 @@ def _bench(fn: Callable[[], Any], sync: Callable[[], None], min_time: float = 0.
         k = min(max_iters, k * 2)
 
 
+def _cpu_name() -> str:
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
+        for line in fh:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine() or "CPU"
+
+
 def _perf_device(ctx: TorchContext) -> tuple[str, str, str, Outcome | None]:
     device, bad = ctx.compute_device()
     facts = ctx.facts
     dev = facts["devices"]
-    name = dev["devices"][0]["name"] if _gpu_present(facts) else platform.processor() or "CPU"
+    name = dev["devices"][0]["name"] if _gpu_present(facts) else _cpu_name()
     backend = dev["backend"] if _gpu_present(facts) else "cpu"
     return device, str(name), backend, bad
 
@@ -1679,8 +1730,6 @@ def t_perf_matmul(ctx: TorchContext) -> Outcome:
         del pair
     outcome = judge_perf(metrics, name, backend, ctx.peaks, "matmul")
     outcome.evidence["sizes"] = sizes
-    if device == "mps":
-        outcome.evidence["note"] = "no peaks for Apple GPUs: no verdict"
     ctx.facts.setdefault("perf", {}).update(metrics)
     return outcome
 
@@ -1698,8 +1747,7 @@ def t_perf_mem_bw(ctx: TorchContext) -> Outcome:
     dst = torch.empty_like(src)
     sec = _bench(lambda: dst.copy_(src), lambda: _sync(torch, device))
     metrics = {"mem_bw_gbs": 2 * size / sec / 1e9}  # every copied byte is read once, written once
-    outcome = judge_perf(metrics, name, backend, ctx.peaks if backend != "mps" else None,
-                         "device memory bandwidth")
+    outcome = judge_perf(metrics, name, backend, ctx.peaks, "device memory bandwidth")
     outcome.evidence.update(bytes=size, method="device-to-device copy, read+write bytes")
     ctx.facts.setdefault("perf", {}).update(metrics)
     return outcome
@@ -1807,6 +1855,8 @@ CHECKS: tuple[CheckDef, ...] = (
              torch=_spec_judge(judge_nccl, "torch")),
     CheckDef("expect.rocm_version", "torch's ROCm (HIP) version matches the spec", 10,
              torch=_spec_judge(judge_rocm_version, "torch")),
+    CheckDef("expect.archs", "torch carries the GPU archs the spec promises", 10,
+             torch=_spec_judge(judge_archs, "torch")),
     CheckDef("device.spec_gpus", "the spec's GPUs are covered by torch's arch list (static)", 10,
              torch=_spec_judge(judge_spec_gpus, "torch")),
     CheckDef("device.count", "GPUs visible to torch", 90, torch=_device_judge(judge_device_count)),
@@ -1951,14 +2001,28 @@ def _death(proc: subprocess.Popen[bytes], stderr_tail: str) -> dict[str, Any]:
     return {"returncode": rc, "signal": sig, "stderr_tail": stderr_tail}
 
 
-def _tail(fh: IO[bytes], limit: int = 3000) -> str:
-    with contextlib.suppress(OSError):
-        fh.flush()
-        fh.seek(0, os.SEEK_END)
-        size = fh.tell()
-        fh.seek(max(0, size - limit))
-        return fh.read().decode("utf-8", "replace")
-    return ""
+class _StderrTail:
+    """Keeps the last bytes a child writes to stderr (a pipe, drained by a thread: no temp
+    files, so a read-only /tmp does not stop the validator)."""
+
+    def __init__(self, stream: IO[bytes], limit: int = 4000) -> None:
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._size = 0
+        self._limit = limit
+        self._thread = threading.Thread(target=self._drain, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _drain(self, stream: IO[bytes]) -> None:
+        for chunk in iter(lambda: stream.read1(4096) if hasattr(stream, "read1")
+                          else stream.read(4096), b""):
+            self._chunks.append(chunk)
+            self._size += len(chunk)
+            while self._size > self._limit and len(self._chunks) > 1:
+                self._size -= len(self._chunks.popleft())
+
+    def text(self) -> str:
+        self._thread.join(timeout=2)
+        return b"".join(self._chunks)[-self._limit:].decode("utf-8", "replace")
 
 
 @dataclass
@@ -2028,20 +2092,20 @@ def run_torch_checks(defs: Sequence[CheckDef], spec: dict[str, Any],
         cfg = {"spec": spec, "peaks": peaks, "checks": [d.id for d in pending],
                "options": {"require_gpu": opts.require_gpu, "in_image": opts.in_image,
                            "timeout_scale": scale}}
-        with tempfile.TemporaryFile() as errf:
-            proc = subprocess.Popen(
-                [*python_argv(), os.path.abspath(__file__), "--_worker"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errf,
-                start_new_session=os.name == "posix")
-            assert proc.stdin is not None and proc.stdout is not None
+        proc = subprocess.Popen(
+            [*python_argv(), os.path.abspath(__file__), "--_worker"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=os.name == "posix")
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        tail = _StderrTail(proc.stderr)
+        try:
             with contextlib.suppress(BrokenPipeError):
                 proc.stdin.write(json.dumps(_sanitize(cfg)).encode())
                 proc.stdin.close()
-            try:
-                w = _follow_worker(proc, pending, results, facts, scale)
-            finally:
-                _kill_tree(proc)
-            death = _death(proc, _tail(errf))
+            w = _follow_worker(proc, pending, results, facts, scale)
+        finally:
+            _kill_tree(proc)
+        death = _death(proc, tail.text())
         current, problem, limit = w.current, w.problem, w.limit
         if problem is None:
             break

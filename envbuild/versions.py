@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from packaging.version import InvalidVersion, Version
+if TYPE_CHECKING:
+    from packaging.version import Version
 
 _NUMERIC = re.compile(r"^\d+(\.\d+)*$")
 
 
 def parse_version(text: str) -> Version | None:
+    from packaging.version import InvalidVersion, Version
+
     try:
         return Version(text)
     except InvalidVersion:

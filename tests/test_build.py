@@ -31,7 +31,8 @@ BASE = os.environ.get("ENVBUILD_TEST_BASE", "local/debian:bookworm")
 SYSTEM_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
-def docker(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def docker(*args: str, check: bool = True,
+           timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([DOCKER, *args], capture_output=True, text=True, check=check,
                           timeout=timeout)
 
@@ -159,7 +160,8 @@ def test_secret_ca_never_lands_anywhere(fixtures: Path, tmp_path: Path) -> None:
         assert canary not in json.dumps(data)
         saved = subprocess.run([DOCKER, "save", tag], capture_output=True, check=True,
                                timeout=600).stdout
-        assert _tar_contains(saved, b"Utilities for writing code that runs on Python 2 and 3")  # the scan sees layers
+        # positive control: the scan does read the files inside the layers
+        assert _tar_contains(saved, b"Utilities for writing code that runs on Python 2 and 3")
         assert _tar_contains(saved, canary.encode()) is False
         assert _tar_contains(saved, b"ENVBUILD-CANARY") is False
     finally:
@@ -200,7 +202,8 @@ def test_failed_build_leaves_no_tag(fixtures: Path) -> None:
     assert error["alternatives"][-1].startswith("full log: ")
     assert "--apt" in error["hint"]
     assert "Traceback" not in r.stderr
-    text = run_cli("make", *cpu_args(fixtures, "--tag", tag, "--apt", "no-such-package-envbuild"))
+    text = run_cli("make", *cpu_args(fixtures, "--tag", tag, "--apt",
+                                     "no-such-package-envbuild"))
     assert text.returncode == 1 and "\nerror: build failed at" in text.stderr
     assert not image_exists(tag)
     assert leftovers() == before
@@ -223,7 +226,7 @@ def test_ctrl_c_during_build_exits_130_without_tag(fixtures: Path) -> None:
             break
         assert time.monotonic() < deadline, "".join(seen)
     p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=120)
+    _, err = p.communicate(timeout=120)
     assert p.returncode == 130, err[-2000:]
     assert "Traceback" not in err
     assert not image_exists(tag)

@@ -4,20 +4,11 @@ from __future__ import annotations
 
 import sys
 
-import typer
-
-try:  # typer >= 0.20 vendors click; older releases depend on it
-    from typer._click import exceptions as click_exc
-except ImportError:  # pragma: no cover
-    from click import exceptions as click_exc  # type: ignore[import-not-found,no-redef]
-
-_EXITS = tuple({typer.Exit, getattr(click_exc, "Exit", typer.Exit)})
-_ABORTS = tuple({typer.Abort, getattr(click_exc, "Abort", typer.Abort)})
-
-from envbuild.cli import build_cmd as _build_cmd  # noqa: F401
-from envbuild.cli import doctor_cmd as _doctor_cmd  # noqa: F401
+from click import exceptions as click_exc
 
 # Each module adds its commands to `app` on import.
+from envbuild.cli import build_cmd as _build_cmd  # noqa: F401
+from envbuild.cli import doctor_cmd as _doctor_cmd  # noqa: F401
 from envbuild.cli import matrix_cmd as _matrix_cmd  # noqa: F401
 from envbuild.cli import render_cmd as _render_cmd  # noqa: F401
 from envbuild.cli import resolve_cmd as _resolve_cmd  # noqa: F401
@@ -57,9 +48,9 @@ def run(argv: list[str]) -> int:
         if err.ctx is not None:
             hint = f"see `{err.ctx.command_path} --help`"
         return _fail(EnvbuildError(err.format_message(), hint, [], EXIT_USAGE), as_json)
-    except _EXITS as err:
+    except click_exc.Exit as err:
         return int(getattr(err, "exit_code", 0))
-    except (KeyboardInterrupt, *_ABORTS):
+    except (KeyboardInterrupt, click_exc.Abort):
         sys.stderr.write("interrupted\n")
         return EXIT_INTERRUPTED
     except click_exc.ClickException as err:

@@ -165,8 +165,12 @@ def make(
     tag: Tag = None, rebuild: Rebuild = False, progress: Progress = "auto", push: Push = None,
     no_validate: Annotated[bool, typer.Option("--no-validate", help="Skip validation.")] = False,
     require_gpu: RequireGpu = False, timeout: Timeout = 600, json: o.Json = False,
+    mps_out: Annotated[Path | None, typer.Option(
+        "--out", help="--target mps only: where to write the native macOS environment.")] = None,
 ) -> None:
-    """Resolve, render, build and validate in one go, with one summary at the end."""
+    """Resolve, render, build and validate in one go, with one summary at the end.
+
+    --target mps writes the native macOS environment instead of an image."""
     from envbuild import engine
     from envbuild.build import build as do_build
     from envbuild.matrix import load
@@ -182,10 +186,19 @@ def make(
     prepared = prepare(req, ci, load())
     spec = prepared.spec
     times["resolve+render"] = time.monotonic() - t0
-    if spec.target == "mps":
-        raise UsageError("--target mps makes no image (macOS GPUs are not reachable from "
-                         "containers)", "run: envbuild render --target mps --out DIR, then "
-                         "DIR/setup-macos.sh on the Mac")
+    if spec.target == "mps":  # macOS GPUs are not reachable from containers: a native env
+        out = mps_out or Path(f"envbuild-mps-{spec.hash}")
+        write_tree(prepared.files, out)
+        if json:
+            emit_json({"spec": spec.to_json(), "out": str(out),
+                       "next": f"{out}/setup-macos.sh"})
+        else:
+            say(f"spec      torch {spec.torch} (MPS), Python {spec.python}, macOS >= "
+                f"{spec.min_macos}, hash {spec.hash}")
+            say(f"rendered  {out} (no image: macOS GPUs cannot be reached from a container)")
+            say(f"next      {out}/setup-macos.sh   (on the Mac: checks arm64, Rosetta and the "
+                "macOS floor, creates the venv, runs the validator)")
+        return
     with tempfile.TemporaryDirectory(prefix="envbuild-ctx-") as tmp:
         ctx = Path(tmp) / "context"
         links = {"wheelhouse": prepared.wheelhouse} if prepared.wheelhouse else {}

@@ -69,7 +69,9 @@ def _read_input(text: str | None, file: Path | None) -> str:
 
 @app.command(help="Name the cause and the fix of an error message or log (TEXT, --file, or stdin).")
 def explain(
-    text: Annotated[str | None, typer.Argument(metavar="[TEXT]", show_default=False)] = None,
+    text: Annotated[str | None, typer.Argument(
+        metavar="TEXT", show_default=False,
+        help="The error message (or use --file LOG, or pipe it on stdin).")] = None,
     file: Annotated[Path | None, typer.Option("--file", "-f", metavar="LOG",
                                               help="Read the error text from LOG.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,

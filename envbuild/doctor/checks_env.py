@@ -36,14 +36,15 @@ def check_docker(v: View, m: Matrix, rules: Rules, o: Out) -> None:
     podman = f.out(model.PODMAN_INFO)
     has_podman = podman is not None and podman.ok
     info = f.out(model.DOCKER_INFO)
-    if info is None or not info.ran:
+    if info is None or info.error.endswith("not found"):
         sev = ERROR if needed and not has_podman else INFO
         o.add("docker.not_found", sev, "the docker CLI is not installed",
               "install Docker Engine (docker.io or docker-ce) for `envbuild make` images"
               if sev is ERROR else "", [info.error] if info is not None and info.error else [])
     elif not v.docker_ok:
         errs = v.docker_info.get("ServerErrors") or []
-        text = "; ".join(str(e) for e in errs) or info.stderr.strip() or info.stdout.strip()
+        text = ("; ".join(str(e) for e in errs) or info.stderr.strip() or info.error
+                or info.stdout.strip())
         denied = "permission denied" in text.lower()
         o.add("docker.permission_denied" if denied else "docker.daemon_unreachable",
               ERROR if needed and not has_podman else INFO,
@@ -74,9 +75,11 @@ def check_docker(v: View, m: Matrix, rules: Rules, o: Out) -> None:
               f"this {f.container} container has a {f.shm_bytes >> 20} MB /dev/shm",
               f"restart it with --shm-size={rules.shm_advice} or --ipc=host")
 
+
 def cdi_specs(f: HostFacts) -> list[str]:
     return [f"{d}/{n}" for d in ("/etc/cdi", "/var/run/cdi") for n in f.dirs.get(d, ())
             if "nvidia" in n]
+
 
 def check_docker_gpu(v: View, o: Out) -> None:
     f, d = v.facts, v.docker_info
@@ -111,6 +114,7 @@ def check_docker_gpu(v: View, o: Out) -> None:
               "`sudo nvidia-ctk system create-dev-char-symlinks --create-all` (and its udev "
               "rule), or use CDI")
 
+
 def check_buildkit(v: View, rules: Rules, o: Out) -> None:
     clients = v.facts.docker_clients
     for c in clients:
@@ -133,6 +137,7 @@ def check_buildkit(v: View, rules: Rules, o: Out) -> None:
           "install the buildx plugin (docker-buildx-plugin from Docker's apt repository, or the "
           "binary into ~/.docker/cli-plugins/docker-buildx)")
 
+
 def check_podman(v: View, rules: Rules, o: Out) -> None:
     c = v.facts.out(model.PODMAN_INFO)
     if c is None or not c.ran:
@@ -153,6 +158,7 @@ def check_podman(v: View, rules: Rules, o: Out) -> None:
     elif not cdi_specs(v.facts):
         o.add("podman.no_cdi", WARN, "no NVIDIA CDI spec: Podman cannot pass the GPUs",
               "`sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`")
+
 
 def check_torch(v: View, m: Matrix, o: Out) -> None:
     f = v.facts
@@ -223,6 +229,7 @@ def check_torch(v: View, m: Matrix, o: Out) -> None:
                   f"torch {torch} has no code objects for "
                   + ", ".join(sorted(set(v.amd_gfx) - gfx))
                   + " ('hipErrorNoBinaryForGpu')", "use the environment recommended below")
+
 
 def installed_variant(v: View, m: Matrix, torch: str,
                        probe: Mapping[str, Any]) -> Variant | None:

@@ -77,6 +77,7 @@ def check_wsl(v: View, m: Matrix, o: Out) -> None:
             o.add("wsl.memory", INFO, f"the WSL2 VM has {gib:.1f} GiB of RAM "
                   "(set by `memory=` in %UserProfile%\\.wslconfig)")
 
+
 def check_nvidia(v: View, m: Matrix, o: Out) -> None:
     f = v.facts
     if not v.nvidia and not (v.wsl and v.smi_text):
@@ -101,7 +102,7 @@ def check_nvidia(v: View, m: Matrix, o: Out) -> None:
               "(/proc/driver/nvidia/version is missing)",
               "install the NVIDIA driver (a branch that supports the CUDA you want) and reboot")
     xml = f.out(model.NVSMI_XML)
-    if xml is None or not xml.ran:
+    if xml is None or xml.error.endswith("not found"):
         if v.kernel_driver:
             o.add("nvidia.smi_missing", WARN,
                   "nvidia-smi is not installed: GPU models and compute capabilities are unknown",
@@ -109,7 +110,7 @@ def check_nvidia(v: View, m: Matrix, o: Out) -> None:
     elif not xml.ok and not v.mismatch:
         o.add("nvidia.smi_failed", ERROR, "nvidia-smi cannot talk to the NVIDIA driver",
               "check `dmesg | grep -i nvrm` for the driver's own error; reinstall the driver "
-              "matching the running kernel and reboot", tail(xml.text))
+              "matching the running kernel and reboot", tail(xml.text) or (xml.error,))
     driver = v.driver
     if driver:
         native = compat.cuda_for_driver(m, driver, v.wsl)
@@ -119,12 +120,16 @@ def check_nvidia(v: View, m: Matrix, o: Out) -> None:
             o.add("nvidia.driver", OK,
                   f"NVIDIA {side} {driver} runs CUDA <= {native} natively{reported}")
         else:
-            oldest = m.cuda[0].version if m.cuda else "?"
+            oldest = m.cuda[0] if m.cuda else None
+            need = (f" (CUDA {oldest.version} needs >= "
+                    f"{oldest.ga_driver_windows if v.wsl else oldest.ga_driver_linux})"
+                    if oldest else "")
             choice = compat.choose_cuda(m, driver, v.ccs, v.wsl)
             how = ("CUDA wheels run on it only through minor-version compatibility"
                    if choice else "no CUDA wheel envbuild knows runs on it")
             o.add("nvidia.driver_old", WARN if choice else ERROR,
-                  f"NVIDIA {side} {driver} is older than CUDA {oldest}'s{reported}: {how}",
+                  f"NVIDIA {side} {driver}{reported} is older than every CUDA release in the "
+                  f"matrix{need}: {how}",
                   "install a current driver branch (see `envbuild matrix show cuda`)")
     for g in v.gpus:
         if not g.cc:
@@ -139,6 +144,7 @@ def check_nvidia(v: View, m: Matrix, o: Out) -> None:
         o.add("nvidia.gpus", OK, desc)
     check_nvidia_gpu_state(v, o)
     check_nvidia_nodes(v, o)
+
 
 def check_nvidia_gpu_state(v: View, o: Out) -> None:
     for g in v.smi.gpus if v.smi else ():
@@ -164,6 +170,7 @@ def check_nvidia_gpu_state(v: View, o: Out) -> None:
                   f"{label}: memory row remapping {'failed' if g.remap_failure else 'pending'}",
                   "reset the GPU (pending) or drain the node and RMA the GPU (failed)")
 
+
 def check_nvidia_nodes(v: View, o: Out) -> None:
     f = v.facts
     if v.wsl or not v.kernel_driver:
@@ -183,6 +190,7 @@ def check_nvidia_nodes(v: View, o: Out) -> None:
               "this user cannot open " + ", ".join(sorted(denied)),
               "check the device modes (normally 0666) and the udev rules of the driver")
 
+
 def check_request(v: View, m: Matrix, req: Request, o: Out) -> None:
     if not req.cuda:
         return
@@ -196,7 +204,7 @@ def check_request(v: View, m: Matrix, req: Request, o: Out) -> None:
     rel = m.cuda_release(cuda)
     ga = (rel.ga_driver_windows if v.wsl else rel.ga_driver_linux) if rel else ""
     floor = compat.mvc_floor(m, int(cuda.split(".")[0]), v.wsl)
-    native = compat.cuda_for_driver(m, v.driver, v.wsl)
+    native = v.driver_cuda(m)
     if how == "native":
         o.add("cuda.request_ok", OK, f"driver {v.driver} runs CUDA {cuda} natively "
               f"(needs >= {ga})")
@@ -207,8 +215,7 @@ def check_request(v: View, m: Matrix, req: Request, o: Out) -> None:
               "toolchain (Triton, torch.compile) cannot be JIT-compiled",
               f"install a driver >= {ga} for full CUDA {cuda} support")
     else:
-        supports = f"CUDA <= {native}" if native else \
-            f"only CUDA older than {m.cuda[0].version}" if m.cuda else "no known CUDA"
+        supports = f"CUDA <= {native}" if native else "no CUDA release envbuild knows"
         o.add("nvidia.driver_too_old", ERROR,
               f"driver {v.driver} is too old for CUDA {cuda}: it needs >= {ga}, or >= {floor} "
               f"through minor-version compatibility; this driver supports {supports}",
@@ -222,6 +229,7 @@ def check_request(v: View, m: Matrix, req: Request, o: Out) -> None:
         o.add("cuda.request_arch", ERROR,
               f"no torch {tag} wheel has kernels for compute capability "
               + ", ".join(v.ccs), "use the CUDA version recommended below")
+
 
 def check_libs(v: View, m: Matrix, o: Out) -> None:
     f = v.facts
@@ -250,6 +258,7 @@ def check_libs(v: View, m: Matrix, o: Out) -> None:
                   "__nvJitLink...' errors",
                   "drop that directory from LD_LIBRARY_PATH (often added by a shell rc file or "
                   "conda activate script)", hits)
+
 
 def check_rocm(v: View, m: Matrix, o: Out) -> None:
     f = v.facts
@@ -285,6 +294,7 @@ def check_rocm(v: View, m: Matrix, o: Out) -> None:
                   "no ROCm torch wheel is built for " + ", ".join(sorted(set(v.amd_gfx))),
                   "HSA_OVERRIDE_GFX_VERSION can force a near target (unsupported, may crash); "
                   "otherwise use --target cpu")
+
 
 def check_macos(v: View, m: Matrix, o: Out) -> None:
     f = v.facts

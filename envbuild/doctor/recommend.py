@@ -45,6 +45,7 @@ def recommend(v: View, m: Matrix, req: Request) -> Recommendation:
                               f"built for it is rocm{choice.rocm} (torch {choice.torch})")
     return Recommendation("cpu", reason="no GPU on this host")
 
+
 def recommend_cuda(v: View, m: Matrix, req: Request, pin: Callable[[str], str]) -> Recommendation:
     driver, ccs = v.driver, v.ccs
     arch = f"compute capability {', '.join(ccs)}" if ccs else "unknown compute capability"
@@ -63,12 +64,12 @@ def recommend_cuda(v: View, m: Matrix, req: Request, pin: Callable[[str], str]) 
     if choice is None:
         return Recommendation("cpu", reason=f"no CUDA torch wheel runs on driver {driver} "
                               f"with {arch}")
-    native = compat.cuda_for_driver(m, driver, v.wsl)
+    native = v.driver_cuda(m)
     if choice.how == "native":
         why = (f"driver {driver} runs CUDA <= {native}; newest CUDA with torch wheels for "
                f"{arch}: {choice.tag} (torch {choice.torch})")
     else:
-        supports = f"<= {native}" if native else "older than any wheel"
+        supports = f"<= {native}" if native else "older than any wheel's"
         why = (f"driver {driver} supports CUDA {supports}; the {choice.tag} wheels "
                f"(torch <= {choice.torch}) run on it through minor-version compatibility")
     alts = []

@@ -39,13 +39,12 @@ def render(findings: list[Finding], rec: Recommendation, facts: HostFacts,
     if h["container"]:
         where += f", inside a {h['container']} container"
     lines = [f"envbuild doctor: {where}, Python {h['python']} ({h['executable']})", ""]
+    pad = " " * 9
     for f in findings:
-        head = f"  {_LABEL[f.severity]:<5}  {f.id:<28} "
-        body = _wrap(f.message, " " * len(head))
-        lines.append(head + body[0].lstrip())
-        lines += body[1:]
-        pad = " " * (len(head))
-        if f.remediation and f.severity in (Severity.WARN, Severity.ERROR, Severity.INFO):
+        lines += textwrap.wrap(f"{_LABEL[f.severity]:<5}  {f.id}  {f.message}", WIDTH,
+                               initial_indent="  ", subsequent_indent=pad,
+                               break_on_hyphens=False, break_long_words=False)
+        if f.remediation and f.severity is not Severity.OK:
             lines += _wrap("fix: " + f.remediation, pad)
         if f.evidence and (verbose or f.severity in (Severity.WARN, Severity.ERROR)):
             for ev in f.evidence[: None if verbose else 3]:

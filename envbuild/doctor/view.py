@@ -52,6 +52,11 @@ class View:
         found = [v for v in (self.kernel_driver, self.nvml_driver) if v]
         return min(found, key=version_key) if found else ""
 
+    def driver_cuda(self, m: Matrix) -> str:
+        """Newest CUDA the driver runs natively: from the matrix, else what nvidia-smi reports."""
+        native = compat.cuda_for_driver(m, self.driver, self.wsl) if self.driver else ""
+        return native or (self.smi.cuda if self.smi is not None else "")
+
     @property
     def ccs(self) -> list[str]:
         return sorted({g.cc for g in self.gpus if g.cc}, key=version_key)
@@ -61,6 +66,7 @@ def gfx_name(target_version: int) -> str:
     major, minor = target_version // 10000, (target_version // 100) % 100
     step = target_version % 100
     return f"gfx{major}{minor}{step:x}"
+
 
 def build_view(f: HostFacts, m: Matrix) -> View:
     v = View(facts=f)
@@ -134,6 +140,7 @@ def build_view(f: HostFacts, m: Matrix) -> View:
                 v.torch_cuda = compat.cuda_of_tag(rel.default_variant) if rel else ""
     return v
 
+
 def default_flavor(m: Matrix, torch: str) -> str:
     """A PyPI torch without a local tag on Linux is its release's default variant."""
     rel = m.torch_release(minor(torch))
@@ -141,13 +148,16 @@ def default_flavor(m: Matrix, torch: str) -> str:
         return "unknown"
     return "cuda" if rel.default_variant.startswith("cu") else rel.default_variant
 
+
 def minor(version: str) -> str:
     return ".".join(version.partition("+")[0].split(".")[:2])
+
 
 def same_driver(a: str, b: str) -> bool:
     pa, pb = a.split("."), b.split(".")
     n = min(len(pa), len(pb))
     return pa[:n] == pb[:n]
+
 
 def torch_probe(f: HostFacts) -> dict[str, Any]:
     c = f.out(model.TORCH_PROBE)
@@ -156,11 +166,15 @@ def torch_probe(f: HostFacts) -> dict[str, Any]:
     obj = parse.json_object(c.stdout)
     return obj or {}
 
+
 def tail(text: str, n: int = 2) -> tuple[str, ...]:
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     return tuple(lines[-n:])
 
+
 class Out:
+    """Collects findings in the order the checks run."""
+
     def __init__(self) -> None:
         self.items: list[Finding] = []
 
@@ -171,15 +185,15 @@ class Out:
     def has(self, id_: str) -> bool:
         return any(x.id == id_ for x in self.items)
 
+
 def stdout_of(f: HostFacts, name: str) -> str:
     c = f.out(name)
     return c.stdout if c is not None and c.ran else ""
+
 
 def first_resolved(f: HostFacts, soname: str) -> tuple[str, str] | None:
     """Where the loader finds soname first: LD_LIBRARY_PATH dirs, then the ld.so cache."""
     cands = [f"{d}/{soname}" for d in f.env.get("LD_LIBRARY_PATH", "").split(":")
              if d and soname in f.dirs.get(d, ())]
     cands += parse.ldconfig_paths(stdout_of(f, model.LDCONFIG), soname)
-    for c in cands:
-        return c, f.resolved.get(c, c)
-    return None
+    return (cands[0], f.resolved.get(cands[0], cands[0])) if cands else None

@@ -1,0 +1,88 @@
+"""The matrix data: the shipped files check clean; a corrupted copy fails with file and row."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from envbuild.errors import MatrixError
+from envbuild.matrix import check, load
+from tests.conftest import ROOT, run_cli
+
+
+def test_shipped_matrix_is_clean() -> None:
+    assert check(ROOT / "matrix") == []
+
+
+def test_every_source_is_described() -> None:
+    m = load()
+    for sid, src in m.sources.items():
+        assert src.get("title") and src.get("url") is not None, sid
+
+
+def _corrupt(tmp_path: Path) -> Path:
+    d = tmp_path / "matrix"
+    shutil.copytree(ROOT / "matrix", d)
+    torch = (d / "torch.toml").read_text()
+    # a variant pointing at a CUDA release that does not exist
+    torch = torch.replace('tag = "cu121"\nkind = "cuda"\nversion = "12.1"',
+                          'tag = "cu127"\nkind = "cuda"\nversion = "12.7"', 1)
+    (d / "torch.toml").write_text(torch)
+    cuda = (d / "cuda.toml").read_text()
+    # a source id nobody defined, and a key the schema does not know
+    cuda = re.sub(r'source = \["S-NV-RN-13.2.2"', 'source = ["S-NOWHERE"', cuda, count=1)
+    cuda = cuda.replace('[[release]]\n', '[[release]]\nbogus = 1\n', 1)
+    (d / "cuda.toml").write_text(cuda)
+    gpus = (d / "gpus.toml").read_text()
+    (d / "gpus.toml").write_text(gpus + '\n[[gpu]]\nname = "H100"\nvendor = "nvidia"\ncc = "9.9"'
+                                 '\nsource = ["S-NV-CUDA-GPUS"]\n')
+    return d
+
+
+def test_corrupted_copy_reports_all_problems(tmp_path: Path) -> None:
+    d = _corrupt(tmp_path)
+    problems = [str(p) for p in check(d)]
+    text = "\n".join(problems)
+    assert "torch.toml: [[variant]] (release=" in text
+    assert "CUDA '12.7' is not a [[release]]" in text
+    assert "source 'S-NOWHERE' is not defined in sources.toml" in text
+    assert "unknown key 'bogus'" in text
+    assert "name 'H100' also used by" in text and "compute capability '9.9'" in text
+    with pytest.raises(MatrixError):
+        load(d)
+    r = run_cli("matrix", "check", "--dir", str(d), "--json")
+    assert r.returncode == 1
+    data = json.loads(r.stdout)
+    assert data["ok"] is False and len(data["problems"]) >= 5
+    assert all(p["file"].endswith(".toml") and p["row"] for p in data["problems"])
+
+
+def test_sorted_rows_are_enforced(tmp_path: Path) -> None:
+    d = tmp_path / "matrix"
+    shutil.copytree(ROOT / "matrix", d)
+    text = (d / "rocm.toml").read_text()
+    first = text.index("[[release]]")
+    second = text.index("[[release]]", first + 1)
+    third = text.index("[[release]]", second + 1)
+    swapped = text[:first] + text[second:third] + text[first:second] + text[third:]
+    (d / "rocm.toml").write_text(swapped)
+    assert any("out of order" in str(p) for p in check(d))
+
+
+@pytest.mark.parametrize("table", ["cuda", "torch", "gpus", "rocm", "os"])
+def test_show_tables(table: str) -> None:
+    r = run_cli("matrix", "show", table)
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.splitlines()) > 5
+    j = run_cli("matrix", "show", table, "--json")
+    rows = json.loads(j.stdout)
+    assert rows and isinstance(rows[0], dict)
+
+
+def test_unverified_facts_stay_visible() -> None:
+    r = run_cli("matrix", "show", "gpus")
+    assert "*" in r.stdout and "not verified" in r.stdout

@@ -1,0 +1,707 @@
+"""Tests for envbuild/validator.py, the in-image validator.
+
+The validator is loaded by path (it is a standalone file that images carry without the envbuild
+package). Decisions are tested as pure functions, GPU paths through recorded facts in
+tests/fixtures/validator/, and the whole program by running it on this host's CPU torch.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+VALIDATOR_PATH = ROOT / "envbuild" / "validator.py"
+PEAKS_TOML = ROOT / "matrix" / "peaks.toml"
+FIXTURES = ROOT / "tests" / "fixtures" / "validator"
+GPU_FIXTURES = sorted(FIXTURES.glob("*_*.json"))
+
+REQUIRED_IDS = ("facts.torch", "expect.torch_version", "device.count", "numerics.matmul",
+                "train.smoke", "dist.allreduce", "shm.size", "image.no_driver_userspace",
+                "perf.matmul")
+REQUIRED_GPUS = ("H100 SXM", "H100 PCIe", "H200", "A100 SXM 80GB", "A100 PCIe 40GB", "L4", "T4",
+                 "RTX 4090", "MI300X")
+CHECK_KEYS = {"id", "title", "status", "reason", "duration_s", "evidence", "remediation"}
+
+
+def _load_validator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("envbuild_validator_under_test", VALIDATOR_PATH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+V = _load_validator()
+
+
+def _torch_version() -> str:
+    torch = pytest.importorskip("torch")
+    return str(torch.__version__)
+
+
+def host_spec(**overrides: Any) -> dict[str, Any]:
+    version = _torch_version()
+    spec: dict[str, Any] = {
+        "target": "cpu", "torch": version.split("+")[0], "torchvision": None, "torchaudio": None,
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "variant": V.local_tag(version) or "cpu", "torch_cuda": None, "rocm": None,
+        "cuda_image": None, "cudnn": None, "nccl": None, "archs": [], "gpus": [],
+        "os": "ubuntu22.04", "base_image": "ubuntu:22.04", "min_driver": None,
+    }
+    spec.update(overrides)
+    return spec
+
+
+def peaks_data() -> dict[str, Any]:
+    with PEAKS_TOML.open("rb") as fh:
+        return tomllib.load(fh)
+
+
+def run_validator(tmp: Path, spec: dict[str, Any] | None, *args: str,
+                  python: list[str] | None = None, env: dict[str, str] | None = None,
+                  script: Path = VALIDATOR_PATH, timeout: float = 120,
+                  ) -> tuple[int, dict[str, Any] | None, str, str]:
+    tmp.mkdir(parents=True, exist_ok=True)
+    argv = [*(python or [sys.executable]), str(script)]
+    if spec is not None:
+        spec_path = tmp / "spec.json"
+        spec_path.write_text(json.dumps(spec))
+        argv += ["--spec", str(spec_path)]
+    out = tmp / "report.json"
+    argv += ["--out", str(out), *args]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=tmp,
+                          env={**os.environ, **(env or {})}, check=False)
+    report = json.loads(out.read_text()) if out.exists() else None
+    return proc.returncode, report, proc.stdout, proc.stderr
+
+
+def by_id(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["id"]: c for c in report["checks"]}
+
+
+def assert_schema(report: dict[str, Any]) -> None:
+    assert report["schema_version"] == 1
+    assert isinstance(report["envbuild_validator"], str) and report["envbuild_validator"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", report["started"])
+    assert isinstance(report["duration_s"], (int, float)) and report["duration_s"] >= 0
+    assert {"hostname", "platform", "python"} <= set(report["host"])
+    ids = [c["id"] for c in report["checks"]]
+    assert len(ids) == len(set(ids))
+    for c in report["checks"]:
+        assert set(c) >= CHECK_KEYS, c["id"]
+        assert re.fullmatch(r"[a-z]+(\.[a-z0-9_]+)+", c["id"])
+        assert c["status"] in ("pass", "warn", "fail", "skip")
+        assert isinstance(c["evidence"], dict)
+        assert isinstance(c["duration_s"], (int, float)) and c["duration_s"] >= 0
+        if c["status"] == "skip":
+            assert c["reason"].strip(), f"{c['id']} skipped without a reason"
+        if c["status"] in ("warn", "fail"):
+            assert c["remediation"].strip(), f"{c['id']} {c['status']} without remediation"
+    summary = report["summary"]
+    for status in ("pass", "warn", "fail", "skip"):
+        assert summary[status] == sum(1 for c in report["checks"] if c["status"] == status)
+    assert summary["status"] == ("fail" if summary["fail"] else "pass")
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole program on this host's CPU torch
+
+
+@pytest.fixture(scope="module")
+def host_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, dict[str, Any], str]]:
+    tmp = tmp_path_factory.mktemp("host")
+    peaks_json = tmp / "peaks.json"
+    peaks_json.write_text(json.dumps(peaks_data()))
+    t0 = time.monotonic()
+    rc, report, stdout, stderr = run_validator(tmp, host_spec(), "--peaks", str(peaks_json),
+                                               "--json")
+    wall = time.monotonic() - t0
+    assert report is not None, stderr
+    print(f"host CPU run: {wall:.1f}s wall, {report['duration_s']}s in report")
+    yield rc, report, stdout
+
+
+def test_host_run_has_no_failures(host_run: tuple[int, dict[str, Any], str]) -> None:
+    rc, report, _ = host_run
+    failures = {c["id"]: c["detail"] for c in report["checks"] if c["status"] == "fail"}
+    assert failures == {}
+    assert rc == 0
+    assert report["summary"]["status"] == "pass"
+    assert set(REQUIRED_IDS) <= set(by_id(report))
+    assert report["duration_s"] < 60
+
+
+def test_host_run_really_ran_torch(host_run: tuple[int, dict[str, Any], str]) -> None:
+    checks = by_id(host_run[1])
+    for cid in ("facts.torch", "expect.torch_version", "expect.flavor", "numerics.matmul",
+                "numerics.conv2d", "numerics.autocast", "train.smoke", "train.dataloader",
+                "train.checkpoint", "dist.allreduce", "perf.matmul"):
+        assert checks[cid]["status"] == "pass", (cid, checks[cid]["detail"])
+    smoke = checks["train.smoke"]["evidence"]
+    assert smoke["steps"] >= 30 and smoke["final_avg"] <= 0.5 * smoke["initial_avg"]
+    assert checks["dist.allreduce"]["evidence"]["backend"] == "gloo"
+    assert checks["perf.matmul"]["evidence"]["note"] == "no verdict on CPU"
+    assert checks["perf.matmul"]["evidence"]["measured"]["fp32_gflops"] > 0
+
+
+def test_host_run_device_checks_skip_with_reason(host_run: tuple[int, dict[str, Any], str]) -> None:
+    checks = by_id(host_run[1])
+    for cid in ("device.count", "device.properties", "device.arch_coverage", "device.kernel",
+                "perf.mem_bw", "perf.h2d"):
+        assert checks[cid]["status"] == "skip"
+        assert checks[cid]["reason"] == "no GPU visible (torch.cuda.is_available() is False)"
+    assert checks["image.no_driver_userspace"]["status"] == "skip"
+
+
+def test_report_schema(host_run: tuple[int, dict[str, Any], str]) -> None:
+    _, report, stdout = host_run
+    assert_schema(report)
+    assert json.loads(stdout) == report  # --json prints the same report that --out wrote
+    assert [c["id"] for c in report["checks"]] == list(V.CHECK_IDS)
+
+
+def test_table_has_one_line_per_check(host_run: tuple[int, dict[str, Any], str]) -> None:
+    report = host_run[1]
+    lines = V.format_table(report).splitlines()
+    assert len(lines) == 1 + len(report["checks"])
+    for line, check in zip(lines[1:], report["checks"], strict=True):
+        assert line.startswith(check["status"].upper()) and check["id"] in line
+
+
+def test_cuda_spec_on_cpu_torch_fails_flavor(tmp_path: Path) -> None:
+    spec = host_spec(target="cuda", variant="cu121", torch_cuda="12.1", cudnn="9.1.0.70")
+    rc, report, stdout, _ = run_validator(tmp_path, spec, "--only", "facts.torch,expect")
+    assert report is not None
+    checks = by_id(report)
+    assert rc == 1
+    assert checks["expect.flavor"]["status"] == "fail"
+    assert checks["expect.flavor"]["detail"] == "CPU torch in a CUDA image"
+    assert checks["expect.cuda_version"]["status"] == "fail"
+    assert checks["facts.torch"]["status"] == "pass"
+    assert "FAIL  expect.flavor" in stdout
+
+
+def test_wrong_torch_version_fails(tmp_path: Path) -> None:
+    rc, report, _, _ = run_validator(tmp_path, host_spec(torch="2.5.1"),
+                                     "--only", "expect.torch_version,expect.flavor")
+    assert report is not None and rc == 1
+    checks = by_id(report)
+    assert checks["expect.torch_version"]["status"] == "fail"
+    assert "2.5.1" in checks["expect.torch_version"]["remediation"]
+    assert checks["expect.flavor"]["status"] == "pass"
+
+
+def test_require_gpu_turns_device_skips_into_failures(tmp_path: Path) -> None:
+    rc, report, _, _ = run_validator(tmp_path, host_spec(), "--require-gpu",
+                                     "--only", "device,perf.mem_bw")
+    assert report is not None and rc == 1
+    statuses = {c["id"]: c["status"] for c in report["checks"]}
+    assert statuses == {"device.spec_gpus": "skip", "device.count": "fail",
+                        "device.properties": "fail", "device.arch_coverage": "fail",
+                        "device.kernel": "fail", "perf.mem_bw": "fail"}
+    assert "--gpus all" in by_id(report)["device.count"]["remediation"]
+
+
+def _pythons_without_torch() -> list[list[str]]:
+    candidates = [[sys.executable, "-S"]]  # no site-packages: torch is not importable
+    base = Path(sys.base_prefix)
+    for p in sorted(base.parent.glob("3.9*/bin/python3.9")):  # pyenv layout, if present
+        candidates.append([str(p)])
+        break
+    return candidates
+
+
+@pytest.mark.parametrize("python", _pythons_without_torch(),
+                         ids=lambda p: Path(p[0]).name + "".join(p[1:]))
+def test_missing_torch_still_writes_report(tmp_path: Path, python: list[str]) -> None:
+    probe = subprocess.run([*python, "-c", "import torch"], capture_output=True, check=False)
+    if probe.returncode == 0:
+        pytest.skip("this interpreter has torch")
+    spec = {"target": "cuda", "torch": "2.5.1", "variant": "cu121", "python": "3.11"}
+    rc, report, stdout, stderr = run_validator(tmp_path, spec, "--skip", "perf,dist,train",
+                                               python=python)
+    assert report is not None, stderr
+    assert rc == 1
+    assert "Traceback" not in stdout + stderr
+    assert_schema(report)
+    checks = by_id(report)
+    assert checks["facts.torch"]["status"] == "fail"
+    assert "No module named 'torch'" in checks["facts.torch"]["evidence"]["error"]
+    assert checks["numerics.matmul"]["status"] == "fail"
+    assert checks["facts.python"]["status"] == "pass"
+
+
+def test_hung_and_crashing_checks_fail_alone(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    t0 = time.monotonic()
+    rc, report, _, _ = run_validator(
+        tmp_path, host_spec(), "--only", "numerics,train.checkpoint", "--timeout-scale", "0.05",
+        env={V.FAULT_ENV: "hang:numerics.matmul,crash:numerics.conv2d"})
+    assert time.monotonic() - t0 < 40
+    assert report is not None and rc == 1
+    checks = by_id(report)
+    assert checks["numerics.matmul"]["status"] == "fail"
+    assert checks["numerics.matmul"]["detail"].startswith("timed out")
+    assert checks["numerics.conv2d"]["status"] == "fail"
+    assert checks["numerics.conv2d"]["evidence"]["signal"] == "SIGSEGV"
+    assert checks["numerics.autocast"]["status"] == "pass"
+    assert checks["train.checkpoint"]["status"] == "pass"
+
+
+def test_validator_does_not_import_envbuild(tmp_path: Path) -> None:
+    """Run a copy outside the repo with a poisoned `envbuild` package first on the path."""
+    pytest.importorskip("torch")
+    copy = tmp_path / "opt" / "validator.py"
+    copy.parent.mkdir(parents=True)
+    shutil.copy(VALIDATOR_PATH, copy)
+    poison = tmp_path / "poison" / "envbuild"
+    poison.mkdir(parents=True)
+    marker = tmp_path / "imported-envbuild"
+    (poison / "__init__.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\nraise ImportError('validator imported envbuild')\n")
+    env = {"PYTHONPATH": str(poison.parent)}
+    rc, report, _, stderr = run_validator(
+        tmp_path / "run", host_spec(), "--only", "facts,expect,train.dataloader,dist.allreduce",
+        script=copy, env=env)
+    assert report is not None, stderr
+    assert not marker.exists()
+    assert rc == 0, [c for c in report["checks"] if c["status"] == "fail"]
+    assert by_id(report)["dist.allreduce"]["status"] == "pass"
+
+
+def test_validator_imports_only_stdlib_and_torch() -> None:
+    tree = ast.parse(VALIDATOR_PATH.read_text())
+    allowed = set(sys.stdlib_module_names) | {"torch", "torchvision", "torchaudio"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, "relative import"
+            names = [node.module or ""]
+        else:
+            continue
+        for name in names:
+            assert name.split(".")[0] in allowed, name
+    text = VALIDATOR_PATH.read_text()
+    assert "import_module(\"envbuild" not in text and "from envbuild" not in text
+
+
+def test_runs_as_module_from_repo(tmp_path: Path) -> None:
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps({"target": "cpu", "python": "3.11"}))
+    proc = subprocess.run([sys.executable, "-m", "envbuild.validator", "--spec", str(spec_path),
+                           "--only", "facts.python,shm.size", "--json"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert [c["id"] for c in json.loads(proc.stdout)["checks"]] == ["facts.python", "shm.size"]
+
+
+def test_without_spec_nothing_is_compared(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    (tmp_path / "peaks.json").write_text("{}")  # a matrix without a peaks table
+    rc, report, _, stderr = run_validator(tmp_path, None, "--only", "facts,expect,perf.matmul",
+                                          "--peaks", str(tmp_path / "peaks.json"))
+    assert report is not None, stderr
+    assert rc == 0 and report["spec"] == {}
+    checks = by_id(report)
+    assert checks["facts.torch"]["status"] == "pass"
+    assert all(c["status"] == "skip" for cid, c in checks.items() if cid.startswith("expect."))
+    assert checks["expect.flavor"]["reason"] == "no spec target given: nothing to compare"
+
+
+@pytest.mark.parametrize("case", ["missing_spec", "bad_json", "bad_target", "unknown_check",
+                                  "bad_peaks", "bad_option", "bad_timeout_scale"])
+def test_cannot_run_exits_3(tmp_path: Path, case: str) -> None:
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps({"target": "cpu"}))
+    argv = [sys.executable, str(VALIDATOR_PATH), "--spec", str(spec_path)]
+    if case == "missing_spec":
+        argv[-1] = str(tmp_path / "nope.json")
+    elif case == "bad_json":
+        spec_path.write_text("{not json")
+    elif case == "bad_target":
+        spec_path.write_text(json.dumps({"target": "tpu"}))
+    elif case == "unknown_check":
+        argv += ["--only", "numerics.bogus"]
+    elif case == "bad_peaks":
+        (tmp_path / "peaks.json").write_text(json.dumps({"meta": {"pass_ratio": 2}, "gpu": []}))
+        argv += ["--peaks", str(tmp_path / "peaks.json")]
+    elif case == "bad_option":
+        argv.append("--bogus")
+    else:
+        argv += ["--timeout-scale", "0"]
+    proc = subprocess.run([*argv, "--out", str(tmp_path / "r.json")], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 3, proc.stderr
+    assert not (tmp_path / "r.json").exists()
+    assert "Traceback" not in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure decisions
+
+
+CU121 = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]  # torch 2.5.1+cu121
+CU130 = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"]  # torch 2.9 cu130
+
+
+@pytest.mark.parametrize(("arch_list", "cc", "covered", "via", "mode"), [
+    (CU121, "8.9", True, "sm_86", "sass"),   # Ada runs Ampere GA10x cubins
+    (CU121, "6.1", True, "sm_60", "sass"),
+    (CU121, "9.0", True, "sm_90", "sass"),
+    (CU121, "8.0", True, "sm_80", "sass"),
+    (CU121, "12.0", False, None, None),      # Blackwell consumer: no cubin, no PTX
+    (CU121, "3.7", False, None, None),       # Kepler K80: dropped
+    (CU121, "10.0", False, None, None),
+    (CU130, "12.1", True, "sm_120", "sass"),  # same major, minor >= 0
+    (CU130, "7.0", False, None, None),       # Volta dropped in cu130
+    (["compute_120"], "12.1", True, "compute_120", "ptx"),
+    (["sm_80", "compute_90"], "10.0", True, "compute_90", "ptx"),
+    (["sm_80", "compute_90"], "8.6", True, "sm_80", "sass"),
+    (["sm_80", "compute_90"], "7.5", False, None, None),
+    (["sm_90a"], "9.0", True, "sm_90a", "sass"),
+    (["sm_90a"], "9.1", False, None, None),   # arch-specific cubins run on exactly 9.0
+])
+def test_arch_covers(arch_list: list[str], cc: str, covered: bool, via: str | None,
+                     mode: str | None) -> None:
+    got = V.arch_covers(arch_list, cc)
+    assert (got["covered"], got["via"], got["mode"]) == (covered, via, mode)
+
+
+def test_gfx_covers() -> None:
+    gfx = ["gfx900", "gfx906", "gfx908", "gfx90a", "gfx942", "gfx1030", "gfx1100"]
+    assert V.gfx_covers(gfx, "gfx942:sramecc+:xnack-")["covered"]
+    assert not V.gfx_covers(gfx, "gfx1201")["covered"]
+    assert V.split_arch_flags("sm_50 sm_60;sm_70") == ["sm_50", "sm_60", "sm_70"]
+
+
+def test_spec_gpus_coverage_is_static() -> None:
+    facts = {"torch": {"version": "2.5.1+cu121", "cuda": "12.1", "arch_list": CU121}}
+    ok = V.judge_spec_gpus({"gpus": [{"name": "L4", "cc": "8.9"}]}, facts)
+    assert ok.status == "pass" and "sm_86" in ok.detail
+    bad = V.judge_spec_gpus({"gpus": [{"name": "RTX 5090", "cc": "12.0"}]}, facts)
+    assert bad.status == "fail" and "RTX 5090" in bad.detail and bad.remediation
+    ptx_torch = {"torch": {"version": "x", "cuda": "12.4", "arch_list": ["compute_90"]}}
+    ptx = V.judge_spec_gpus({"gpus": [{"name": "B200", "cc": "10.0"}]}, ptx_torch)
+    assert ptx.status == "warn"
+    assert V.judge_spec_gpus({"gpus": []}, facts).status == "skip"
+    cpu = V.judge_spec_gpus({"gpus": [{"cc": "9.0"}]}, {"torch": {"version": "2.5.1+cpu"}})
+    assert cpu.status == "skip" and cpu.reason
+
+
+def test_archs_judge() -> None:
+    facts = {"torch": {"version": "2.5.1+cu121", "cuda": "12.1", "arch_list": CU121}}
+    assert V.judge_archs({"archs": CU121, "variant": "cu121"}, facts).status == "pass"
+    bad = V.judge_archs({"archs": [*CU121, "compute_90"], "variant": "cu124"}, facts)
+    assert bad.status == "fail" and "compute_90" in bad.detail
+    assert V.judge_archs({"archs": []}, facts).status == "skip"
+    assert V.judge_archs({"archs": CU121}, {"torch": {"version": "2.5.1"}}).status == "skip"
+
+
+@pytest.mark.parametrize(("measured", "status"), [(700.0, "pass"), (200.0, "warn"), (50.0, "fail")])
+def test_perf_verdict_h100_bf16(measured: float, status: str) -> None:
+    peaks = V.load_peaks(peaks_data())
+    got = V.judge_perf({"bf16_tflops": measured}, "NVIDIA H100 80GB HBM3", "cuda", peaks, "matmul")
+    assert got.status == status
+    assert got.evidence["gpu"] == "H100 SXM"
+    if status != "pass":
+        assert got.remediation
+    meta = peaks["meta"]
+    assert V.perf_verdict(measured, 989.4, meta["pass_ratio"], meta["warn_ratio"]) == status
+
+
+def test_perf_without_verdict() -> None:
+    peaks = V.load_peaks(peaks_data())
+    cpu = V.judge_perf({"fp32_gflops": 120.0}, "x86_64", "cpu", peaks, "matmul")
+    assert cpu.status == "pass" and cpu.evidence["note"] == "no verdict on CPU"
+    unknown = V.judge_perf({"bf16_tflops": 1.0}, "NVIDIA GeForce GTX 1080", "cuda", peaks, "matmul")
+    assert unknown.status == "pass" and "not in the peaks table" in unknown.evidence["note"]
+    no_peaks = V.judge_perf({"bf16_tflops": 1.0}, "NVIDIA H100 PCIe", "cuda", None, "matmul")
+    assert no_peaks.status == "pass" and "no verdict" in no_peaks.detail
+    t4 = V.judge_perf({"fp16_tflops": 30.0, "bf16_tflops": 5.0}, "Tesla T4", "cuda", peaks, "mm")
+    assert t4.evidence["verdicts"]["bf16_tflops"]["peak"] is None  # T4 has no bf16 peak
+
+
+@pytest.mark.parametrize(("name", "row"), [
+    ("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H100 PCIe", "H100 PCIe"),
+    ("NVIDIA H200", "H200"), ("NVIDIA H200 NVL", "H200 NVL"), ("NVIDIA L4", "L4"),
+    ("NVIDIA L40S", None), ("Tesla T4", "T4"), ("NVIDIA A100-SXM4-80GB", "A100 SXM 80GB"),
+    ("NVIDIA A100-PCIE-40GB", "A100 PCIe 40GB"), ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+    ("AMD Instinct MI300X", "MI300X"), ("AMD Instinct MI300X VF", "MI300X"),
+])
+def test_match_gpu(name: str, row: str | None) -> None:
+    got = V.match_gpu(name, peaks_data())
+    assert (got["name"] if got else None) == row
+
+
+def test_peaks_toml_is_complete_and_sourced() -> None:
+    data = peaks_data()
+    V.load_peaks(data)  # the JSON the image gets is this, converted
+    names = {g["name"] for g in data["gpu"]}
+    assert set(REQUIRED_GPUS) <= names
+    header_ids = set(re.findall(r"^# (S-[A-Z0-9-]+):", PEAKS_TOML.read_text(), re.M))
+    for g in data["gpu"]:
+        assert isinstance(g["verified"], bool)
+        assert g["source"] and set(g["source"]) <= header_ids, g["name"]
+        assert g.get("fp32_tflops") and g.get("mem_bw_gbs") and g.get("h2d_gbs"), g["name"]
+        assert g.get("bf16_dense_tflops") or g.get("fp16_dense_tflops"), g["name"]
+    h100 = next(g for g in data["gpu"] if g["name"] == "H100 SXM")
+    assert h100["bf16_dense_tflops"] < 1000 and h100["tf32_dense_tflops"] < 500  # dense, not sparse
+
+
+def test_load_peaks_rejects_bad_data() -> None:
+    good = peaks_data()
+    for bad in ({}, {"meta": {"pass_ratio": 0.6, "warn_ratio": 0.9}, "gpu": []},
+                {"meta": good["meta"], "gpu": [{"name": "X", "match": []}]},
+                {"meta": good["meta"], "gpu": [{"name": "X", "match": ["X"], "mem_bw_gbs": -1}]}):
+        with pytest.raises(ValueError):
+            V.load_peaks(bad)
+
+
+@pytest.mark.parametrize(("expected", "actual", "variant", "status"), [
+    ("2.5.1", "2.5.1+cu121", "cu121", "pass"),
+    ("2.5.1", "2.5.1", "cu124", "pass"),         # PyPI wheels carry no local tag
+    ("2.5.1", "2.5.1+cpu", "cu121", "fail"),     # CPU build in a CUDA image
+    ("2.5.1", "2.5.0+cu121", "cu121", "fail"),
+    ("2.5.1", "2.5.1+rocm6.2", "rocm6.2", "pass"),
+    ("2.5.1", "2.5.1+cpu.cxx11.abi", "cpu", "pass"),
+    (None, "2.5.1", "cu121", "skip"),
+    ("0.20.1", None, "cu121", "fail"),
+])
+def test_version_verdict(expected: str | None, actual: str | None, variant: str,
+                         status: str) -> None:
+    assert V.version_verdict("torch", expected, actual, variant).status == status
+
+
+def test_version_helpers() -> None:
+    assert V.cudnn_version_str(90100) == "9.1.0"
+    assert V.cudnn_version_str(8902) == "8.9.2"
+    assert V.cudnn_version_str(91002) == "9.10.2"
+    assert V.nccl_version_str((2, 21, 5)) == "2.21.5"
+    assert V.nccl_version_str(2708) == "2.7.8"
+    assert V.nccl_version_str(22105) == "2.21.5"
+    assert V.version_prefix_matches("9.1.0.70", "9.1.0")
+    assert not V.version_prefix_matches("9.1.0.70", "9.0.0")
+    assert V.major_minor("6.2.41133-dd7f95766") == "6.2"
+    assert V.major_minor("12.1") == "12.1"
+    assert V.torch_pin_from_requires(["numpy", "torch (==2.5.1)"]) == "2.5.1"
+    assert V.torch_pin_from_requires(["torch==2.4.1", "torchaudio==2.4.1"]) == "2.4.1"
+    assert V.torch_pin_from_requires(["torchaudio==2.4.1", "pillow"]) is None
+    assert V.torch_pin_from_requires(["torch>=2.0"]) is None
+    assert V.pin_matches("2.5.1", "2.5.1+cu121") and not V.pin_matches("2.4.1", "2.5.1+cu121")
+
+
+def test_flavor_judge() -> None:
+    cpu_torch = {"torch": {"version": "2.5.1+cpu", "cuda": None, "hip": None}}
+    cuda_torch = {"torch": {"version": "2.5.1+cu121", "cuda": "12.1", "hip": None}}
+    rocm_torch = {"torch": {"version": "2.5.1+rocm6.2", "cuda": None, "hip": "6.2.41133"}}
+    assert V.judge_flavor({"target": "cuda"}, cpu_torch).detail == "CPU torch in a CUDA image"
+    assert V.judge_flavor({"target": "cuda"}, rocm_torch).detail == "ROCm torch in a CUDA image"
+    assert V.judge_flavor({"target": "cuda"}, cuda_torch).status == "pass"
+    assert V.judge_flavor({"target": "rocm"}, cuda_torch).status == "fail"
+    assert V.judge_flavor({"target": "cpu"}, cuda_torch).status == "fail"
+    assert V.judge_flavor({"target": "cpu"}, cpu_torch).status == "pass"
+    assert V.judge_flavor({"target": "mps"}, {"torch": {"mps_built": True}}).status == "pass"
+
+
+def test_numerics_and_training_verdicts() -> None:
+    assert V.tolerance_verdict({"fp32": 2e-7}, "mm").status == "pass"
+    assert V.tolerance_verdict({"fp32": 1e-3}, "mm").status == "fail"
+    assert V.tolerance_verdict({"tf32": 1e-3, "bf16": 1e-2}, "mm").status == "pass"
+    assert V.tolerance_verdict({"fp32": float("nan")}, "mm").status == "fail"
+    falling = [1.4] * 5 + [1.0] * 30 + [0.5] * 5
+    assert V.loss_verdict(falling).status == "pass"
+    assert V.loss_verdict([1.4] * 5 + [1.0] * 30 + [0.8] * 5).status == "fail"
+    assert V.loss_verdict([1.4] * 39 + [float("inf")]).status == "fail"
+    assert V.loss_verdict([1.0, 0.1]).status == "fail"
+
+
+def test_shm_verdict() -> None:
+    assert V.shm_verdict(64 << 20, True).status == "warn"
+    assert "--shm-size=8g" in V.shm_verdict(64 << 20, True).remediation
+    assert "--ipc=host" in V.shm_verdict(64 << 20, True).remediation
+    assert V.shm_verdict(8 << 30, True).status == "pass"
+    assert V.shm_verdict(8 << 30, False, "EROFS").status == "fail"
+    assert V.shm_verdict(None, False).status == "skip"
+
+
+def test_gpu_attached_but_unusable_fails_for_gpu_targets() -> None:
+    facts = {"devices": {"backend": "none", "available": False, "count": 0, "platform": "Linux",
+                         "dev_nodes": ["/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidiactl"],
+                         "init_warnings": ["CUDA initialization: The NVIDIA driver on your system "
+                                           "is too old (found version 11040)."]}}
+    out = V.judge_device_count(facts, False, "cuda")
+    assert out.status == "fail" and "too old" in out.detail and "driver" in out.remediation
+    assert V.judge_device_count(facts, False, "cpu").status == "skip"
+    no_nodes = {"devices": {**facts["devices"], "dev_nodes": ["/dev/dri"]}}
+    assert V.judge_device_count(no_nodes, False, "cuda").status == "skip"
+    assert V.judge_device_count(no_nodes, True, "cuda").status == "fail"
+
+
+def test_low_precision_choice() -> None:
+    assert V.low_precision("cuda", "9.0") == "bf16"
+    assert V.low_precision("cuda", "7.5") == "fp16"
+    assert V.low_precision("rocm", "9.4") == "bf16"
+    assert V.low_precision("mps", None) == "fp16"
+    assert V.low_precision("cpu", None) == "bf16"
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU paths through recorded facts
+
+
+JUDGES = {
+    "facts.torchvision": lambda s, f: V.judge_torchvision(s, f),
+    "facts.torchaudio": lambda s, f: V.judge_torchaudio(s, f),
+    "expect.torch_version": V.judge_torch_version,
+    "expect.torchvision_version": V.judge_torchvision_version,
+    "expect.torchaudio_version": V.judge_torchaudio_version,
+    "expect.flavor": V.judge_flavor,
+    "expect.cuda_version": V.judge_cuda_version,
+    "expect.cudnn": V.judge_cudnn,
+    "expect.nccl": V.judge_nccl,
+    "expect.rocm_version": V.judge_rocm_version,
+    "expect.archs": V.judge_archs,
+    "device.spec_gpus": V.judge_spec_gpus,
+    "device.count": lambda s, f: V.judge_device_count(f, True),
+    "device.properties": lambda s, f: V.judge_device_properties(f, True),
+    "device.arch_coverage": lambda s, f: V.judge_arch_coverage(f, True),
+}
+PERF_GROUPS = {"perf.matmul": ("bf16_tflops", "fp16_tflops", "tf32_tflops", "fp32_tflops"),
+               "perf.mem_bw": ("mem_bw_gbs",), "perf.h2d": ("h2d_gbs",)}
+
+
+@pytest.mark.parametrize("fixture", GPU_FIXTURES, ids=lambda p: p.stem)
+def test_recorded_gpu_facts(fixture: Path) -> None:
+    data = json.loads(fixture.read_text())
+    spec, facts, expect = data["spec"], data["facts"], data["expect"]
+    peaks = V.load_peaks(peaks_data())
+    got: dict[str, str] = {}
+    for cid, judge in JUDGES.items():
+        outcome = judge(spec, facts)
+        check = V.make_check(cid, cid, outcome, 0.0)
+        assert check["status"] != "skip" or check["reason"]
+        assert check["status"] not in ("warn", "fail") or check["remediation"]
+        got[cid] = check["status"]
+    device = facts["devices"]["devices"][0]["name"]
+    for cid, keys in PERF_GROUPS.items():
+        metrics = {k: v for k, v in (facts.get("perf") or {}).items() if k in keys}
+        if metrics:
+            got[cid] = V.judge_perf(metrics, device, facts["devices"]["backend"], peaks,
+                                    cid).status
+    assert {k: got.get(k) for k in expect} == expect
+
+
+def test_fixture_shape_matches_live_probe() -> None:
+    """The recorded facts have the keys the live probes produce, so fixtures stay honest."""
+    torch = pytest.importorskip("torch")
+    live = {"torch": V.probe_torch(torch), "torchaudio": V.probe_companion(torch, "torchaudio"),
+            "devices": V.probe_devices(torch)}
+    for fixture in GPU_FIXTURES:
+        facts = json.loads(fixture.read_text())["facts"]
+        for key, probe in live.items():
+            assert set(probe) <= set(facts[key]), (fixture.name, key, set(probe) - set(facts[key]))
+
+
+def test_blackwell_on_cu121_reports_the_missing_arch() -> None:
+    data = json.loads((FIXTURES / "rtx5090_cu121.json").read_text())
+    out = V.judge_arch_coverage(data["facts"], False)
+    assert out.status == "fail" and "RTX 5090" in out.detail and "12.0" in out.detail
+    assert "sm_90" in out.remediation
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver userspace in the image
+
+
+def _make_tree(root: Path, files: dict[str, str | None], links: dict[str, str]) -> None:
+    for rel, content in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(content or "x")
+    for rel, target in links.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.symlink_to(target)
+
+
+def _mounts(root: Path) -> set[str]:
+    text = (FIXTURES / "mountinfo_nvidia_runtime.txt").read_text()
+    return {str(root) + p for p in V.parse_mountinfo(text) if p != "/"}
+
+
+def test_parse_mountinfo_decodes_escapes() -> None:
+    points = V.parse_mountinfo((FIXTURES / "mountinfo_nvidia_runtime.txt").read_text())
+    assert "/usr/bin/nvidia-smi" in points and "/mnt/my data" in points
+
+
+def test_runtime_mounted_driver_files_are_ignored(tmp_path: Path) -> None:
+    root = tmp_path.resolve()
+    lib = "usr/lib/x86_64-linux-gnu"
+    _make_tree(root, {f"{lib}/libcuda.so.550.90.07": None, f"{lib}/libnvidia-ml.so.550.90.07": None,
+                      "usr/bin/nvidia-smi": None,
+                      "usr/local/cuda-12.2/compat/libcuda.so.535.104.05": None,
+                      "usr/local/cuda-12.2/lib64/stubs/libcuda.so": None},
+               {f"{lib}/libcuda.so.1": "libcuda.so.550.90.07",
+                f"{lib}/libnvidia-ml.so.1": "libnvidia-ml.so.550.90.07"})
+    scan = V.scan_driver_userspace(str(root), _mounts(root))
+    assert scan["in_image"] == []
+    assert len(scan["runtime_mounted"]) == 5
+    assert len(scan["allowed"]) == 2
+    assert V.driver_userspace_verdict(scan, "").status == "pass"
+
+
+def test_driver_files_shipped_in_the_image_fail(tmp_path: Path) -> None:
+    root = tmp_path.resolve()
+    lib = "usr/lib/x86_64-linux-gnu"
+    _make_tree(root, {f"{lib}/libnvidia-ml.so.535.104.05": None, "usr/bin/nvidia-smi": None},
+               {f"{lib}/libnvidia-ml.so.1": "libnvidia-ml.so.535.104.05",
+                f"{lib}/libcuda.so.1": "libcuda.so.535.104.05"})
+    scan = V.scan_driver_userspace(str(root), set())
+    out = V.driver_userspace_verdict(scan, "")
+    assert out.status == "fail" and out.remediation
+    assert sorted(Path(p).name for p in scan["in_image"]) == [
+        "libnvidia-ml.so.1", "libnvidia-ml.so.535.104.05", "nvidia-smi"]
+    assert [Path(p).name for p in scan["dangling"]] == ["libcuda.so.1"]
+
+
+def test_stubs_on_library_path_and_dangling_links_warn(tmp_path: Path) -> None:
+    root = tmp_path.resolve()
+    _make_tree(root, {}, {"usr/lib64/libcuda.so.1": "libcuda.so.470.1"})
+    scan = V.scan_driver_userspace(str(root), set())
+    assert V.driver_userspace_verdict(scan, "").status == "warn"
+    clean = V.scan_driver_userspace(str(tmp_path / "empty"), set())
+    stubs = V.driver_userspace_verdict(clean, "/usr/local/cuda/lib64/stubs:/usr/lib")
+    assert stubs.status == "warn" and "stub" in stubs.remediation
+
+
+def test_select_checks_groups_and_unknown_ids() -> None:
+    assert [c.id for c in V.select_checks(["numerics"], [])] == [
+        "numerics.matmul", "numerics.conv2d", "numerics.autocast"]
+    chosen = [c.id for c in V.select_checks([], ["perf", "dist.allreduce"])]
+    assert "dist.allreduce" not in chosen and not any(c.startswith("perf.") for c in chosen)
+    with pytest.raises(ValueError):
+        V.select_checks(["nope"], [])
+
+
+def test_atomic_write_leaves_no_temp_files(tmp_path: Path) -> None:
+    out = tmp_path / "sub" / "report.json"
+    V.write_json_atomic(str(out), {"a": float("nan"), "b": (1, 2)})
+    assert json.loads(out.read_text()) == {"a": "nan", "b": [1, 2]}
+    assert [p.name for p in out.parent.iterdir()] == ["report.json"]
