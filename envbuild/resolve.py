@@ -395,8 +395,8 @@ def resolve_parsed(m: Matrix, p: Parsed) -> Spec:
                 if why.narrow:
                     narrow.add((rel.version, v.tag))
                 continue
-            why = _why_this(m, p, rel, patch, v, rejections, narrow)
-            return dataclasses.replace(spec, trace=(*spec.trace[:1], *why, *spec.trace[1:]))
+            reasons = _why_this(m, p, rel, patch, v, rejections, narrow)
+            return dataclasses.replace(spec, trace=(*spec.trace[:1], *reasons, *spec.trace[1:]))
     relevant = [r for r in rejections if (r[0].version, r[1].tag) not in narrow]
     raise _conflict(m, p, releases, relevant or rejections)
 
