@@ -314,3 +314,13 @@ def test_push_to_a_registry_that_is_down(cpu_image: str, fixtures: Path, tmp_pat
     assert "local image is kept" in r.stderr
     assert time.monotonic() - t < 60
     assert image_exists(cpu_image)
+
+
+def test_validation_timeout_removes_the_container(cpu_image: str) -> None:
+    t = time.monotonic()
+    r = run_cli("validate", cpu_image, "--timeout", "2")
+    assert r.returncode == 3
+    assert "did not finish within 2 s" in r.stderr and "Traceback" not in r.stderr
+    assert time.monotonic() - t < 60
+    left = docker("ps", "-a", "--filter", "label=io.envbuild.role", "--format", "{{.ID}}").stdout
+    assert left.strip() == ""
