@@ -11,7 +11,7 @@ import tomllib
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -184,11 +184,20 @@ class Matrix:
     def torch_release(self, minor: str) -> TorchRelease | None:
         return next((r for r in self.torch if r.version == minor), None)
 
+    @cached_property
+    def _by_release(self) -> dict[str, tuple[list[Variant], list[TorchPatch]]]:
+        index: dict[str, tuple[list[Variant], list[TorchPatch]]] = {}
+        for v in self.variants:
+            index.setdefault(v.release, ([], []))[0].append(v)
+        for pt in self.patches:
+            index.setdefault(pt.release, ([], []))[1].append(pt)
+        return index
+
     def variants_of(self, release: str) -> list[Variant]:
-        return [v for v in self.variants if v.release == release]
+        return list(self._by_release.get(release, ([], []))[0])
 
     def patches_of(self, release: str) -> list[TorchPatch]:
-        return [p for p in self.patches if p.release == release]
+        return list(self._by_release.get(release, ([], []))[1])
 
     def os_info(self, os_id: str) -> OsInfo | None:
         return next((o for o in self.oses if o.id == os_id), None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from typing import Any
 
 SPEC_SCHEMA = 1
@@ -43,7 +44,7 @@ class Spec:
         d.pop("warnings")
         return d
 
-    @property
+    @cached_property
     def hash(self) -> str:
         blob = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]

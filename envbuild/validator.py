@@ -1688,6 +1688,14 @@ def _perf_device(ctx: TorchContext) -> tuple[str, str, str, Outcome | None]:
     return device, str(name), backend, bad
 
 
+def _gpu_perf_device(ctx: TorchContext) -> tuple[str, str, str, Outcome | None]:
+    """_perf_device for the GPU-only measurements: without a GPU they skip (or fail)."""
+    if not _gpu_present(ctx.device_facts()):
+        return "", "", "", no_gpu_outcome(ctx.facts, ctx.opts.require_gpu,
+                                          ctx.spec.get("target"))
+    return _perf_device(ctx)
+
+
 def t_perf_matmul(ctx: TorchContext) -> Outcome:
     torch = ctx.torch
     device, name, backend, bad = _perf_device(ctx)
@@ -1736,9 +1744,7 @@ def t_perf_matmul(ctx: TorchContext) -> Outcome:
 
 def t_perf_mem_bw(ctx: TorchContext) -> Outcome:
     torch = ctx.torch
-    if not _gpu_present(ctx.device_facts()):
-        return no_gpu_outcome(ctx.facts, ctx.opts.require_gpu, ctx.spec.get("target"))
-    device, name, backend, bad = _perf_device(ctx)
+    device, name, backend, bad = _gpu_perf_device(ctx)
     if bad:
         return bad
     mem = ctx.facts["devices"]["devices"][0].get("total_memory") or (8 << 30)
@@ -1755,9 +1761,7 @@ def t_perf_mem_bw(ctx: TorchContext) -> Outcome:
 
 def t_perf_h2d(ctx: TorchContext) -> Outcome:
     torch = ctx.torch
-    if not _gpu_present(ctx.device_facts()):
-        return no_gpu_outcome(ctx.facts, ctx.opts.require_gpu, ctx.spec.get("target"))
-    device, name, backend, bad = _perf_device(ctx)
+    device, name, backend, bad = _gpu_perf_device(ctx)
     if bad:
         return bad
     if device == "mps":
