@@ -21,8 +21,6 @@ from envbuild.errors import EXIT_CANNOT_RUN, EnvbuildError, EnvironmentProblem
 LABEL_ROLE = "io.envbuild.role"
 LABEL_SPEC_HASH = "io.envbuild.spec-hash"
 LABEL_CONTEXT_HASH = "io.envbuild.context-hash"
-BUILDKIT_MIN_CLASSIC = (18, 9)  # classic `docker build` learned DOCKER_BUILDKIT=1 in 18.09
-BUILDX_REQUIRED_FROM = (23, 0)  # from 23.0 the CLI hands BuildKit builds to the buildx plugin
 
 
 @dataclass(frozen=True)
@@ -48,6 +46,18 @@ def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", text)[:2])
 
 
+def _buildkit_rules() -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(first classic CLI with DOCKER_BUILDKIT=1, first CLI that needs buildx): matrix data."""
+    import tomllib
+
+    from envbuild.resources import matrix_dir
+
+    with (matrix_dir() / "signatures.toml").open("rb") as fh:
+        rules = tomllib.load(fh)["doctor"]
+    return (_version_tuple(str(rules["buildkit_classic_min"])),
+            _version_tuple(str(rules["buildx_required_from"])))
+
+
 def _candidates() -> list[str]:
     seen: list[str] = []
     for d in [*os.environ.get("PATH", "").split(os.pathsep), "/usr/bin", "/usr/local/bin"]:
@@ -60,6 +70,7 @@ def _candidates() -> list[str]:
 
 def find_builder() -> Builder:
     """ENVBUILD_DOCKER, else the first docker CLI with buildx, else a classic one with BuildKit."""
+    classic_min, buildx_from = _buildkit_rules()
     override = os.environ.get("ENVBUILD_DOCKER")
     candidates = [override] if override else _candidates()
     rejected = []
@@ -77,16 +88,16 @@ def find_builder() -> Builder:
                            f"{docker} {version} with the buildx plugin "
                            f"({bx.stdout.strip().split()[1] if bx.stdout.split() else 'buildx'})")
         vt = _version_tuple(version)
-        if vt and BUILDKIT_MIN_CLASSIC <= vt < BUILDX_REQUIRED_FROM:
+        if vt and classic_min <= vt < buildx_from:
             return Builder(docker, False, version,
                            f"{docker} {version}: no buildx plugin, but this client still has "
                            "BuildKit built in (DOCKER_BUILDKIT=1)")
-        rejected.append(f"{docker} {version}: no buildx plugin, and clients >= 23.0 need it "
-                        "for BuildKit")
+        rejected.append(f"{docker} {version}: no buildx plugin, and clients >= "
+                        f"{'.'.join(map(str, buildx_from))} need it for BuildKit")
     raise EnvironmentProblem(
         "no docker client that can run BuildKit builds: " + ("; ".join(rejected) or "none found"),
         "install the buildx plugin (docker-buildx-plugin / docker-buildx), or point "
-        "ENVBUILD_DOCKER at a docker CLI 18.09-22.x")
+        "ENVBUILD_DOCKER at a docker CLI that has BuildKit built in")
 
 
 @contextmanager

@@ -324,3 +324,22 @@ def test_validation_timeout_removes_the_container(cpu_image: str) -> None:
     assert time.monotonic() - t < 60
     left = docker("ps", "-a", "--filter", "label=io.envbuild.role", "--format", "{{.ID}}").stdout
     assert left.strip() == ""
+
+
+def test_ctrl_c_during_validation_removes_the_container(cpu_image: str) -> None:
+    p = subprocess.Popen([sys.executable, "-m", "envbuild", "validate", cpu_image], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait for the validation container to exist
+        running = docker("ps", "--filter", "label=io.envbuild.role=validate", "--format",
+                         "{{.ID}}").stdout.strip()
+        if running:
+            break
+        time.sleep(0.2)
+    assert running, "the validation container never started"
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert "Traceback" not in err
+    left = docker("ps", "-a", "--filter", "label=io.envbuild.role", "--format", "{{.ID}}").stdout
+    assert left.strip() == ""
