@@ -51,6 +51,13 @@ def load_spec(context: Path) -> Spec:
         raise UsageError(f"{path} is not an envbuild spec: {exc}") from None
 
 
+_SECRET_FLAGS = {"ca": "--ca-cert FILE", "netrc": "--netrc FILE (or the index URL with make)"}
+
+
+def required_secrets(dockerfile: str) -> set[str]:
+    return set(re.findall(r"--mount=type=secret,id=([\w-]+)", dockerfile))
+
+
 def context_hash(context: Path) -> str:
     """Hash of everything that goes into the image: rendered files and wheel names/sizes."""
     h = hashlib.sha256()
@@ -101,6 +108,13 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
           log_dir: Path | None = None, on_line: Callable[[str], None] | None = None,
           timeout: float = 3600.0) -> BuildResult:
     spec = load_spec(context)
+    secrets = secrets or Secrets()
+    missing = sorted(required_secrets((context / "Dockerfile").read_text())
+                     - set(secrets.files) - set(secrets.contents))
+    if missing:
+        flags = ", ".join(_SECRET_FLAGS.get(m, f"secret {m}") for m in missing)
+        raise UsageError(f"this context was rendered to use the build secret(s) "
+                         f"{', '.join(missing)}, which were not given", f"pass {flags}")
     ref = image_reference(tag, "--tag") if tag else default_tag(spec)
     if ":" not in ref.split("/")[-1]:
         ref += ":latest"
@@ -113,7 +127,6 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
                 engine.tag(image.id, ref)
             return BuildResult(ref, image.id, True, time.monotonic() - start, None, "cache")
     builder = engine.find_builder()
-    secrets = secrets or Secrets()
     log_dir = log_dir or Path(tempfile.gettempdir()) / "envbuild-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"build-{spec.hash}-{time.strftime('%Y%m%d-%H%M%S')}.log"

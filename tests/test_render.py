@@ -210,3 +210,13 @@ def test_macos_setup_refuses(rendered: dict[str, Path], tmp_path: Path, machine:
     assert p.returncode == 1
     assert message in p.stderr
     assert not (tmp_path / "venv").exists()
+
+
+def test_build_refuses_a_context_whose_secrets_are_missing(tmp_path: Path) -> None:
+    ctx = tmp_path / "ctx"
+    r = run_cli("render", "--target", "cpu", "--ca-cert", "/etc/ssl/certs/ca-certificates.crt",
+                "--out", str(ctx))
+    assert r.returncode == 0, r.stderr
+    r = run_cli("build", str(ctx), env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert r.returncode == 2
+    assert "build secret(s) ca, which were not given" in r.stderr and "--ca-cert" in r.stderr
