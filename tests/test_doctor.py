@@ -323,7 +323,8 @@ def test_cli_json_on_a_fixture() -> None:
     doc = json.loads(r.stdout)
     assert doc["schema"] == 1 and doc["summary"]["error"] == 1
     assert set(doc["findings"][0]) == {"id", "severity", "message", "remediation", "evidence"}
-    assert doc["recommendation"]["command"] == "envbuild make --target cuda --cuda 11.8 --torch 2.7"
+    assert doc["recommendation"]["command"] == \
+        "envbuild make --target cuda --torch 2.7 --driver 470.182.03 --gpu sm_70"
     assert doc["recommendation"]["argv"][:2] == ["envbuild", "make"]
 
 
@@ -332,7 +333,8 @@ def test_cli_text_on_a_healthy_fixture() -> None:
                 "--matrix", str(FIXTURES / "matrix"))
     assert r.returncode == 0, r.stderr
     assert "8 x NVIDIA H100 80GB HBM3 (compute capability 9.0, 80 GiB)" in r.stdout
-    assert "Recommended for this host:\n  envbuild make --target cuda --cuda 13.0\n" in r.stdout
+    assert ("Recommended for this host:\n  envbuild make --target cuda --cuda 13.0 --driver "
+            "580.95.05 --gpu sm_90\n") in r.stdout
 
 
 def test_cli_bad_cuda_is_a_usage_error() -> None:
@@ -346,3 +348,21 @@ def test_cli_save_then_replay(tmp_path: Path) -> None:
     assert r.returncode in (0, 1), r.stderr
     replay = run_cli("doctor", "--json", "--facts", str(tmp_path / "rec"))
     assert json.loads(replay.stdout)["findings"] == json.loads(r.stdout)["findings"]
+
+
+@pytest.mark.parametrize("case", sorted(p.name for p in FIXTURES.iterdir()
+                                        if (p / "expected.json").is_file()))
+def test_recommendation_is_a_command_make_accepts(case: str, matrix: Matrix) -> None:
+    """What the doctor recommends resolves on the shipped matrix (no dead-end advice)."""
+    from envbuild.request import Request as Resolve
+    from envbuild.resolve import resolve
+
+    _, rec = _run(case, matrix)
+    spec = resolve(Resolve(target=rec.target, cuda=rec.cuda or None, torch=rec.torch or None,
+                           rocm=rec.rocm or None, driver=rec.driver or None, gpus=rec.gpus),
+                   matrix)
+    assert spec.target == rec.target
+    if rec.driver:
+        from envbuild.versions import version_key
+        assert spec.min_driver is not None
+        assert version_key(spec.min_driver) <= version_key(rec.driver)

@@ -233,6 +233,9 @@ def make(
             f"hash {spec.hash}")
         say(f"image     {result.tag}  {size / 1e6:.0f} MB"
             + ("  (cache hit: nothing changed)" if result.cached else ""))
+        if not result.cached:
+            say(f"builder   {result.builder}")
+            say(f"log       {result.log_path}")
         if pushed:
             say(f"pushed    {pushed}")
         say("time      " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))

@@ -45,6 +45,8 @@ class Recommendation:
     torch: str = ""
     reason: str = ""
     alternatives: tuple[str, ...] = ()
+    driver: str = ""  # Linux NVIDIA driver: the resolver keeps the image runnable on it
+    gpus: tuple[str, ...] = ()  # sm_XY of the host's GPUs: the wheel must cover them
 
     def argv(self) -> list[str]:
         out = ["envbuild", "make", "--target", self.target]
@@ -54,6 +56,10 @@ class Recommendation:
             out += ["--rocm", self.rocm]
         if self.torch:
             out += ["--torch", self.torch]
+        if self.driver:
+            out += ["--driver", self.driver]
+        for g in self.gpus:
+            out += ["--gpu", g]
         return out
 
     @property
@@ -63,6 +69,7 @@ class Recommendation:
     def to_json(self) -> dict[str, Any]:
         return {"command": self.command, "argv": self.argv(), "target": self.target,
                 "cuda": self.cuda, "rocm": self.rocm, "torch": self.torch,
+                "driver": self.driver, "gpus": list(self.gpus),
                 "reason": self.reason, "alternatives": list(self.alternatives)}
 
 

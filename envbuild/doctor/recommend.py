@@ -31,7 +31,7 @@ def recommend(v: View, m: Matrix, req: Request) -> Recommendation:
             why += ", with an arm64 Python (not under Rosetta)"
         return Recommendation("mps", torch=pin(rel.version), reason=why)
     if v.nvidia or (v.wsl and v.gpus):
-        return recommend_cuda(v, m, req, pin)
+        return checked(recommend_cuda(v, m, req, pin), m)
     if v.amd:
         if not v.amd_gfx:
             return Recommendation("cpu", reason="AMD GPU with unknown gfx target: fix ROCm "
@@ -72,10 +72,41 @@ def recommend_cuda(v: View, m: Matrix, req: Request, pin: Callable[[str], str]) 
         supports = f"<= {native}" if native else "older than any wheel's"
         why = (f"driver {driver} supports CUDA {supports}; the {choice.tag} wheels "
                f"(torch <= {choice.torch}) run on it through minor-version compatibility")
+    linux_driver = "" if v.wsl else driver  # WSL prints the Windows driver number
+    gpus = tuple(f"sm_{cc.replace('.', '')}" for cc in ccs)
     alts = []
     newest_choice = compat.newest_torch_choice(m, driver, ccs, v.wsl)
     if newest_choice is not None and newest_choice.torch != choice.torch:
-        alt = Recommendation("cuda", cuda=newest_choice.cuda, torch=pin(newest_choice.torch))
+        alt = Recommendation("cuda", cuda=newest_choice.cuda, torch=pin(newest_choice.torch),
+                             gpus=gpus, driver=linux_driver)
         alts.append(f"{alt.command}  (newest torch {newest_choice.torch} on this driver)")
-    return Recommendation("cuda", cuda=choice.cuda, torch=pin(choice.torch), reason=why,
-                          alternatives=tuple(alts))
+    # Through minor-version compatibility the image's CUDA must stay one the driver runs
+    # natively: the resolver picks it from --driver, so no --cuda then.
+    cuda = choice.cuda if choice.how == "native" or v.wsl else ""
+    return Recommendation("cuda", cuda=cuda, torch=pin(choice.torch), reason=why,
+                          alternatives=tuple(alts), gpus=gpus, driver=linux_driver)
+
+
+def checked(rec: Recommendation, m: Matrix) -> Recommendation:
+    """The recommendation as the resolver sees it: a command that `envbuild make` accepts."""
+    from dataclasses import replace
+
+    from envbuild.errors import EnvbuildError
+    from envbuild.request import Request as Resolve
+    from envbuild.resolve import resolve
+
+    def fits(r: Recommendation) -> str:
+        try:
+            resolve(Resolve(target=r.target, cuda=r.cuda or None, torch=r.torch or None,
+                            driver=r.driver or None, gpus=r.gpus), m)
+        except EnvbuildError as err:
+            return err.message
+        return ""
+
+    if not fits(rec):
+        return rec
+    loose = replace(rec, cuda="", torch="")
+    problem = fits(loose)
+    if not problem:
+        return loose
+    return Recommendation("cpu", reason=f"no CUDA image fits this host: {problem}")
