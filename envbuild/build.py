@@ -83,14 +83,19 @@ def failing_step(lines: list[str]) -> tuple[str, list[str]]:
         if e:
             step = e.group(1)
             out = [ln.split(" ", 2)[-1] for ln in lines
-                   if ln.startswith(f"#{step} ") and not _STEP.match(ln)]
+                   if ln.startswith(f"#{step} ") and not _STEP.match(ln)
+                   and not ln.startswith(f"#{step} sha256:")]
             return titles.get(step, f"step #{step}"), out[-15:]
     tail = [ln for ln in lines if ln.strip()][-15:]
     return "the build", tail
 
 
-def _hint(tail: list[str]) -> str:
+def _hint(step: str, tail: list[str]) -> str:
     text = "\n".join(tail)
+    if "load metadata for" in step or re.search(r"pull access denied|manifest unknown|"
+                                                r"failed to resolve source", text):
+        return ("the base image cannot be pulled: use --base-image with a mirror or a local "
+                "image (docker images)")
     if re.search(r"certificate verify failed|SSLError|CERTIFICATE_VERIFY", text):
         return "HTTPS is intercepted here: pass --ca-cert with your proxy's CA bundle"
     if re.search(r"No matching distribution|Could not find a version", text):
@@ -98,8 +103,6 @@ def _hint(tail: list[str]) -> str:
                 "the --pip requirement")
     if re.search(r"Unable to locate package|No match for argument", text):
         return "an OS package name does not exist for this OS (--apt)"
-    if re.search(r"pull access denied|not found: manifest unknown|failed to resolve source", text):
-        return "the base image cannot be pulled: use --base-image with a mirror or a local image"
     return "see the full log; fix the input and run again (nothing was tagged)"
 
 
@@ -156,7 +159,7 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
         if rc != 0 or not iidfile.is_file():
             step, tail = failing_step(lines)
             short = step if len(step) <= 90 else step[:87] + "..."
-            raise BuildFailed(f"build failed at {short}", _hint(tail),
+            raise BuildFailed(f"build failed at {short}", _hint(step, tail),
                               [*tail, f"full log: {log_path}"])
         image_id = iidfile.read_text().strip()
         engine.tag(image_id, ref)

@@ -343,3 +343,16 @@ def test_ctrl_c_during_validation_removes_the_container(cpu_image: str) -> None:
     assert "Traceback" not in err
     left = docker("ps", "-a", "--filter", "label=io.envbuild.role", "--format", "{{.ID}}").stdout
     assert left.strip() == ""
+
+
+def test_unreachable_base_image_fails_with_a_hint(fixtures: Path) -> None:
+    """No image registry here: the default base cannot be pulled, and the error says what to do."""
+    tag = "envbuild-test/cpu:no-base"
+    r = run_cli("make", "--target", "cpu", "--torch", "2.13.0", "--os", "debian12", "--without",
+                "torchvision", "--without", "torchaudio", "--base-image",
+                "registry.invalid/nothing/here:1", "--wheelhouse", str(fixtures), "--tag", tag,
+                "--progress", "plain", "--no-validate")
+    assert r.returncode == 1
+    assert "error: build failed at" in r.stderr and "hint: the base image cannot be pulled" in \
+        r.stderr, r.stderr[-1500:]
+    assert not image_exists(tag)
