@@ -61,6 +61,18 @@ def _progress(mode: str, as_json: bool) -> Iterator[Callable[[str], None]]:
         yield sink
 
 
+@contextmanager
+def _status(text: str, as_json: bool) -> Iterator[None]:
+    """A spinner with the elapsed time on a terminal; nothing otherwise."""
+    if as_json or not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(text):
+        yield
+
+
 def _secrets(ca_cert: Path | None, netrc: Path | None) -> Secrets:
     from envbuild.pipeline import Secrets
 
@@ -140,10 +152,11 @@ def validate(
 
     if host == (image is not None):
         raise UsageError("give an IMAGE or --host (one of them)")
-    if image is not None:
-        v = validate_image(image, require_gpu=require_gpu, timeout=timeout)
-    else:
-        v = validate_host(spec=spec, require_gpu=require_gpu, timeout=timeout)
+    with _status(f"validating {image or 'this host'} (up to {timeout:.0f} s)", json):
+        if image is not None:
+            v = validate_image(image, require_gpu=require_gpu, timeout=timeout)
+        else:
+            v = validate_host(spec=spec, require_gpu=require_gpu, timeout=timeout)
     if json:
         emit_json(v.report)
     else:
@@ -216,7 +229,8 @@ def make(
     validation = None
     if not no_validate:
         t3 = time.monotonic()
-        validation = validate_image(result.tag, require_gpu=require_gpu, timeout=timeout)
+        with _status(f"validating {result.tag}", json):
+            validation = validate_image(result.tag, require_gpu=require_gpu, timeout=timeout)
         times["validate"] = time.monotonic() - t3
     size = engine.image_size(result.tag)
     times["total"] = time.monotonic() - t0
