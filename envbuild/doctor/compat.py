@@ -66,14 +66,10 @@ def cc_of(text: str) -> str:
 
 
 def covers(variant: Variant, cc: str) -> bool:
-    """A CUDA wheel runs on compute capability cc: a cubin of the same major with a minor
-    <= cc, or PTX of an arch <= cc that the driver can JIT."""
-    want = version_key(cc)
-    for s in variant.sass:
-        k = version_key(s)
-        if k[0] == want[0] and k <= want:
-            return True
-    return any(version_key(p) <= want for p in variant.ptx)
+    """A CUDA wheel runs on compute capability cc (the resolver's rule: cubin or PTX JIT)."""
+    from envbuild.resolve import arch_covers
+
+    return arch_covers(variant.sass, variant.ptx, cc) is not None
 
 
 def covers_all(variant: Variant, ccs: Iterable[str]) -> bool:
