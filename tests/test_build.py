@@ -213,7 +213,7 @@ def test_ctrl_c_during_build_exits_130_without_tag(fixtures: Path) -> None:
     tag = "envbuild-test/cpu:interrupted"
     before = leftovers()
     argv = [sys.executable, "-m", "envbuild", "make", *cpu_args(fixtures), "--tag", tag,
-            "--rebuild", "--pip", f"six==1.16.0; python_version > '{os.getpid() % 7}'",
+            "--rebuild", "--pip", f"six==1.16.0; python_version > '0.{time.time_ns()}'",
             "--ca-cert", str(SYSTEM_CA)]
     p = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
