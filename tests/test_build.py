@@ -73,8 +73,8 @@ def image_exists(ref: str) -> bool:
 
 
 def leftovers() -> list[str]:
-    tmp = Path(tempfile.gettempdir())
-    return sorted(p.name for p in tmp.iterdir()
+    places = [Path(tempfile.gettempdir()), work_dir()]  # contexts go next to the wheelhouse
+    return sorted(p.name for d in places for p in d.iterdir()
                   if p.name.startswith(("envbuild-build-", "envbuild-ctx-")))
 
 

@@ -73,6 +73,16 @@ def _status(text: str, as_json: bool) -> Iterator[None]:
         yield
 
 
+def _context_parent(wheelhouse: Path | None) -> str | None:
+    """Next to the wheelhouse when possible: the context hard-links the wheels, and a /tmp on
+    another file system (often tmpfs) would mean copying gigabytes into memory."""
+    import os
+
+    if wheelhouse is not None and os.access(wheelhouse.resolve().parent, os.W_OK):
+        return str(wheelhouse.resolve().parent)
+    return None
+
+
 def _secrets(ca_cert: Path | None, netrc: Path | None) -> Secrets:
     from envbuild.pipeline import Secrets
 
@@ -212,7 +222,8 @@ def make(
             say(f"next      {out}/setup-macos.sh   (on the Mac: checks arm64, Rosetta and the "
                 "macOS floor, creates the venv, runs the validator)")
         return
-    with tempfile.TemporaryDirectory(prefix="envbuild-ctx-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="envbuild-ctx-",
+                                     dir=_context_parent(prepared.wheelhouse)) as tmp:
         ctx = Path(tmp) / "context"
         links = {"wheelhouse": prepared.wheelhouse} if prepared.wheelhouse else {}
         write_tree(prepared.files, ctx, links=links)
