@@ -267,9 +267,12 @@ def write_tree(files: dict[str, RenderedFile], out: Path, force: bool = False,
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         written: dict[tuple[str, int], Path] = {}  # large identical files (the validator,
-        for rel, f in sorted(files.items()):       # peaks) are hard links: --all writes 2000 dirs
+        made: set[Path] = {tmp}                      # peaks) are hard links: --all writes 2000 dirs
+        for rel, f in sorted(files.items()):
             path = tmp / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.parent not in made:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                made.add(path.parent)
             same = written.get((f.content, f.mode)) if len(f.content) > 4096 else None
             if same is not None:
                 os.link(same, path)
