@@ -166,14 +166,6 @@ def tag(image_id: str, ref: str) -> None:
         c.images.get(image_id).tag(repo, t)
 
 
-def remove_image(ref: str) -> None:
-    import docker.errors
-
-    c = client()
-    with _docker_errors(), suppress(docker.errors.ImageNotFound):
-            c.images.remove(ref, force=True)
-
-
 def build_argv(builder: Builder, context: Path, iidfile: Path, labels: Mapping[str, str],
                secrets: Mapping[str, Path], progress: str, no_cache: bool = False) -> list[str]:
     """The build command; pure so tests can assert on it. No -t: tags are set after success."""
@@ -248,15 +240,6 @@ def run_container(image: str, command: list[str], *, target: str, gpus: bool, ti
         if container is not None:
             with suppress(Exception):  # best effort: the container may already be gone
                 container.remove(force=True)
-
-
-def remove_labelled_containers(label: str) -> int:
-    c = client()
-    with _docker_errors():
-        found = c.containers.list(all=True, filters={"label": label})
-        for ct in found:
-            ct.remove(force=True)
-    return len(found)
 
 
 def push(ref: str, attempts: int = 3, delay: float = 2.0) -> str:

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from packaging.version import Version
 
-_NUMERIC = re.compile(r"^\d+(\.\d+)*$")
 
 
 def parse_version(text: str) -> Version | None:
@@ -27,10 +26,6 @@ def version_key(text: str) -> tuple[int, ...]:
         m = re.match(r"\d+", piece)
         parts.append(int(m.group()) if m else 0)
     return tuple(parts)
-
-
-def is_numeric(text: str, min_parts: int = 1, max_parts: int = 4) -> bool:
-    return bool(_NUMERIC.match(text)) and min_parts <= text.count(".") + 1 <= max_parts
 
 
 def minor_of(text: str) -> str:
