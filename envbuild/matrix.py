@@ -485,7 +485,9 @@ def cross_check(m: Matrix) -> list[Problem]:
     for o in m.oses:
         p += _versions_ok([("python", o.python)] + [("extra_python", x) for x in o.extra_python],
                           "os.toml", f"[[os]] {_label(o)}")
-    return p
+    from envbuild.matrix_rules import semantic_check
+
+    return p + semantic_check(m)
 
 
 def _label(row: Any) -> str:

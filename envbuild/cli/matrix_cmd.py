@@ -19,23 +19,38 @@ Dir = Annotated[Path | None, typer.Option(
 
 
 @matrix_app.command("check")
-def check_cmd(directory: Dir = None, json: Json = False) -> None:
-    """Validate schema and cross references; report ALL problems with file and row."""
-    from envbuild.matrix import check
+def check_cmd(
+    directory: Dir = None, json: Json = False,
+    show_unverified: Annotated[bool, typer.Option(
+        "--unverified", help="Also list every row not verified against a primary source.")] = False,
+) -> None:
+    """Validate schema, cross references and the semantic rules; report ALL problems with file and
+    row, and count the rows not verified against a primary source."""
+    from envbuild.matrix import check, parse
+    from envbuild.matrix_rules import unverified
     from envbuild.resources import matrix_dir
 
     d = directory or matrix_dir()
     if not d.is_dir():
         raise UsageError(f"{d} is not a directory", "give --dir the folder with the *.toml files")
     problems = check(d)
+    debt = unverified(parse(d)[0])
     if json:
-        emit_json({"directory": str(d), "ok": not problems,
-                   "problems": [{"file": p.file, "row": p.row, "message": p.message}
-                                for p in problems]})
+        out: dict[str, object] = {
+            "directory": str(d), "ok": not problems,
+            "problems": [{"file": p.file, "row": p.row, "message": p.message} for p in problems],
+            "unverified_count": len(debt)}
+        if show_unverified:
+            out["unverified"] = [{"file": f, "row": r, "source": list(s)} for f, r, s in debt]
+        emit_json(out)
     else:
         for p in problems:
             say(str(p))
+        if show_unverified:
+            for f, r, s in debt:
+                say(f"unverified  {f}: {r}  ({', '.join(s)})")
         say(f"{len(problems)} problem(s) in {d}" if problems else f"matrix ok: {d}")
+        say(f"{len(debt)} unverified row(s) (list them with --unverified)")
     if problems:
         raise typer.Exit(EXIT_FAILED)
 
