@@ -115,6 +115,7 @@ class Arch:
     name: str
     min_cuda: str
     last_cuda: str = ""
+    last_driver_branch: str = ""
     verified: bool = False
     source: tuple[str, ...] = ()
     note: str = ""

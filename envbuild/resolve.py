@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from envbuild.errors import ConflictError
+from envbuild.gpu_window import FleetWindow, branch_of, fleet, window
 from envbuild.matrix import CudaImage, Matrix, OsInfo, TorchPatch, TorchRelease, Variant
 from envbuild.request import GpuRef, Parsed, Request, parse
 from envbuild.spec import Spec
@@ -176,7 +177,8 @@ def _check_gpus(v: Variant, gpus: tuple[GpuRef, ...], t: _Trace) -> None:
             t.add(f"{g.label} (sm_{g.cc.replace('.', '')}) runs the wheel's {how} cubin")
 
 
-def _min_driver(m: Matrix, image_minor: str, wheel_cuda: str, t: _Trace) -> str:
+def _min_driver(m: Matrix, image_minor: str, wheel_cuda: str, t: _Trace,
+                fw: FleetWindow | None = None) -> str:
     rel = m.cuda_release(image_minor)
     floor = m.compat_floor(major_of(wheel_cuda))
     assert rel is not None and floor is not None
@@ -187,32 +189,82 @@ def _min_driver(m: Matrix, image_minor: str, wheel_cuda: str, t: _Trace) -> str:
     t.add(f"the cu{wheel_cuda.replace('.', '')} wheel bundles its CUDA {wheel_cuda} libraries and "
           f"runs on any CUDA {major_of(wheel_cuda)}.x driver >= {need_wheel} through minor "
           "version compatibility")
-    return max(need_image, need_wheel, key=version_key)
+    needs = [need_image, need_wheel]
+    raising = fw.raising() if fw is not None else None
+    if raising is not None and raising.first_driver:
+        t.add(f"{raising.label} is driven from R{branch_of(raising.first_driver)} on (the CUDA "
+              f"{raising.min_cuda} GA driver {raising.first_driver} is the first that knows "
+              f"{raising.arch_name})")
+        needs.append(raising.first_driver)
+    return max(needs, key=version_key)
 
 
-def _image_minor_for_driver(m: Matrix, v: Variant, p: Parsed, t: _Trace) -> str:
-    """The base image's CUDA when only the driver is given: the wheel's own CUDA if the driver
-    supports it natively, else the newest image of the same major that it does (the wheel
-    bundles its CUDA libraries and runs there through minor version compatibility).
-    The devel flavor keeps nvcc equal to the wheel's CUDA, for building extensions."""
-    if p.driver is None or p.flavor == "devel":
+def _image_minor_for_driver(m: Matrix, v: Variant, p: Parsed, t: _Trace,
+                            cap: int | None = None) -> str:
+    """The base image's CUDA when only the driver is given (or a GPU caps the driver branch):
+    the wheel's own CUDA if the driver supports it natively, else the newest image of the same
+    major that it does (the wheel bundles its CUDA libraries and runs there through minor version
+    compatibility). The devel flavor keeps nvcc equal to the wheel's CUDA, for building
+    extensions."""
+    driver = p.driver
+    if driver is None and cap is not None:
+        driver = f"{cap}.999.999"
+    if driver is None or p.flavor == "devel":
         return v.version
     own = m.cuda_release(v.version)
-    if own is not None and version_key(own.ga_driver_linux) <= version_key(p.driver):
+    if own is not None and version_key(own.ga_driver_linux) <= version_key(driver):
         return v.version
     older = [r for r in m.cuda if major_of(r.version) == major_of(v.version) and r.image
              and version_key(r.version) < version_key(v.version)
-             and version_key(r.ga_driver_linux) <= version_key(p.driver)]
+             and version_key(r.ga_driver_linux) <= version_key(driver)]
     if not older:
         return v.version
     best = max(older, key=lambda r: version_key(r.version))
-    t.add(f"CUDA {best.version} base image: the newest the {p.driver} driver supports natively; "
+    who = f"the {p.driver} driver" if p.driver is not None else f"an R{cap} driver (the GPU's last)"
+    t.add(f"CUDA {best.version} base image: the newest {who} supports natively; "
           f"the {v.tag} wheel runs on it through minor version compatibility")
     return best.version
 
 
+def _gpu_fleet(m: Matrix, p: Parsed) -> FleetWindow:
+    return fleet(window(m, g.cc, f"{g.label} (sm_{g.cc.replace('.', '')})")
+                 for g in p.gpus if g.vendor == "nvidia" and g.cc)
+
+
+def _check_gpu_toolkit(v: Variant, fw: FleetWindow) -> None:
+    """PTX JIT does not carry a wheel across an architecture its toolkit predates: cuBLAS and
+    cuDNN in that toolkit have no kernels for it."""
+    for w in fw.windows:
+        if version_key(v.version) < version_key(w.min_cuda):
+            raise _Reject(f"{w.label} needs a CUDA >= {w.min_cuda} wheel (its architecture, "
+                          f"{w.arch_name}, is newer than the {v.tag} wheel's toolkit and "
+                          "libraries)")
+
+
+def check_host(m: Matrix, p: Parsed) -> None:
+    """An impossible host (a driver no requested GPU can run with, or GPUs no single driver
+    drives) is refused before any torch release is tried."""
+    fw = _gpu_fleet(m, p)
+    if fw.empty():
+        low, high = fw.raising(), fw.capping()
+        assert low is not None and high is not None
+        raise ConflictError(
+            f"no driver drives both {low.label} ({low.describe()}) and {high.label} "
+            f"({high.describe()})", "build one image per GPU generation (one --gpu each)")
+    if p.driver is None:
+        return
+    for w in fw.outside(p.driver):
+        side = "older than" if w.too_old(p.driver) else "newer than"
+        raise ConflictError(
+            f"driver {p.driver} (R{branch_of(p.driver)}) cannot drive {w.label}: it is {side} "
+            f"the {w.describe()} that drive {w.arch_name} GPUs",
+            "check `nvidia-smi` on that host; a GPU outside its driver window is not usable")
+
+
 def _resolve_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant,
                   t: _Trace) -> Spec:
+    fw = _gpu_fleet(m, p)
+    _check_gpu_toolkit(v, fw)
     if p.cuda_minor is not None:
         if major_of(v.version) != major_of(p.cuda_minor):
             raise _Reject(f"torch {rel.version} {v.tag} is a CUDA {major_of(v.version)}.x wheel",
@@ -222,7 +274,7 @@ def _resolve_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v:
                           narrow=True)
         image_minor = p.cuda_minor
     else:
-        image_minor = _image_minor_for_driver(m, v, p, t)
+        image_minor = _image_minor_for_driver(m, v, p, t, fw.last_branch)
     cuda_rel = m.cuda_release(image_minor)
     assert cuda_rel is not None
     image_version = cuda_rel.image
@@ -234,10 +286,21 @@ def _resolve_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v:
     if not image_version:
         raise _Reject(f"no nvidia/cuda image is known for CUDA {image_minor}")
     _check_gpus(v, p.gpus, t)
-    min_driver = _min_driver(m, image_minor, v.version, t)
+    min_driver = _min_driver(m, image_minor, v.version, t, fw)
     if p.driver is not None and version_key(p.driver) < version_key(min_driver):
         raise _Reject(f"driver {p.driver} is older than the {min_driver} that CUDA {image_minor} "
                       f"images need (torch {rel.version} {v.tag})")
+    max_driver = None
+    capping = fw.capping()
+    if capping is not None and capping.last_branch is not None:
+        if branch_of(min_driver) > capping.last_branch:
+            raise _Reject(f"CUDA {image_minor} images with the {v.tag} wheel need a driver >= "
+                          f"{min_driver}, but {capping.label} is driven only by "
+                          f"{capping.describe()}")
+        max_driver = str(capping.last_branch)
+        t.add(f"driver branch R{capping.last_branch} or older: {capping.label} is not driven by "
+              f"newer branches (R{capping.last_branch} is the last that supports "
+              f"{capping.arch_name})")
     images = [i for i in m.images_for(image_version) if p.flavor in i.flavors]
     what = f"nvidia/cuda:{image_version}-{p.flavor}"
     os_info = _pick_os(m, [i.os for i in images], rel, p, t, what)
@@ -254,7 +317,7 @@ def _resolve_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v:
               "from registries (mirror the base image, or choose a maintained CUDA)")
     return _spec(m, p, rel, patch, v, t, python=python, python_source=source, os_id=os_info.id,
                  base_image=f"{repo}:{image_version}-{p.flavor}-{os_info.id}",
-                 cuda_image=image_version, min_driver=min_driver,
+                 cuda_image=image_version, min_driver=min_driver, max_driver=max_driver,
                  verified=(img.verified and cuda_rel.verified))
 
 
@@ -317,6 +380,7 @@ def _resolve_mps(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: 
 def _spec(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant, t: _Trace,
           *, python: str, python_source: str, os_id: str, base_image: str | None,
           cuda_image: str | None = None, min_driver: str | None = None,
+          max_driver: str | None = None,
           min_macos: str | None = None, variant_tag: str | None = None,
           index_url: str | None = None, verified: bool = True) -> Spec:
     index_base = str(m.meta["torch"]["index_base"]).rstrip("/")
@@ -329,7 +393,9 @@ def _spec(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant
     flags = [(v.verified, f"the torch {rel.version} {v.tag} wheel facts (arch list, cuDNN, "
                           "NCCL)"), (rel.verified, f"the torch {rel.version} release facts"),
              (patch.verified, f"the torch {patch.torch} companions"),
-             (verified, "the base image facts")]
+             (verified, "the base image facts"),
+             (max_driver is None or bool(m.meta.get("gpus", {}).get("driver_window_verified")),
+              "the last driver branch of the GPU's architecture")]
     unverified = [f"not verified against a primary source: {what} (`envbuild matrix show`)"
                   for ok, what in flags if not ok]
     return Spec(
@@ -350,6 +416,7 @@ def _spec(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant
         base_image=base_image,
         index_url=index_url or f"{index_base}/{v.tag}",
         min_driver=min_driver,
+        max_driver=max_driver,
         min_macos=min_macos,
         archs=tuple(arch_list(v)) if v.kind in ("cuda", "rocm") else (),
         gpus=tuple(g.to_json() for g in p.gpus),
@@ -376,6 +443,8 @@ def _ordered_variants(m: Matrix, rel: TorchRelease, kind: str,
 
 def resolve_parsed(m: Matrix, p: Parsed) -> Spec:
     kind = _KIND[p.target]
+    if p.target == "cuda":
+        check_host(m, p)
     releases = _releases(m, p)
     if not releases:
         known = [r.version for r in m.torch]

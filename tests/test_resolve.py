@@ -76,7 +76,8 @@ ERRORS: list[tuple[dict[str, Any], type[EnvbuildError], str, list[str]]] = [
      "torch 2.8 has no CUDA 11.x wheel <= 11.8; torch 2.8 offers cu126, cu128, cu129",
      ["--torch 2.7"]),
     ({"cuda": "12.2", "driver": "470.82.01"}, ConflictError, "driver 470.82.01 is older", []),
-    ({"cuda": "12.2", "gpus": ("RTX 5090",)}, ConflictError, "no kernels for RTX 5090", []),
+    ({"cuda": "12.2", "gpus": ("RTX 5090",)}, ConflictError,
+     "RTX 5090 (sm_120) needs a CUDA >= 12.8 wheel", []),
     ({"torch": "2.5", "python": "3.14", "target": "cpu"}, ConflictError, "Python 3.14", []),
     ({"torch": ">=9"}, ConflictError, "no torch release", []),
     ({"cuda": "12.7"}, UsageError, "CUDA 12.7 is not a CUDA release", ["12.6", "12.8"]),
@@ -133,9 +134,11 @@ def _requests(m: Matrix) -> st.SearchStrategy[Request]:
     torches = st.sampled_from([None, *[r.version for r in m.torch],
                                *[p.torch for p in m.patches], ">=2.3,<2.6", ">=9", "~=2.4.0"])
     pythons = st.sampled_from([None, "3.9", "3.10", "3.11", "3.12", "3.13", "3.14", "3.99"])
-    gpus = st.lists(st.sampled_from([g.name for g in m.gpus] + ["sm_61", "sm_120", "gfx942"]),
+    gpus = st.lists(st.sampled_from([g.name for g in m.gpus] + ["sm_37", "sm_61", "sm_120",
+                                                                  "gfx942"]),
                     max_size=2).map(tuple)
-    drivers = st.sampled_from([None, "450.80.02", "525.60.13", "535.104.05", "580.65.06", "999"])
+    drivers = st.sampled_from([None, "450.80.02", "470.82.01", "525.60.13", "535.104.05",
+                               "560.35.03", "570.124.06", "580.65.06", "590.44.01", "999"])
     targets = st.sampled_from([None, "cuda", "rocm", "cpu", "mps"])
     oses = st.sampled_from([None, *[o.id for o in m.oses]])
     rocms = st.sampled_from([None, *[r.version for r in m.rocm]])
@@ -191,10 +194,27 @@ def test_every_spec_satisfies_the_matrix(matrix: Matrix, data: st.DataObject) ->
             assert version_key(req.driver) >= version_key(spec.min_driver)
         for g in spec.gpus:
             assert arch_covers(variant.sass, variant.ptx, g["cc"]) is not None
+        _assert_driver_window(matrix, spec, variant)
     if spec.target == "rocm":
         assert spec.rocm == variant.version
         for g in spec.gpus:
             assert g["gfx"] in variant.gfx
+
+
+def _assert_driver_window(matrix: Matrix, spec: Any, variant: Any) -> None:
+    """The resolved driver range is non-empty and inside every requested GPU's window."""
+    from envbuild.gpu_window import branch_of, window
+
+    assert spec.min_driver
+    if spec.max_driver is not None:
+        assert branch_of(spec.min_driver) <= int(spec.max_driver)
+    for g in spec.gpus:
+        w = window(matrix, g["cc"], g["name"])
+        assert w is not None
+        assert version_key(variant.version) >= version_key(w.min_cuda)
+        assert not w.too_old(spec.min_driver)
+        if w.last_branch is not None:
+            assert spec.max_driver is not None and int(spec.max_driver) <= w.last_branch
 
 
 def test_cli_json_error_shape() -> None:
