@@ -62,6 +62,27 @@ class Prepared:
     wheelhouse: Path | None
 
 
+_SECRET_HINTS = {
+    "--ca-cert": "give a PEM bundle file, e.g. /etc/ssl/certs/ca-certificates.crt",
+    "--netrc": "give a netrc file, e.g. ~/.netrc",
+}
+
+
+def secret_file(path: Path, flag: str) -> Path:
+    """A file given as a build secret: it must be a readable regular file."""
+    hint = _SECRET_HINTS.get(flag, "give a file")
+    if path.is_dir():
+        raise UsageError(f"{flag} {path}: is a directory, not a file", hint)
+    if not path.is_file():
+        raise UsageError(f"{flag} {path}: no such file", hint)
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot be read ({exc.strerror})", hint) from None
+    return path.resolve()
+
+
 def _netrc(urls: list[str]) -> str:
     lines = []
     for u in urls:
@@ -95,10 +116,7 @@ def render_options(ci: ContextInputs, image_ref: str = "") -> tuple[RenderOption
         raise UsageError(f"--python-source {ci.python_source!r} is not os or standalone")
     secrets = Secrets()
     if ci.ca_cert is not None:
-        if not ci.ca_cert.is_file():
-            raise UsageError(f"--ca-cert {ci.ca_cert}: no such file",
-                             "give a PEM bundle, e.g. /etc/ssl/certs/ca-certificates.crt")
-        secrets.files["ca"] = ci.ca_cert.resolve()
+        secrets.files["ca"] = secret_file(ci.ca_cert, "--ca-cert")
     if creds:
         secrets.contents["netrc"] = _netrc(raw_urls)
     if ci.wheelhouse is not None and (not ci.wheelhouse.is_dir()

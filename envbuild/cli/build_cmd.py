@@ -84,14 +84,12 @@ def _context_parent(wheelhouse: Path | None) -> str | None:
 
 
 def _secrets(ca_cert: Path | None, netrc: Path | None) -> Secrets:
-    from envbuild.pipeline import Secrets
+    from envbuild.pipeline import Secrets, secret_file
 
     s = Secrets()
     for sid, path, flag in (("ca", ca_cert, "--ca-cert"), ("netrc", netrc, "--netrc")):
         if path is not None:
-            if not path.is_file():
-                raise UsageError(f"{flag} {path}: no such file")
-            s.files[sid] = path.resolve()
+            s.files[sid] = secret_file(path, flag)
     return s
 
 
