@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from envbuild.errors import ConflictError, UsageError
 
 if TYPE_CHECKING:
+    from envbuild.doctor.model import Recommendation
     from envbuild.matrix import Matrix
     from envbuild.render import RenderedFile, RenderOptions
     from envbuild.request import Request
@@ -143,6 +144,21 @@ def prepare(req: Request, ci: ContextInputs, m: Matrix, image_ref: str = "") -> 
         raise UsageError("--base-image, --apt and --wheelhouse do not apply to --target mps")
     files = render(spec, opts, m)
     return Prepared(spec, opts, files, secrets, ci.wheelhouse)
+
+
+def wants_recommendation(req: Request) -> bool:
+    """No hardware asked for (no --target, --cuda, --rocm, --driver, --gpu): `make` builds what
+    `envbuild doctor` recommends for this host instead of the resolver's CUDA default."""
+    return not (req.target or req.cuda or req.rocm or req.driver or req.gpus)
+
+
+def apply_recommendation(req: Request, rec: Recommendation) -> Request:
+    """The request with the doctor's hardware choice; the user's other options stay. With a
+    --torch of the user's, the resolver picks the CUDA release from the driver and GPUs."""
+    return dataclasses.replace(
+        req, target=rec.target, rocm=rec.rocm or None, driver=rec.driver or None,
+        gpus=tuple(rec.gpus), cuda=(rec.cuda or None) if not req.torch else None,
+        torch=req.torch or rec.torch or None)
 
 
 def all_requests(base: Request, m: Matrix) -> list[Request]:
