@@ -349,7 +349,7 @@ def make(
     prepared = prepare(req, ci, m)
     spec = prepared.spec
     times["resolve+render"] = time.monotonic() - t0
-    why = (f"{spec.target}: {chosen} (what `envbuild doctor` recommends for this host; "
+    why = (f"{spec.target}: {chosen} (what `envbuild doctor` recommends here; "
            "--target chooses)") if chosen else ""
     if spec.target == "mps":  # macOS GPUs are not reachable from containers: a native env
         mps_dir = out or Path(f"envbuild-mps-{spec.hash}")
