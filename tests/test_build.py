@@ -501,8 +501,17 @@ def test_make_out_keeps_the_context(cpu_image: str, fixtures: Path, tmp_path: Pa
         data["image"]["image_id"]  # type: ignore[index]
 
 
-def test_quiet_make_prints_only_the_image(cpu_image: str, fixtures: Path) -> None:
+def test_quiet_prints_only_the_result(cpu_image: str, fixtures: Path, tmp_path: Path) -> None:
     for flag in ("--quiet", "-q"):
         r = run_cli("make", *cpu_args(fixtures, "--tag", cpu_image, "--no-validate", flag))
         assert r.returncode == 0, r.stderr
         assert r.stdout == f"{cpu_image}\n" and r.stderr == ""
+    ctx = tmp_path / "ctx"
+    assert run_cli("render", *cpu_args(fixtures)[:-2], "--out", str(ctx)).returncode == 0
+    b = run_cli("build", str(ctx), "--tag", cpu_image, "-q")
+    assert b.returncode == 0 and b.stdout == f"{cpu_image}\n" and b.stderr == "", b.stderr
+    v = run_cli("validate", cpu_image, "--quiet")
+    assert v.returncode == 0 and v.stdout == "" and v.stderr == "", v.stderr
+    failing = run_cli("validate", cpu_image, "--quiet", "--require-gpu")
+    assert failing.returncode == 1 and failing.stdout == ""
+    assert failing.stderr.startswith("fail  device.")
