@@ -74,13 +74,13 @@ def bench_render_all(runs: int) -> None:
         print(f"rendered {count} environments, {count / med:.0f} per second (target: all < 2 s)")
 
 
-def _make(extra: list[str]) -> tuple[float, dict[str, object]]:
+def _make(extra: list[str], env: dict[str, str] | None = None) -> tuple[float, dict[str, object]]:
     t = time.perf_counter()
     p = subprocess.run([PY, "-m", "envbuild", "make", "--target", "cpu", "--torch", "2.13.0",
                         "--python", "3.11", "--os", "debian12", "--without", "torchvision",
                         "--without", "torchaudio", "--base-image", BASE, "--wheelhouse",
                         str(WORK / "wheelhouse"), "--progress", "plain", "--json", *extra],
-                       capture_output=True, text=True, cwd=ROOT)
+                       capture_output=True, text=True, cwd=ROOT, env={**os.environ, **(env or {})})
     wall = time.perf_counter() - t
     if p.returncode not in (0, 1):
         print(p.stderr[-2000:])
@@ -118,8 +118,16 @@ def bench_docker() -> None:
     print(f"cold make: {cold:.1f} s wall (build {secs['build']:.1f} s, "  # type: ignore[index]
           f"validate {secs.get('validate', 0):.1f} s)")  # type: ignore[union-attr]
     warm, second = _make(["--tag", tag, "--no-validate"])
-    print(f"warm make, nothing changed: {warm:.2f} s wall, cache hit: "
-          f"{second['image']['cached']}  (target < 2 s)")  # type: ignore[index]
+    print(f"warm make --no-validate, nothing changed: {warm:.2f} s wall, cache hit: "
+          f"{second['image']['cached']}")  # type: ignore[index]
+    with tempfile.TemporaryDirectory() as cache:  # a fresh validation cache: the first make
+        env = {"XDG_CACHE_HOME": cache}          # validates, the warm ones reuse its pass
+        _make(["--tag", tag], env)
+        runs = [_make(["--tag", tag], env) for _ in range(3)]
+        report("warm make (validation: cached pass)", [w for w, _ in runs])
+        v = runs[-1][1]["validation"]
+        print(f"warm make, nothing changed: {statistics.median(w for w, _ in runs):.2f} s wall, "
+              f"validation cached: {v['cached']}  (target < 2 s)")  # type: ignore[index]
     size = int(first["image"]["size_bytes"])  # type: ignore[index]
     base, py = _floor_bytes(tag)
     floor = base + py

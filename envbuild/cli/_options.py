@@ -35,8 +35,10 @@ def make_request(target: str | None, cuda: str | None, rocm: str | None, torch: 
                  python: str | None, driver: str | None, gpu: list[str] | None,
                  os: str | None, flavor: str | None, without: list[str] | None) -> Request:
     left_out = set(without or ())
-    return Request(target=target, cuda=cuda, rocm=rocm, torch=torch, python=python,
-                   driver=driver, gpus=tuple(gpu or ()), os=os, flavor=flavor,
+    # Target names are case-insensitive (--target CPU); the resolver checks the value.
+    return Request(target=target.strip().lower() if target else target, cuda=cuda, rocm=rocm,
+                   torch=torch, python=python, driver=driver, gpus=tuple(gpu or ()), os=os,
+                   flavor=flavor,
                    components=tuple(c for c in COMPONENTS if c not in left_out)
                    + tuple(sorted(left_out - set(COMPONENTS))))
 
