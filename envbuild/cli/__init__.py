@@ -7,14 +7,37 @@ import sys
 
 from click import exceptions as click_exc
 
-# Each module adds its commands to `app` on import.
-from envbuild.cli import build_cmd as _build_cmd  # noqa: F401
-from envbuild.cli import doctor_cmd as _doctor_cmd  # noqa: F401
-from envbuild.cli import matrix_cmd as _matrix_cmd  # noqa: F401
-from envbuild.cli import render_cmd as _render_cmd  # noqa: F401
-from envbuild.cli import resolve_cmd as _resolve_cmd  # noqa: F401
 from envbuild.cli._app import app, emit_json
 from envbuild.errors import EXIT_INTERRUPTED, EXIT_USAGE, EnvbuildError
+
+# Each module adds its commands to `app` on import. Only the module of the command being run is
+# imported (`envbuild resolve` never loads the build stack); help and unknown commands load all.
+COMMANDS: dict[str, str] = {
+    "resolve": "resolve_cmd", "render": "render_cmd", "build": "build_cmd",
+    "validate": "build_cmd", "make": "build_cmd", "doctor": "doctor_cmd",
+    "explain": "doctor_cmd", "matrix": "matrix_cmd", "team": "team_cmd",
+}
+_MODULE_ORDER = ("build_cmd", "doctor_cmd", "matrix_cmd", "render_cmd", "resolve_cmd", "team_cmd")
+
+
+def _command_name(argv: list[str]) -> str | None:
+    """The subcommand argv names (the first word that is not an option), if any."""
+    for arg in argv:
+        if arg == "--":
+            return None
+        if not arg.startswith("-"):
+            return arg
+    return None
+
+
+def load_commands(argv: list[str]) -> None:
+    """Import the command module(s) argv needs: one for a known command, all otherwise."""
+    import importlib
+
+    name = _command_name(argv)
+    wanted = [COMMANDS[name]] if name in COMMANDS else list(_MODULE_ORDER)
+    for module in wanted:
+        importlib.import_module(f"envbuild.cli.{module}")
 
 
 def _wants_json(argv: list[str]) -> bool:
@@ -37,6 +60,7 @@ def _fail(err: EnvbuildError, as_json: bool) -> int:
 def run(argv: list[str]) -> int:
     as_json = _wants_json(argv)
     try:
+        load_commands(argv)
         rc = app(args=argv, prog_name="envbuild", standalone_mode=False)
         if isinstance(rc, int):  # click returns Exit codes instead of raising without standalone
             return rc

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import re
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -20,10 +17,7 @@ from envbuild.cli._app import app, emit_json, say, warn
 from envbuild.errors import EXIT_FAILED, UsageError
 
 if TYPE_CHECKING:
-    from envbuild.build import BuildResult
-    from envbuild.matrix import Matrix
-    from envbuild.pipeline import Secrets
-    from envbuild.request import Request
+    from envbuild.make import Checked, Hooks, MakeResult
     from envbuild.validate import Validation
 
 Tag = Annotated[str | None, typer.Option(
@@ -74,6 +68,17 @@ def _progress(mode: str, as_json: bool) -> Iterator[Callable[[str], None]]:
         yield sink
 
 
+def _status_hook(show: bool) -> Callable[[str], AbstractContextManager[None]]:
+    return lambda text: _status(text, not show)
+
+
+def hooks(progress: str, show: bool) -> Hooks:
+    """The CLI's progress display as make()'s hooks."""
+    from envbuild.make import Hooks
+
+    return Hooks(status=_status_hook(show), progress=lambda: _progress(progress, not show))
+
+
 @contextmanager
 def _status(text: str, as_json: bool) -> Iterator[None]:
     """A spinner with the elapsed time on a terminal; nothing otherwise."""
@@ -86,99 +91,10 @@ def _status(text: str, as_json: bool) -> Iterator[None]:
         yield
 
 
-def _context_parent(wheelhouse: Path | None) -> str | None:
-    """Next to the wheelhouse when possible: the context hard-links the wheels, and a /tmp on
-    another file system (often tmpfs) would mean copying gigabytes into memory."""
-    import os
-
-    if wheelhouse is not None and os.access(wheelhouse.resolve().parent, os.W_OK):
-        return str(wheelhouse.resolve().parent)
-    return None
-
-
-def _secrets(ca_cert: Path | None, netrc: Path | None) -> Secrets:
-    from envbuild.pipeline import Secrets, secret_file
-
-    s = Secrets()
-    for sid, path, flag in (("ca", ca_cert, "--ca-cert"), ("netrc", netrc, "--netrc")):
-        if path is not None:
-            s.files[sid] = secret_file(path, flag)
-    return s
-
-
-def _push(ref: str, registry: str) -> str:
-    from envbuild import engine
-    from envbuild.render import image_reference
-
-    remote = image_reference(f"{registry.rstrip('/')}/{ref}", "--push")
-    engine.tag(ref, remote)
-    engine.push(remote)
-    return remote
-
-
-def _build_json(r: BuildResult) -> dict[str, Any]:
-    return {"tag": r.tag, "image_id": r.image_id, "cached": r.cached,
-            "seconds": round(r.seconds, 2), "log": str(r.log_path) if r.log_path else None,
-            "builder": r.builder}
-
-
-@dataclass(frozen=True)
-class Checked:
-    """A validation outcome, run now or reused from the cache (created: when it ran)."""
-
-    validation: Validation
-    cached: bool
-    created: datetime
-
-    @property
-    def passed(self) -> bool:
-        return self.validation.exit_code == 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {**self.validation.report, "cached": self.cached,
-                "validated_at": self.created.isoformat(timespec="seconds")}
-
-
-def _validate(ref: str, image_id: str, *, require_gpu: bool, timeout: float, revalidate: bool,
-              show: bool) -> Checked:
-    """Validate the image, or reuse a passing report for the same image, validator and host."""
-    import platform
-
-    from envbuild import engine
-    from envbuild import validation_cache as vc
-    from envbuild.validate import Validation, validate_image
-
-    validator = vc.validator_version()
-    host = vc.host_fingerprint(vc.gpu_files(), platform.release(), engine.runtime_facts())
-    options = {"require_gpu": str(require_gpu)}
-    key = vc.cache_key(image_id, validator, host, options)
-    parts = {"image": image_id, "validator": validator, "host": host, "options": options}
-    if not revalidate:
-        hit = vc.load(key)
-        if hit is not None:
-            return Checked(Validation(report=hit.report, exit_code=0,
-                                      gpus_passed=hit.gpus_passed, note=hit.note),
-                           True, hit.created)
-    with _status(f"validating {ref} (up to {timeout:.0f} s)", not show):
-        v = validate_image(ref, require_gpu=require_gpu, timeout=timeout)
-    now = datetime.now(UTC)
-    vc.store(key, v.report, v.exit_code, v.note, v.gpus_passed, parts, now=now)
-    return Checked(v, False, now)
-
-
 def _counts(v: Validation) -> str:
     s = v.report.get("summary", {})
     return (f"{s.get('pass', 0)} passed, {s.get('fail', 0)} failed, {s.get('warn', 0)} warned, "
             f"{s.get('skip', 0)} skipped")
-
-
-def _gate(push: str | None, checked: Checked | None, push_unvalidated: bool) -> str:
-    """Why the image is not pushed ('' = push it): only a validated image leaves this host."""
-    if not push or push_unvalidated:
-        return ""
-    if checked is None:
-        return "not validated"
-    return "" if checked.passed else "validation failed"
 
 
 def _say_failed_checks(v: Validation) -> None:
@@ -199,18 +115,21 @@ def build(
     """Build a rendered context with BuildKit; tag only on success. With --push, the image is
     validated first (or a cached pass reused) and pushed only if it passes."""
     from envbuild.build import build as do_build
+    from envbuild.make import build_json, build_secrets, gate
+    from envbuild.make import push as do_push
+    from envbuild.make import validate as do_validate
 
-    secrets = _secrets(ca_cert, netrc)
+    secrets = build_secrets(ca_cert, netrc)
     with _progress(progress, json or quiet) as sink:
         result = do_build(context, tag=tag, rebuild=rebuild, secrets=secrets, on_line=sink)
     checked = None
     if push and not push_unvalidated:
-        checked = _validate(result.tag, result.image_id, require_gpu=False, timeout=600,
-                            revalidate=revalidate, show=not (json or quiet))
-    held = _gate(push, checked, push_unvalidated)
-    pushed = _push(result.tag, push) if push and not held else None
+        checked = do_validate(result.tag, result.image_id, require_gpu=False, timeout=600,
+                              revalidate=revalidate, status=_status_hook(not (json or quiet)))
+    held = gate(push, checked, push_unvalidated)
+    pushed = do_push(result.tag, push)[0] if push and not held else None
     if json:
-        emit_json({**_build_json(result), "pushed": pushed,
+        emit_json({**build_json(result), "pushed": pushed,
                    "push_skipped": held or None,
                    "validation": checked.to_json() if checked else None})
     elif quiet:
@@ -286,20 +205,6 @@ def validate(
         raise typer.Exit(v.exit_code)
 
 
-def _recommended(req: Request, m: Matrix, quiet: bool) -> tuple[Request, str]:
-    """What `envbuild doctor` recommends for this host, when make was not told the hardware."""
-    from envbuild.doctor import probes
-    from envbuild.doctor.model import Request as Ask
-    from envbuild.doctor.recommend import recommend
-    from envbuild.doctor.view import build_view
-    from envbuild.pipeline import apply_recommendation
-
-    with _status("no --target: asking the doctor what this host runs", quiet):
-        facts = probes.collect()
-    rec = recommend(build_view(facts, m), m, Ask())
-    return apply_recommendation(req, rec), rec.reason
-
-
 @app.command()
 def make(
     target: o.Target = None, cuda: o.Cuda = None, rocm: o.Rocm = None, torch: o.Torch = None,
@@ -326,111 +231,63 @@ def make(
     this host. A passing validation of the same image on the same host is reused
     (--revalidate runs it again). --push pushes only an image that passed validation.
     --target mps writes the native macOS environment instead of an image."""
-    from envbuild import engine
-    from envbuild.build import build as do_build
-    from envbuild.matrix import load
-    from envbuild.pipeline import prepare, wants_recommendation
-    from envbuild.render import write_tree
+    from envbuild.make import MakeRequest
+    from envbuild.make import make as do_make
 
-    if push and no_validate and not push_unvalidated:
-        raise UsageError("--push with --no-validate would push an image nobody validated",
-                         "drop --no-validate (the image is pushed only if it passes), or add "
-                         "--push-unvalidated")
-    show = not (json or quiet)
-    times: dict[str, float] = {}
-    t0 = time.monotonic()
     req = o.make_request(target, cuda, rocm, torch, python, driver, gpu, os, flavor, without)
     ci = o.context_inputs(pip, apt, conda, allow_url, user, pip_index_url, pip_extra_index_url,
                           torch_index_url, ca_cert, wheelhouse, base_image, python_source)
-    m = load()
-    chosen = ""
-    if wants_recommendation(req):
-        req, chosen = _recommended(req, m, not show)
-    prepared = prepare(req, ci, m)
-    spec = prepared.spec
-    times["resolve+render"] = time.monotonic() - t0
-    why = (f"{spec.target}: {chosen} (what `envbuild doctor` recommends here; "
-           "--target chooses)") if chosen else ""
-    if spec.target == "mps":  # macOS GPUs are not reachable from containers: a native env
-        mps_dir = out or Path(f"envbuild-mps-{spec.hash}")
-        write_tree(prepared.files, mps_dir)
-        if json:
-            emit_json({"spec": spec.to_json(), "out": str(mps_dir),
-                       "next": f"{mps_dir}/setup-macos.sh", "target_reason": chosen or None})
-        elif quiet:
-            say(str(mps_dir))
-        else:
-            if why:
-                say(f"target    {why}")
-            say(f"spec      torch {spec.torch} (MPS), Python {spec.python}, macOS >= "
-                f"{spec.min_macos}, hash {spec.hash}")
-            say(f"rendered  {mps_dir} (no image: macOS GPUs cannot be reached from a container)")
-            say(f"next      {mps_dir}/setup-macos.sh   (on the Mac: checks arm64, Rosetta and "
-                "the macOS floor, creates the venv, runs the validator)")
-        return
-    links = {"wheelhouse": prepared.wheelhouse} if prepared.wheelhouse else {}
-    with tempfile.TemporaryDirectory(prefix="envbuild-ctx-",
-                                     dir=_context_parent(prepared.wheelhouse)) as tmp:
-        ctx = out if out is not None else Path(tmp) / "context"
-        write_tree(prepared.files, ctx, links=links)
-        t1 = time.monotonic()
-        with _progress(progress, not show) as sink:
-            result = do_build(ctx, tag=tag, rebuild=rebuild, secrets=prepared.secrets,
-                              on_line=sink)
-        times["build"] = time.monotonic() - t1
-    checked = None
-    if not no_validate:
-        t3 = time.monotonic()
-        checked = _validate(result.tag, result.image_id, require_gpu=require_gpu,
-                            timeout=timeout, revalidate=revalidate, show=show)
-        times["validate"] = time.monotonic() - t3
-    held = _gate(push, checked, push_unvalidated)
-    pushed = None
-    if push and not held:
-        t2 = time.monotonic()
-        pushed = _push(result.tag, push)
-        times["push"] = time.monotonic() - t2
-    size = engine.image_size(result.tag)
-    times["total"] = time.monotonic() - t0
-    summary = {
-        "spec": spec.to_json(), "target_reason": chosen or None,
-        "image": {**_build_json(result), "size_bytes": size},
-        "context": str(out) if out is not None else None,
-        "pushed": pushed, "push_skipped": held or None,
-        "seconds": {k: round(v, 2) for k, v in times.items()},
-        "validation": checked.to_json() if checked else None,
-    }
-    failed = bool(checked and not checked.passed)
+    mr = MakeRequest(req, ci, tag=tag, rebuild=rebuild, push=push,
+                     push_unvalidated=push_unvalidated, validate=not no_validate,
+                     revalidate=revalidate, require_gpu=require_gpu, timeout=timeout, out=out)
+    show = not (json or quiet)
+    result = do_make(mr, hooks=hooks(progress, show))
     if json:
-        emit_json(summary)
+        emit_json(result.to_json())
     elif quiet:
-        if failed and checked is not None:
-            _say_failed_checks(checked.validation)
-        say(pushed or result.tag)
+        if result.failed and result.checked is not None:
+            _say_failed_checks(result.checked.validation)
+        say(result.pushed or (str(result.mps_dir) if result.mps_dir else
+                              result.build.tag if result.build else ""))
     else:
-        if why:
-            say(f"target    {why}")
-        say(f"spec      torch {spec.torch} ({spec.variant}), Python {spec.python}, {spec.os}, "
-            f"hash {spec.hash}")
-        say(f"image     {result.tag}  {size / 1e6:.0f} MB"
-            + ("  (cache hit: nothing changed)" if result.cached else ""))
-        if not result.cached:
-            say(f"builder   {result.builder}")
-            say(f"log       {result.log_path}")
-        if out is not None:
-            say(f"context   {out} (kept)")
-        say("time      " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
-        if checked is None:
-            say("validation  skipped (--no-validate)")
-        elif checked.cached:
-            say(f"validation  {_validation_line(checked)}")
-        else:
-            _print_report(checked.validation)
-        if pushed:
-            say(f"pushed    {pushed}" + ("  (unvalidated: --push-unvalidated)"
-                                         if push_unvalidated else "  (validation passed)"))
-    if held:
-        warn(f"not pushed: {held} (only a validated image is pushed; --push-unvalidated "
-             "pushes anyway)")
-    if failed and checked is not None:
-        raise typer.Exit(checked.validation.exit_code or EXIT_FAILED)
+        _say_make(result, out, push_unvalidated)
+    if result.push_skipped:
+        warn(f"not pushed: {result.push_skipped} (only a validated image is pushed; "
+             "--push-unvalidated pushes anyway)")
+    if result.failed and result.checked is not None:
+        raise typer.Exit(result.checked.validation.exit_code or EXIT_FAILED)
+
+
+def _say_make(r: MakeResult, out: Path | None, push_unvalidated: bool) -> None:
+    spec = r.spec
+    if r.target_reason:
+        say(f"target    {spec.target}: {r.target_reason} (what `envbuild doctor` recommends "
+            "here; --target chooses)")
+    if r.mps_dir is not None:
+        say(f"spec      torch {spec.torch} (MPS), Python {spec.python}, macOS >= "
+            f"{spec.min_macos}, hash {spec.hash}")
+        say(f"rendered  {r.mps_dir} (no image: macOS GPUs cannot be reached from a container)")
+        say(f"next      {r.mps_dir}/setup-macos.sh   (on the Mac: checks arm64, Rosetta and "
+            "the macOS floor, creates the venv, runs the validator)")
+        return
+    assert r.build is not None
+    result = r.build
+    say(f"spec      torch {spec.torch} ({spec.variant}), Python {spec.python}, {spec.os}, "
+        f"hash {spec.hash}")
+    say(f"image     {result.tag}  {r.size / 1e6:.0f} MB"
+        + ("  (cache hit: nothing changed)" if result.cached else ""))
+    if not result.cached:
+        say(f"builder   {result.builder}")
+        say(f"log       {result.log_path}")
+    if out is not None:
+        say(f"context   {out} (kept)")
+    say("time      " + ", ".join(f"{k} {v:.1f} s" for k, v in r.seconds.items()))
+    if r.checked is None:
+        say("validation  skipped (--no-validate)")
+    elif r.checked.cached:
+        say(f"validation  {_validation_line(r.checked)}")
+    else:
+        _print_report(r.checked.validation)
+    if r.pushed:
+        say(f"pushed    {r.pushed}" + ("  (unvalidated: --push-unvalidated)"
+                                     if push_unvalidated else "  (validation passed)"))

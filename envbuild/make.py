@@ -1,0 +1,269 @@
+"""The `make` use case: resolve -> render -> build -> validate -> push (-> attach the report).
+
+`envbuild make` and `envbuild team build` both run `make()`; the CLI only parses and prints.
+Progress goes through hooks (a line sink for the build log, a status context for long waits), so
+this module never prints. Heavy modules (jinja2, docker) load only when a stage runs.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from envbuild.errors import UsageError
+
+if TYPE_CHECKING:
+    from envbuild.build import BuildResult
+    from envbuild.matrix import Matrix
+    from envbuild.pipeline import ContextInputs, Secrets
+    from envbuild.request import Request
+    from envbuild.spec import Spec
+    from envbuild.validate import Validation
+
+StatusHook = Callable[[str], AbstractContextManager[None]]
+ProgressHook = Callable[[], AbstractContextManager[Callable[[str], None]]]
+
+
+def _no_status(_text: str) -> AbstractContextManager[None]:
+    return nullcontext()
+
+
+@contextmanager
+def _no_progress() -> Iterator[Callable[[str], None]]:
+    yield lambda _line: None
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """How the caller shows progress: a status (spinner) around waits, a sink for build lines."""
+
+    status: StatusHook = _no_status
+    progress: ProgressHook = _no_progress
+
+
+@dataclass(frozen=True)
+class MakeRequest:
+    request: Request
+    inputs: ContextInputs
+    tag: str | None = None
+    rebuild: bool = False
+    push: str | None = None  # registry, e.g. 127.0.0.1:5000
+    push_unvalidated: bool = False
+    validate: bool = True
+    revalidate: bool = False
+    require_gpu: bool = False
+    timeout: float = 600.0
+    out: Path | None = None
+    attach_report: bool = False  # push the validation report next to the image (team build)
+    recommend: bool = True  # no hardware asked for: build what the doctor recommends
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A validation outcome, run now or reused from the cache (created: when it ran)."""
+
+    validation: Validation
+    cached: bool
+    created: datetime
+
+    @property
+    def passed(self) -> bool:
+        return self.validation.exit_code == 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.validation.report, "cached": self.cached,
+                "validated_at": self.created.isoformat(timespec="seconds")}
+
+
+@dataclass
+class MakeResult:
+    spec: Spec
+    target_reason: str = ""
+    build: BuildResult | None = None
+    mps_dir: Path | None = None
+    context: Path | None = None
+    checked: Checked | None = None
+    pushed: str | None = None  # the remote reference
+    digest: str | None = None  # its manifest digest in the registry
+    report_ref: str | None = None  # the attached validation report, when attached
+    push_skipped: str = ""  # why an image was not pushed ('' = pushed or no push asked)
+    size: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.checked and not self.checked.passed)
+
+    def to_json(self) -> dict[str, Any]:
+        if self.mps_dir is not None:
+            return {"spec": self.spec.to_json(), "out": str(self.mps_dir),
+                    "next": f"{self.mps_dir}/setup-macos.sh",
+                    "target_reason": self.target_reason or None}
+        assert self.build is not None
+        return {
+            "spec": self.spec.to_json(), "target_reason": self.target_reason or None,
+            "image": {**build_json(self.build), "size_bytes": self.size},
+            "context": str(self.context) if self.context is not None else None,
+            "pushed": self.pushed, "push_skipped": self.push_skipped or None,
+            "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
+            "validation": self.checked.to_json() if self.checked else None,
+        }
+
+
+def build_json(r: BuildResult) -> dict[str, Any]:
+    return {"tag": r.tag, "image_id": r.image_id, "cached": r.cached,
+            "seconds": round(r.seconds, 2), "log": str(r.log_path) if r.log_path else None,
+            "builder": r.builder}
+
+
+def build_secrets(ca_cert: Path | None, netrc: Path | None) -> Secrets:
+    """The BuildKit secrets of `envbuild build`: files checked to be readable, never copied."""
+    from envbuild.pipeline import Secrets, secret_file
+
+    s = Secrets()
+    for sid, path, flag in (("ca", ca_cert, "--ca-cert"), ("netrc", netrc, "--netrc")):
+        if path is not None:
+            s.files[sid] = secret_file(path, flag)
+    return s
+
+
+def push(ref: str, registry: str) -> tuple[str, str]:
+    """Tag ref under registry and push it: (the remote reference, its manifest digest)."""
+    from envbuild import engine
+    from envbuild.render import image_reference
+
+    remote = image_reference(f"{registry.rstrip('/')}/{ref}", "--push")
+    engine.tag(ref, remote)
+    digest = engine.push(remote)
+    return remote, digest
+
+
+def validate(ref: str, image_id: str, *, require_gpu: bool, timeout: float, revalidate: bool,
+             status: StatusHook = _no_status) -> Checked:
+    """Validate the image, or reuse a passing report for the same image, validator and host."""
+    import platform
+
+    from envbuild import engine
+    from envbuild import validation_cache as vc
+    from envbuild.validate import Validation, validate_image
+
+    validator = vc.validator_version()
+    host = vc.host_fingerprint(vc.gpu_files(), platform.release(), engine.runtime_facts())
+    options = {"require_gpu": str(require_gpu)}
+    key = vc.cache_key(image_id, validator, host, options)
+    parts = {"image": image_id, "validator": validator, "host": host, "options": options}
+    if not revalidate:
+        hit = vc.load(key)
+        if hit is not None:
+            return Checked(Validation(report=hit.report, exit_code=0,
+                                      gpus_passed=hit.gpus_passed, note=hit.note),
+                           True, hit.created)
+    with status(f"validating {ref} (up to {timeout:.0f} s)"):
+        v = validate_image(ref, require_gpu=require_gpu, timeout=timeout)
+    now = datetime.now(UTC)
+    vc.store(key, v.report, v.exit_code, v.note, v.gpus_passed, parts, now=now)
+    return Checked(v, False, now)
+
+
+def gate(push_to: str | None, checked: Checked | None, push_unvalidated: bool) -> str:
+    """Why the image is not pushed ('' = push it): only a validated image leaves this host."""
+    if not push_to or push_unvalidated:
+        return ""
+    if checked is None:
+        return "not validated"
+    return "" if checked.passed else "validation failed"
+
+
+def context_parent(wheelhouse: Path | None) -> str | None:
+    """Next to the wheelhouse when possible: the context hard-links the wheels, and a /tmp on
+    another file system (often tmpfs) would mean copying gigabytes into memory."""
+    if wheelhouse is not None and os.access(wheelhouse.resolve().parent, os.W_OK):
+        return str(wheelhouse.resolve().parent)
+    return None
+
+
+def recommended(req: Request, m: Matrix, status: StatusHook = _no_status) -> tuple[Request, str]:
+    """What `envbuild doctor` recommends for this host, when make was not told the hardware."""
+    from envbuild.doctor import probes
+    from envbuild.doctor.model import Request as Ask
+    from envbuild.doctor.recommend import recommend
+    from envbuild.doctor.view import build_view
+    from envbuild.pipeline import apply_recommendation
+
+    with status("no --target: asking the doctor what this host runs"):
+        facts = probes.collect()
+    rec = recommend(build_view(facts, m), m, Ask())
+    return apply_recommendation(req, rec), rec.reason
+
+
+def check(mr: MakeRequest) -> None:
+    """Refuse contradictory options before anything runs."""
+    if mr.push and not mr.validate and not mr.push_unvalidated:
+        raise UsageError("--push with --no-validate would push an image nobody validated",
+                         "drop --no-validate (the image is pushed only if it passes), or add "
+                         "--push-unvalidated")
+
+
+def make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) -> MakeResult:
+    """Resolve, render, build, validate and push one image; the summary of what happened."""
+    from envbuild import engine
+    from envbuild.build import build as do_build
+    from envbuild.matrix import load
+    from envbuild.pipeline import prepare, wants_recommendation
+    from envbuild.render import write_tree
+
+    check(mr)
+    hooks = hooks or Hooks()
+    m = m or load()
+    times: dict[str, float] = {}
+    t0 = time.monotonic()
+    req = mr.request
+    chosen = ""
+    if mr.recommend and wants_recommendation(req):
+        req, chosen = recommended(req, m, hooks.status)
+    prepared = prepare(req, mr.inputs, m)
+    spec = prepared.spec
+    times["resolve+render"] = time.monotonic() - t0
+    if spec.target == "mps":  # macOS GPUs are not reachable from containers: a native env
+        mps_dir = mr.out or Path(f"envbuild-mps-{spec.hash}")
+        write_tree(prepared.files, mps_dir)
+        return MakeResult(spec, chosen, mps_dir=mps_dir, seconds=times)
+    links = {"wheelhouse": prepared.wheelhouse} if prepared.wheelhouse else {}
+    with tempfile.TemporaryDirectory(prefix="envbuild-ctx-",
+                                     dir=context_parent(prepared.wheelhouse)) as tmp:
+        ctx = mr.out if mr.out is not None else Path(tmp) / "context"
+        write_tree(prepared.files, ctx, links=links)
+        t1 = time.monotonic()
+        with hooks.progress() as sink:
+            result = do_build(ctx, tag=mr.tag, rebuild=mr.rebuild, secrets=prepared.secrets,
+                              on_line=sink)
+        times["build"] = time.monotonic() - t1
+    out = MakeResult(spec, chosen, build=result, context=mr.out)
+    if mr.validate:
+        t3 = time.monotonic()
+        out.checked = validate(result.tag, result.image_id, require_gpu=mr.require_gpu,
+                               timeout=mr.timeout, revalidate=mr.revalidate,
+                               status=hooks.status)
+        times["validate"] = time.monotonic() - t3
+    out.push_skipped = gate(mr.push, out.checked, mr.push_unvalidated)
+    if mr.push and not out.push_skipped:
+        t2 = time.monotonic()
+        with hooks.status(f"pushing {result.tag} to {mr.push}"):
+            out.pushed, out.digest = push(result.tag, mr.push)
+            if mr.attach_report and out.checked is not None and out.digest:
+                from envbuild import registry
+
+                out.report_ref = registry.attach_report(out.pushed, out.digest,
+                                                        out.checked.to_json())
+        times["push"] = time.monotonic() - t2
+    out.size = engine.image_size(result.tag)
+    times["total"] = time.monotonic() - t0
+    out.seconds = times
+    return out

@@ -1,0 +1,380 @@
+"""A small client of the OCI distribution (registry HTTP API v2) through requests.
+
+What envbuild needs from a registry and the docker engine cannot do: resolve a tag to its manifest
+digest (the lock, `team check`), check that a digest is still there, and attach a validation
+report to an image as an OCI artifact (and read it back).
+
+The report artifact: an OCI image manifest in the image's repository, tagged
+`sha256-<image digest hex>.envbuild` (the tag convention cosign and ORAS use where a registry has
+no referrers API), artifactType and its one layer `application/vnd.envbuild.validation.v1+json`,
+and `subject` pointing at the image (registries with the referrers API index it; older ones keep
+the field and serve the artifact by its tag).
+
+Authentication: the token flow Docker Hub, GHCR and NGC use (401 + `WWW-Authenticate: Bearer
+realm=...,service=...,scope=...` -> GET realm -> a bearer token), anonymous or with the basic
+credentials of ~/.docker/config.json `auths` (no credential helpers). Plain HTTP only for
+localhost / 127.0.0.0/8, as the docker engine does.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from envbuild.errors import EXIT_CANNOT_RUN, EnvbuildError, EnvironmentProblem, UsageError
+
+REPORT_TYPE = "application/vnd.envbuild.validation.v1+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+EMPTY_TYPE = "application/vnd.oci.empty.v1+json"
+EMPTY = b"{}"
+MANIFEST_TYPES = (OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST)
+TIMEOUT = 30.0
+
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REPO = re.compile(rf"^{_PART}(?:/{_PART})*$")
+_TAG = re.compile(r"^[\w][\w.-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class Ref:
+    """registry host, repository and a tag or digest."""
+
+    host: str
+    repo: str
+    tag: str = ""
+    digest: str = ""
+
+    @property
+    def reference(self) -> str:
+        return self.digest or self.tag or "latest"
+
+    def __str__(self) -> str:
+        return f"{self.host}/{self.repo}" + (f":{self.tag}" if self.tag else "") + \
+            (f"@{self.digest}" if self.digest else "")
+
+    def with_digest(self, digest: str) -> Ref:
+        return Ref(self.host, self.repo, "", digest)
+
+
+def parse_ref(text: str) -> Ref:
+    """Parse an image reference the way docker does (docker.io/library for bare names)."""
+    value = text.strip()
+    digest = ""
+    if "@" in value:
+        value, digest = value.split("@", 1)
+        if not _DIGEST.match(digest):
+            raise UsageError(f"{text[:80]!r}: {digest[:80]!r} is not a sha256 digest",
+                             "e.g. registry.example.com/ml/cpu@sha256:<64 hex>")
+    first, _, rest = value.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        host, path = first, rest
+    else:
+        host, path = "docker.io", value
+    tag = ""
+    last = path.rsplit("/", 1)[-1]
+    if ":" in last:
+        path, tag = path.rsplit(":", 1)
+    if host == "docker.io" and "/" not in path:
+        path = f"library/{path}"
+    if len(text) > 512 or not _REPO.match(path) or (tag and not _TAG.match(tag)) \
+            or not re.match(r"^[a-zA-Z0-9.-]+(:\d{1,5})?$", host):
+        raise UsageError(f"{text[:80]!r} is not an image reference",
+                         "e.g. registry.example.com/ml/cpu:tag or host:5000/repo@sha256:...")
+    return Ref(host, path, tag, digest)
+
+
+def sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def report_tag(digest: str) -> str:
+    """The fallback tag of an artifact attached to the image with this digest."""
+    if not _DIGEST.match(digest):
+        raise UsageError(f"{digest[:80]!r} is not a sha256 digest")
+    return digest.replace(":", "-") + ".envbuild"
+
+
+def _api_host(host: str) -> str:
+    return "registry-1.docker.io" if host == "docker.io" else host
+
+
+def _scheme(host: str) -> str:
+    name = host.split(":")[0]
+    return "http" if name == "localhost" or name.startswith("127.") else "https"
+
+
+def _docker_auth(host: str) -> tuple[str, str] | None:
+    """Basic credentials for host from ~/.docker/config.json `auths` (no credential helpers)."""
+    path = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker")) / "config.json"
+    try:
+        auths = json.loads(path.read_text()).get("auths", {})
+    except (OSError, ValueError, AttributeError):
+        return None
+    keys = [host, f"https://{host}", "https://index.docker.io/v1/"] if host == "docker.io" \
+        else [host, f"https://{host}", f"http://{host}"]
+    for k in keys:
+        entry = auths.get(k) if isinstance(auths, dict) else None
+        if isinstance(entry, dict) and isinstance(entry.get("auth"), str):
+            try:
+                user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
+            except (ValueError, UnicodeDecodeError):
+                return None
+            return user, password
+    return None
+
+
+def parse_challenge(header: str) -> dict[str, str]:
+    """`Bearer realm="https://auth...",service="...",scope="..."` -> its parameters."""
+    if not header.lower().startswith("bearer "):
+        return {}
+    return {k.lower(): v for k, v in re.findall(r'(\w+)="([^"]*)"', header[7:])}
+
+
+@dataclass
+class Client:
+    """A registry session for one host; bearer tokens are kept per scope."""
+
+    host: str
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def base(self) -> str:
+        return f"{_scheme(self.host)}://{_api_host(self.host)}/v2"
+
+    def _request(self, method: str, url: str, scope: str, **kw: Any) -> Any:
+        import requests
+
+        headers = dict(kw.pop("headers", {}))
+        if scope in self.tokens:
+            headers["Authorization"] = f"Bearer {self.tokens[scope]}"
+        try:
+            r = requests.request(method, url, headers=headers, timeout=TIMEOUT,
+                                 allow_redirects=True, **kw)
+            if r.status_code == 401 and scope not in self.tokens:
+                challenge = parse_challenge(r.headers.get("WWW-Authenticate", ""))
+                if challenge.get("realm"):
+                    self.tokens[scope] = self._token(challenge, scope)
+                    headers["Authorization"] = f"Bearer {self.tokens[scope]}"
+                    r = requests.request(method, url, headers=headers, timeout=TIMEOUT,
+                                         allow_redirects=True, **kw)
+        except requests.exceptions.RequestException as exc:
+            raise EnvironmentProblem(
+                f"cannot reach the registry {self.host} ({_short(exc)})",
+                "check that it is up and reachable (and the name/port in the reference)") \
+                from None
+        if r.status_code == 401:
+            raise EnvbuildError(f"the registry {self.host} refused access to {scope}",
+                                "log in first: docker login " + self.host, [], EXIT_CANNOT_RUN)
+        return r
+
+    def _token(self, challenge: dict[str, str], scope: str) -> str:
+        import requests
+
+        params = {"service": challenge.get("service", "")}
+        params["scope"] = scope
+        auth = _docker_auth(self.host)
+        try:
+            r = requests.get(challenge["realm"], params=params, auth=auth, timeout=TIMEOUT)
+        except requests.exceptions.RequestException as exc:
+            raise EnvironmentProblem(f"cannot reach the token service of {self.host} "
+                                     f"({_short(exc)})") from None
+        try:
+            data = r.json()
+            token = data.get("token") or data.get("access_token")
+        except ValueError:
+            token = None
+        if r.status_code != 200 or not isinstance(token, str):
+            raise EnvbuildError(f"the registry {self.host} gave no token for {scope} "
+                                f"(HTTP {r.status_code})", "docker login " + self.host, [],
+                                EXIT_CANNOT_RUN)
+        return token
+
+    @staticmethod
+    def _scope(repo: str, push: bool = False) -> str:
+        return f"repository:{repo}:{'pull,push' if push else 'pull'}"
+
+    # -- manifests ---------------------------------------------------------------------------
+    def head_manifest(self, ref: Ref) -> tuple[str, str, int] | None:
+        """(digest, media type, size) of the manifest ref names; None when it does not exist."""
+        r = self._request("HEAD", f"{self.base}/{ref.repo}/manifests/{ref.reference}",
+                          self._scope(ref.repo), headers={"Accept": ", ".join(MANIFEST_TYPES)})
+        if r.status_code == 404:
+            return None
+        _check(r, f"HEAD {ref}")
+        digest = r.headers.get("Docker-Content-Digest", "")
+        if not digest:  # some registries answer HEAD without it: hash the body
+            g = self.get_manifest(ref)
+            return (sha256(g[0]), g[1], len(g[0])) if g else None
+        return digest, r.headers.get("Content-Type", "").split(";")[0], \
+            int(r.headers.get("Content-Length", 0) or 0)
+
+    def get_manifest(self, ref: Ref, accept: tuple[str, ...] = MANIFEST_TYPES
+                     ) -> tuple[bytes, str] | None:
+        r = self._request("GET", f"{self.base}/{ref.repo}/manifests/{ref.reference}",
+                          self._scope(ref.repo), headers={"Accept": ", ".join(accept)})
+        if r.status_code == 404:
+            return None
+        _check(r, f"GET {ref}")
+        return bytes(r.content), r.headers.get("Content-Type", "").split(";")[0]
+
+    def put_manifest(self, repo: str, reference: str, body: bytes, media_type: str) -> Any:
+        return self._request("PUT", f"{self.base}/{repo}/manifests/{reference}",
+                             self._scope(repo, push=True), data=body,
+                             headers={"Content-Type": media_type})
+
+    # -- blobs -------------------------------------------------------------------------------
+    def put_blob(self, repo: str, data: bytes) -> str:
+        from urllib.parse import urljoin
+
+        digest = sha256(data)
+        scope = self._scope(repo, push=True)
+        r = self._request("HEAD", f"{self.base}/{repo}/blobs/{digest}", scope)
+        if r.status_code == 200:
+            return digest
+        r = self._request("POST", f"{self.base}/{repo}/blobs/uploads/", scope)
+        _check(r, f"upload to {self.host}/{repo}", (202,))
+        location = urljoin(f"{self.base}/", r.headers["Location"])
+        sep = "&" if "?" in location else "?"
+        r = self._request("PUT", f"{location}{sep}digest={digest}", scope, data=data,
+                          headers={"Content-Type": "application/octet-stream"})
+        _check(r, f"upload to {self.host}/{repo}", (201,))
+        return digest
+
+    def get_blob(self, repo: str, digest: str, limit: int = 16 << 20) -> bytes:
+        r = self._request("GET", f"{self.base}/{repo}/blobs/{digest}", self._scope(repo))
+        _check(r, f"blob {digest} in {self.host}/{repo}")
+        data = bytes(r.content)
+        if len(data) > limit or sha256(data) != digest:
+            raise EnvbuildError(f"blob {digest} in {self.host}/{repo} does not match its digest")
+        return data
+
+    def referrers(self, repo: str, digest: str, artifact_type: str) -> list[dict[str, Any]] | None:
+        """Manifests whose subject is digest (referrers API); None when the registry has none."""
+        r = self._request("GET", f"{self.base}/{repo}/referrers/{digest}", self._scope(repo),
+                          params={"artifactType": artifact_type},
+                          headers={"Accept": OCI_INDEX})
+        if r.status_code != 200 or not r.headers.get("Content-Type", "").startswith(OCI_INDEX):
+            return None
+        try:
+            found = r.json().get("manifests", [])
+        except ValueError:
+            return None
+        return [m for m in found if isinstance(m, dict)
+                and m.get("artifactType") == artifact_type]
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc)
+    m = re.search(r"(Connection refused|Name or service not known|timed out|"
+                  r"certificate verify failed)", text)
+    return m.group(1) if m else text[:120]
+
+
+def _check(r: Any, what: str, ok: tuple[int, ...] = (200,)) -> None:
+    if r.status_code not in ok:
+        raise EnvbuildError(f"registry error on {what}: HTTP {r.status_code} "
+                            f"{r.text[:200].strip()}")
+
+
+def client(host: str) -> Client:
+    return Client(host)
+
+
+def resolve_digest(ref: str) -> str | None:
+    """The manifest digest a reference resolves to now; None when it does not exist."""
+    r = parse_ref(ref)
+    hit = client(r.host).head_manifest(r)
+    return hit[0] if hit else None
+
+
+def report_manifest(report_digest: str, report_size: int,
+                    subject: tuple[str, str, int] | None, created: str) -> dict[str, Any]:
+    """The artifact manifest of a report blob (pure)."""
+    manifest: dict[str, Any] = {
+        "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": REPORT_TYPE,
+        "config": {"mediaType": EMPTY_TYPE, "digest": sha256(EMPTY), "size": len(EMPTY)},
+        "layers": [{"mediaType": REPORT_TYPE, "digest": report_digest, "size": report_size,
+                    "annotations": {"org.opencontainers.image.title": "validation.json"}}],
+        "annotations": {"org.opencontainers.image.created": created},
+    }
+    if subject is not None:
+        digest, media_type, size = subject
+        manifest["subject"] = {"mediaType": media_type, "digest": digest, "size": size}
+    return manifest
+
+
+def attach_report(image: str, digest: str, report: dict[str, Any]) -> str:
+    """Push report as an artifact attached to image@digest; the artifact's reference."""
+    ref = parse_ref(image)
+    c = client(ref.host)
+    subject = c.head_manifest(ref.with_digest(digest))
+    if subject is None:
+        raise EnvbuildError(f"{ref.host}/{ref.repo}@{digest} is not in the registry",
+                            "push the image first")
+    blob = json.dumps(report, indent=1, sort_keys=True).encode()
+    blob_digest = c.put_blob(ref.repo, blob)
+    c.put_blob(ref.repo, EMPTY)
+    created = datetime.now(UTC).isoformat(timespec="seconds")
+    tag = report_tag(digest)
+    body = json.dumps(report_manifest(blob_digest, len(blob), subject, created),
+                      sort_keys=True).encode()
+    r = c.put_manifest(ref.repo, tag, body, OCI_MANIFEST)
+    if r.status_code == 400:  # a registry that refuses `subject`: the tag alone still works
+        body = json.dumps(report_manifest(blob_digest, len(blob), None, created),
+                          sort_keys=True).encode()
+        r = c.put_manifest(ref.repo, tag, body, OCI_MANIFEST)
+    _check(r, f"push of the report to {ref.host}/{ref.repo}", (201,))
+    return f"{ref.host}/{ref.repo}:{tag}"
+
+
+@dataclass(frozen=True)
+class Attached:
+    image: str  # host/repo@digest
+    report: dict[str, Any]
+    artifact: str  # where it was found
+    via: str  # referrers | tag
+
+
+def fetch_report(image: str) -> Attached | None:
+    """The validation report attached to image (a tag or a digest); None when none is."""
+    ref = parse_ref(image)
+    c = client(ref.host)
+    digest = ref.digest
+    if not digest:
+        hit = c.head_manifest(ref)
+        if hit is None:
+            raise EnvbuildError(f"{image} is not in the registry",
+                                "check the reference (docker push it first)")
+        digest = hit[0]
+    candidates: list[tuple[str, str]] = []
+    for m in c.referrers(ref.repo, digest, REPORT_TYPE) or []:
+        if isinstance(m.get("digest"), str) and _DIGEST.match(m["digest"]):
+            candidates.append((m["digest"], "referrers"))
+    candidates.append((report_tag(digest), "tag"))
+    for reference, via in candidates:
+        got = c.get_manifest(Ref(ref.host, ref.repo, *((reference, "") if via == "tag"
+                                                        else ("", reference))), (OCI_MANIFEST,))
+        if got is None:
+            continue
+        try:
+            manifest = json.loads(got[0])
+            layer = next(x for x in manifest["layers"] if x["mediaType"] == REPORT_TYPE)
+            report = json.loads(c.get_blob(ref.repo, str(layer["digest"])))
+        except (ValueError, KeyError, TypeError, StopIteration):
+            continue
+        if isinstance(report, dict):
+            return Attached(f"{ref.host}/{ref.repo}@{digest}", report,
+                            f"{ref.host}/{ref.repo}" + (f":{reference}" if via == "tag"
+                                                        else f"@{reference}"), via)
+    return None
