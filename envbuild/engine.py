@@ -217,20 +217,25 @@ def runtime_facts() -> dict[str, str]:
 
 def run_container(image: str, command: list[str], *, target: str, gpus: bool, timeout: float,
                   labels: Mapping[str, str], shm_size: str = "2g") -> RunResult:
-    """Run a labelled container to completion; it is always removed (timeout, Ctrl-C too)."""
+    """Run a labelled container to completion; it is always removed (timeout, Ctrl-C too).
+    The target's registry entry says which devices it gets."""
     import docker.types
 
+    from envbuild import targets
+
+    entry = targets.get(target)
     c = client()
     kwargs: dict[str, Any] = {"shm_size": shm_size, "labels": dict(labels), "detach": True}
-    if target == "cuda" and gpus:
+    if entry.gpu_request and gpus:
         kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1,
                                                                 capabilities=[["gpu"]])]
-    if target == "rocm":
-        devices = [d for d in ("/dev/kfd", "/dev/dri") if os.path.exists(d)]
-        if devices:
-            kwargs["devices"] = [f"{d}:{d}:rwm" for d in devices]
-            kwargs["group_add"] = ["video", "render"]
-            kwargs["security_opt"] = ["seccomp=unconfined"]
+    devices = [d for d in entry.devices if os.path.exists(d)]
+    if devices:
+        kwargs["devices"] = [f"{d}:{d}:rwm" for d in devices]
+        if entry.group_add:
+            kwargs["group_add"] = list(entry.group_add)
+        if entry.security_opt:
+            kwargs["security_opt"] = list(entry.security_opt)
     container = None
     try:
         with _docker_errors():

@@ -231,7 +231,10 @@ def make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) -
     prepared = prepare(req, mr.inputs, m)
     spec = prepared.spec
     times["resolve+render"] = time.monotonic() - t0
-    if spec.target == "mps":  # macOS GPUs are not reachable from containers: a native env
+    from envbuild import targets
+
+    if not targets.get(spec.target).container:  # e.g. mps: macOS GPUs are not reachable
+        # from containers, a native environment instead of an image
         mps_dir = mr.out or Path(f"envbuild-mps-{spec.hash}")
         write_tree(prepared.files, mps_dir)
         return MakeResult(spec, chosen, mps_dir=mps_dir, seconds=times)

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class ContextInputs:
     pip: tuple[str, ...] = ()
+    team_pip: tuple[str, ...] = ()  # a team's shared packages: their own layer, before pip
     apt: tuple[str, ...] = ()
     conda: tuple[str, ...] = ()
     allow_url: bool = False
@@ -99,6 +100,7 @@ def render_options(ci: ContextInputs, image_ref: str = "") -> tuple[RenderOption
     from envbuild.render import RenderOptions, image_reference, index_url, user_name
 
     pip, apt, conda = validate_all(list(ci.pip), list(ci.apt), list(ci.conda), ci.allow_url)
+    team_pip = validate_all(list(ci.team_pip), [], [], ci.allow_url)[0]
     raw_urls = [u for u in (ci.pip_index_url, ci.torch_index_url, *ci.pip_extra_index_urls) if u]
     creds = False
     pip_index = torch_index = None
@@ -125,7 +127,8 @@ def render_options(ci: ContextInputs, image_ref: str = "") -> tuple[RenderOption
         raise UsageError(f"--wheelhouse {ci.wheelhouse}: not a directory of *.whl files",
                          "fill it with: pip download -d DIR torch==X.Y.Z ...")
     opts = RenderOptions(
-        user=user_name(ci.user), pip=tuple(pip), apt=tuple(apt), conda=tuple(conda),
+        user=user_name(ci.user), pip=tuple(pip), team_pip=tuple(team_pip), apt=tuple(apt),
+        conda=tuple(conda),
         torch_index_url=torch_index, pip_index_url=pip_index, pip_extra_index_urls=tuple(extras),
         index_credentials=creds, ca_cert=ci.ca_cert is not None,
         wheelhouse=ci.wheelhouse is not None,
@@ -140,10 +143,16 @@ def prepare(req: Request, ci: ContextInputs, m: Matrix, image_ref: str = "") -> 
 
     opts, secrets = render_options(ci, image_ref)  # input errors first: nothing resolved yet
     spec = resolve(req, m)
-    if spec.target == "mps" and (opts.base_image or opts.apt or opts.wheelhouse):
+    if not _container(spec.target) and (opts.base_image or opts.apt or opts.wheelhouse):
         raise UsageError("--base-image, --apt and --wheelhouse do not apply to --target mps")
     files = render(spec, opts, m)
     return Prepared(spec, opts, files, secrets, ci.wheelhouse)
+
+
+def _container(target: str) -> bool:
+    from envbuild import targets
+
+    return targets.get(target).container
 
 
 def wants_recommendation(req: Request) -> bool:
@@ -166,7 +175,9 @@ def all_requests(base: Request, m: Matrix) -> list[Request]:
     from envbuild.request import torch_specifier
 
     spec = torch_specifier(base.torch) if base.torch else None
-    targets = [base.target] if base.target else ["cuda", "rocm", "cpu", "mps"]
+    from envbuild import targets as registry
+
+    targets = [base.target] if base.target else list(registry.NAMES)
     out: list[Request] = []
     for rel in m.torch:
         patches = [p.torch for p in m.patches_of(rel.version)
@@ -176,8 +187,7 @@ def all_requests(base: Request, m: Matrix) -> list[Request]:
         pythons = [base.python] if base.python else list(rel.python)
         for v in m.variants_of(rel.version):
             for target in targets:
-                kind = "cpu" if target == "mps" else target
-                if v.kind != kind:
+                if v.kind != registry.get(target).wheel_kind:
                     continue
                 oses = _oses_for(m, target, v.version, base)
                 for py in pythons:
@@ -190,11 +200,14 @@ def all_requests(base: Request, m: Matrix) -> list[Request]:
 
 
 def _oses_for(m: Matrix, target: str, version: str, base: Request) -> list[str | None]:
-    if target == "mps":
+    from envbuild import targets
+
+    source = targets.get(target).os_candidates
+    if source == "none":
         return [None]
-    if target == "cpu":
+    if source == "all":
         ids = [o.id for o in m.oses]
-    elif target == "rocm":
+    elif source == "rocm-release":
         rel = m.rocm_release(version)
         ids = list(rel.os) if rel else []
     else:
@@ -208,6 +221,7 @@ def _oses_for(m: Matrix, target: str, version: str, base: Request) -> list[str |
 def prepare_all(base: Request, ci: ContextInputs,
                 m: Matrix) -> list[tuple[str, Prepared]]:
     """Render every valid combination; combinations the resolver refuses are left out."""
+    from envbuild import targets
     from envbuild.render import render
     from envbuild.request import parse
     from envbuild.resolve import resolve_parsed
@@ -221,8 +235,9 @@ def prepare_all(base: Request, ci: ContextInputs,
             continue
         if spec.hash in seen:
             continue
+        native = not targets.get(spec.target).container
         name = "-".join(x for x in (spec.target, spec.torch, spec.variant, f"py{spec.python}",
-                                    spec.os if spec.target != "mps" else "") if x)
+                                    "" if native else spec.os) if x)
         seen[spec.hash] = (name, Prepared(spec, opts, render(spec, opts, m), secrets,
                                           ci.wheelhouse))
     return sorted(seen.values(), key=lambda x: x[0])

@@ -44,6 +44,7 @@ class RenderOptions:
     user: str = "envbuild"
     uid: int = 1000
     pip: tuple[str, ...] = ()
+    team_pip: tuple[str, ...] = ()  # a team's shared packages (their own layer, before pip)
     apt: tuple[str, ...] = ()
     conda: tuple[str, ...] = ()
     torch_index_url: str | None = None

@@ -10,13 +10,14 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from envbuild import targets
 from envbuild.errors import UsageError
 from envbuild.matrix import Gpu, Matrix
 
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
 
-TARGETS = ("cuda", "rocm", "cpu", "mps")
+TARGETS = targets.NAMES
 FLAVORS = ("base", "runtime", "devel")
 COMPONENTS = ("torch", "torchvision", "torchaudio")
 
@@ -200,22 +201,26 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
     gpus = tuple(parse_gpu(g, matrix) for g in req.gpus)
 
     target, why = _infer_target(req, gpus)
-    if req.driver is not None and target not in ("cuda",):
+    entry = targets.get(target)
+    if req.driver is not None and not entry.takes_driver:
         raise UsageError(f"--driver applies to NVIDIA CUDA targets, not --target {target}")
-    if target == "mps" and (req.os or req.flavor):
+    if not entry.container and (req.os or req.flavor):
         raise UsageError("--os and --flavor do not apply to --target mps (a native macOS "
                          "environment, no container)")
     vendors = {g.vendor for g in gpus}
-    if target == "cuda" and "amd" in vendors:
-        raise UsageError("AMD GPUs cannot run a CUDA image", "use --target rocm for AMD GPUs")
-    if target == "rocm" and "nvidia" in vendors:
-        raise UsageError("NVIDIA GPUs cannot run a ROCm image", "use --target cuda for NVIDIA GPUs")
-    if target in ("cpu", "mps") and gpus:
+    if gpus and not entry.gpu_vendor:
         raise UsageError(f"--gpu does not apply to --target {target}")
+    for vendor in sorted(vendors - {entry.gpu_vendor}):
+        other = targets.for_vendor(vendor).name
+        raise UsageError(f"{_VENDOR[vendor]} GPUs cannot run a {entry.label} image",
+                         f"use --target {other} for {_VENDOR[vendor]} GPUs")
     return Parsed(target=target, target_reason=why, cuda=req.cuda, cuda_minor=cuda_minor,
                   rocm=req.rocm, torch=spec, torch_text=req.torch, python=req.python,
                   driver=req.driver, gpus=gpus, os=req.os, flavor=req.flavor or "base",
                   components=tuple(c for c in COMPONENTS if c in req.components), given=given)
+
+
+_VENDOR = {"nvidia": "NVIDIA", "amd": "AMD"}
 
 
 def _infer_target(req: Request, gpus: tuple[GpuRef, ...]) -> tuple[str, str]:
@@ -232,9 +237,11 @@ def _infer_target(req: Request, gpus: tuple[GpuRef, ...]) -> tuple[str, str]:
     if req.rocm:
         return "rocm", f"target rocm because --rocm {req.rocm} was given"
     if gpus and all(g.vendor == "amd" for g in gpus):
-        return "rocm", "target rocm because every --gpu is an AMD GPU"
+        t = targets.for_vendor("amd").name
+        return t, f"target {t} because every --gpu is an AMD GPU"
     if gpus:
-        return "cuda", "target cuda because the --gpu list names NVIDIA GPUs"
+        t = targets.for_vendor("nvidia").name
+        return t, f"target {t} because the --gpu list names NVIDIA GPUs"
     if req.driver:
         return "cuda", "target cuda because --driver (an NVIDIA driver) was given"
     return "cuda", "target cuda by default (give --target cpu|rocm|mps for others)"

@@ -38,13 +38,17 @@ def validate_image(ref: str, *, require_gpu: bool = False, timeout: float = 600)
     if engine.LABEL_SPEC_HASH not in labels:
         raise EnvbuildError(f"{ref} was not built by envbuild (no {engine.LABEL_SPEC_HASH} label)",
                             "validate images made by envbuild build / make, or use --host")
+    from envbuild import targets
+
     target = labels.get("io.envbuild.target", "cpu")
-    gpus = target == "cuda" and engine.gpu_runtime()
+    entry = targets.REGISTRY.get(target, targets.get("cpu"))
+    gpus = entry.gpu_request and engine.gpu_runtime()
     note = ""
-    if target == "cuda" and not gpus:
+    if entry.gpu_request and not gpus:
         note = ("no NVIDIA container runtime on this host: static checks only, device checks "
                 "skip" + (" (and fail with --require-gpu)" if require_gpu else ""))
-    cmd = ["envbuild-validate", "--json"] + (["--require-gpu"] if require_gpu else [])
+    cmd = ["envbuild-validate", "--json", *entry.validator_flags] + \
+        (["--require-gpu"] if require_gpu else [])
     result = engine.run_container(ref, cmd, target=target, gpus=gpus, timeout=timeout,
                                   labels={**VALIDATE_LABEL, "io.envbuild.image": ref})
     if result.timed_out:
