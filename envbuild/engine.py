@@ -159,6 +159,19 @@ def image_labels(ref: str) -> dict[str, str]:
                                 "build it first (envbuild build / envbuild make)") from None
 
 
+def local_image(ref: str) -> dict[str, Any] | None:
+    """{id, repo_digests} of a local image; None when the engine does not have it."""
+    import docker.errors
+
+    c = client()
+    with _docker_errors():
+        try:
+            image = c.images.get(ref)
+        except docker.errors.ImageNotFound:
+            return None
+        return {"id": image.id, "repo_digests": list(image.attrs.get("RepoDigests") or [])}
+
+
 def tag(image_id: str, ref: str) -> None:
     c = client()
     repo, _, t = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")

@@ -14,7 +14,7 @@ import typer
 
 from envbuild.cli import _options as o
 from envbuild.cli._app import app, emit_json, say, warn
-from envbuild.errors import EXIT_FAILED, UsageError
+from envbuild.errors import EXIT_FAILED, EnvbuildError, UsageError
 
 if TYPE_CHECKING:
     from envbuild.make import Checked, Hooks, MakeResult
@@ -183,11 +183,36 @@ def validate(
     quiet: Annotated[bool, typer.Option(
         "--quiet", "-q", help="Print only failed checks (stderr); the exit code says the rest.")
     ] = False,
+    from_registry: Annotated[str | None, typer.Option(
+        "--from-registry", help="Print the validation report attached to this image in its "
+        "registry (REGISTRY/REPO:TAG or @sha256:...) without running anything.")] = None,
 ) -> None:
     """Run the validator in a container (or with --host here). 0 pass, 1 a check failed, 3 could
     not run."""
-    from envbuild.validate import validate_host, validate_image
+    from envbuild.validate import Validation, validate_host, validate_image
 
+    if from_registry is not None:
+        if host or image is not None:
+            raise UsageError("--from-registry takes the image itself: give no IMAGE or --host")
+        from envbuild import registry
+
+        att = registry.fetch_report(from_registry)
+        if att is None:
+            raise EnvbuildError(f"no validation report is attached to {from_registry}",
+                                "`envbuild team build --push` attaches one to every image")
+        summary = att.report.get("summary", {})
+        failed = not isinstance(summary, dict) or bool(summary.get("fail"))
+        v = Validation(att.report, 1 if failed else 0, False, "")
+        if json:
+            emit_json(att.report)
+        elif quiet:
+            _say_failed_checks(v)
+        else:
+            say(f"report    {att.artifact} (attached to {att.image}, found via {att.via})")
+            _print_report(v)
+        if failed:
+            raise typer.Exit(EXIT_FAILED)
+        return
     if host == (image is not None):
         raise UsageError("give an IMAGE or --host (one of them)")
     with _status(f"validating {image or 'this host'} (up to {timeout:.0f} s)", json or quiet):

@@ -1,0 +1,215 @@
+"""`envbuild team plan|build|check`: a family of team base images from envbuild.toml."""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from envbuild.cli._app import app, emit_json, say, warn
+from envbuild.cli._options import Json
+from envbuild.errors import EXIT_FAILED, UsageError
+
+if TYPE_CHECKING:
+    from envbuild.make import Hooks
+    from envbuild.team import Built
+
+team_app = typer.Typer(help="Team base images: plan, build, lock and check a family of images "
+                       "from a team file (envbuild.toml).", no_args_is_help=True)
+app.add_typer(team_app, name="team")
+
+File = Annotated[Path | None, typer.Option(
+    "--file", "-f", help="The team file (default ./envbuild.toml); the lock goes next to it.")]
+Only = Annotated[list[str] | None, typer.Option(
+    "--only", help="Only this image (a table name). Repeatable.")]
+
+
+def _lock_path(team_file: Path) -> Path:
+    from envbuild.team import LOCK_FILE
+
+    return team_file.parent / LOCK_FILE
+
+
+@team_app.command("plan")
+def plan_cmd(file: File = None, only: Only = None, json: Json = False) -> None:
+    """Resolve every image of the team file: torch, variant, Python, OS, base and tag; which
+    layers the images share; what is already built; what the lock would change. No engine
+    needed."""
+    from envbuild import teamfile
+    from envbuild.matrix import load
+    from envbuild.team import cache_state, lock_changes, plan, plan_json, read_lock
+
+    team = teamfile.load(file)
+    planned = plan(team, load(), only or ())
+    changes = lock_changes(planned, read_lock(_lock_path(team.path)), only or ())
+    states = {p.name: cache_state(p) for p in planned}
+    data = plan_json(planned, changes, states)
+    if json:
+        emit_json(data)
+        return
+    rows: list[tuple[str, ...]] = [
+        ("image", "torch", "variant", "python", "os", "cache", "base", "tag")]
+    for i in data["images"]:
+        rows.append((i["name"], i["torch"], i["variant"], i["python"], i["os"], i["cache"],
+                     i["base_image"], i["tag"]))
+    _table(rows)
+    if data["shared_layers"]:
+        say("")
+        say("shared layers (built once, stored once):")
+        for s in data["shared_layers"]:
+            say(f"  {s['layer']:<6} {s['key']}  {', '.join(s['images'])}")
+    say("")
+    if not data["lock_changes"]:
+        say(f"lock      {_lock_path(team.path)}: no change")
+    else:
+        say(f"lock      {_lock_path(team.path)} would change:")
+        for name, diffs in data["lock_changes"].items():
+            for d in diffs:
+                say(f"  {name}: {d}")
+
+
+def _table(rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        say("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+_lock = threading.Lock()
+
+
+def _hooks(name: str, show: bool) -> Hooks:
+    """Per-image progress: the build's step lines and the waits, prefixed with the image name."""
+    from envbuild.make import Hooks
+
+    step = re.compile(r"^#\d+ (\[[^\]]+\] .*)")
+
+    @contextmanager
+    def status(text: str) -> Iterator[None]:
+        if show:
+            with _lock:
+                sys.stderr.write(f"[{name}] {text}\n")
+        yield
+
+    @contextmanager
+    def progress() -> Iterator[Callable[[str], None]]:
+        def sink(line: str) -> None:
+            m = step.match(line)
+            if show and m:
+                with _lock:
+                    sys.stderr.write(f"[{name}] {m.group(1)[:110]}\n")
+        yield sink
+
+    return Hooks(status=status, progress=progress)
+
+
+def _done_line(b: Built) -> str:
+    if b.error is not None:
+        return f"[{b.planned.name}] error: {b.error.message}"
+    v = b.validation()
+    r = b.result
+    assert r is not None
+    where = r.pushed or b.planned.tag
+    return (f"[{b.planned.name}] {v['status']}  {where}" + (f"@{r.digest}" if r.digest else "")
+            + f"  ({b.seconds:.0f} s)")
+
+
+@team_app.command("build")
+def build_cmd(
+    file: File = None, only: Only = None,
+    push: Annotated[bool, typer.Option(
+        "--push", help="Push every validated image to its registry and attach its validation "
+        "report (an unvalidated or failing image is never pushed).")] = False,
+    jobs: Annotated[int, typer.Option(
+        "--jobs", "-j", min=1, max=16, help="Images built at once (after the first image of "
+        "each shared torch layer).")] = 1,
+    locked: Annotated[bool, typer.Option(
+        "--locked", help="Rebuild exactly what envbuild.lock pins: FROM base@sha256:..., the "
+        "locked torch/Python/OS and exact package versions.")] = False,
+    rebuild: Annotated[bool, typer.Option("--rebuild", help="Build even if cached.")] = False,
+    revalidate: Annotated[bool, typer.Option(
+        "--revalidate", help="Validate even when a cached passing report exists.")] = False,
+    json: Json = False,
+) -> None:
+    """Build every image (shared layers once), validate each, push the validated ones with
+    their reports attached, and write envbuild.lock. Exit 1 when any image failed."""
+    from envbuild import team as t
+    from envbuild import teamfile
+    from envbuild.matrix import load
+
+    team = teamfile.load(file)
+    lock_path = _lock_path(team.path)
+    old = t.read_lock(lock_path)
+    if locked:
+        team = t.locked_team(team, old, lock_path)
+    m = load()
+    planned = t.plan(team, m, only or ())
+    show = not json
+
+    def done(b: Built) -> None:
+        if show:
+            with _lock:
+                sys.stderr.write(_done_line(b) + "\n")
+
+    built = t.build(planned, m, push=push, jobs=jobs, rebuild=rebuild, revalidate=revalidate,
+                    hooks_for=lambda name: _hooks(name, show), on_done=done)
+    wrote = None
+    if not locked:
+        t.write_lock(lock_path, t.updated_lock(old, built))
+        wrote = str(lock_path)
+    if json:
+        emit_json({"images": [b.to_json() for b in built], "lock": wrote})
+    else:
+        rows: list[tuple[str, ...]] = [("image", "validation", "pushed", "seconds", "reference")]
+        for b in built:
+            j = b.to_json()
+            ref = j["tag"] + (f"@{j['digest']}" if j["digest"] else "")
+            rows.append((b.planned.name, j["validation"]["status"],
+                         "yes" if j["pushed"] else ("no: " + j.get("push_skipped", "not asked")
+                                                    if not b.error else "no"),
+                         f"{b.seconds:.0f}", ref))
+        say("")
+        _table(rows)
+        if wrote:
+            say(f"lock      {wrote}")
+        for b in built:
+            if b.error is not None:
+                warn(f"error: {b.planned.name}: {b.error.message}")
+                if b.error.hint:
+                    warn(f"hint: {b.error.hint}")
+    if any(b.error is not None or b.validation()["status"] != "pass" for b in built):
+        raise typer.Exit(EXIT_FAILED)
+
+
+@team_app.command("check")
+def check_cmd(file: File = None, json: Json = False) -> None:
+    """For every image in envbuild.lock: its digest still in the registry, its attached report
+    there and passing, its base image tag still on the locked digest. Exit 1 naming each
+    problem (a moved or vanished tag with the old and new digests)."""
+    from envbuild.team import check, read_lock
+
+    path = _lock_path(file or Path("envbuild.toml"))
+    lock = read_lock(path)
+    if lock is None:
+        raise UsageError(f"no lock file {path}", "run `envbuild team build --push` first")
+    data = check(lock, path)
+    if json:
+        emit_json({"images": data["images"], "problems": data["problems"]})
+    else:
+        for row in data["images"]:
+            rep = row.get("report") or {}
+            say(f"{row['name']:<12} {'present' if row.get('present') else 'MISSING':<8} "
+                f"report {rep.get('status', 'none'):<5} base "
+                f"{'ok' if row.get('base_digest_now') == row['base_digest'] else 'CHANGED'}  "
+                f"{row['tag']}")
+        for p in data["problems"]:
+            warn(f"problem: {p}")
+        if not data["problems"]:
+            say("ok: every image, report and base digest in the lock is still true")
+    if data["problems"]:
+        raise typer.Exit(EXIT_FAILED)
