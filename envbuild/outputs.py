@@ -25,12 +25,25 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from envbuild.errors import EnvbuildError, EnvironmentProblem, UsageError
 
-if TYPE_CHECKING:
-    from envbuild.render import RenderedFile
+
+class RenderedFile(Protocol):
+    """What write_tree needs of a file: envbuild.render.RenderedFile or OutFile."""
+
+    @property
+    def content(self) -> str: ...
+
+    @property
+    def mode(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class OutFile:
+    content: str
+    mode: int = 0o644
 
 MANIFEST = ".envbuild-manifest.json"
 _FORMAT = 1
@@ -75,7 +88,7 @@ def _plan(files: Mapping[str, RenderedFile], links: Mapping[str, Path]) -> list[
         try:
             items = sorted(src.iterdir())
         except OSError as exc:
-            raise _os_error(exc, src, "read") from None
+            raise _os_error(exc, src, "read", "--wheelhouse") from None
         for item in items:
             if not item.is_file():
                 continue
@@ -86,42 +99,43 @@ def _plan(files: Mapping[str, RenderedFile], links: Mapping[str, Path]) -> list[
     return out
 
 
-def _os_error(exc: OSError, path: Path | str, doing: str = "write") -> EnvbuildError:
+def _os_error(exc: OSError, path: Path | str, doing: str = "write",
+              flag: str = "--out") -> EnvbuildError:
     where = exc.filename or path
     reason = exc.strerror or str(exc)
     if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
         return EnvironmentProblem(f"cannot {doing} {where}: {reason}",
-                                  "free some space (or choose another --out) and try again")
+                                  f"free some space (or choose another {flag}) and try again")
     hints = {
         errno.EACCES: "choose a directory you can write to",
         errno.EPERM: "choose a directory you can write to",
-        errno.EROFS: "that file system is read-only; choose another --out",
-        errno.ENOTDIR: "a part of that path is a file, not a directory; choose another --out",
-        errno.ENOENT: "that location cannot hold files (e.g. /proc, /sys); choose another --out",
-        errno.ELOOP: "the path has a symlink loop; choose another --out",
-        errno.ENAMETOOLONG: "choose a shorter --out",
+        errno.EROFS: f"that file system is read-only; choose another {flag}",
+        errno.ENOTDIR: f"a part of that path is a file, not a directory; choose another {flag}",
+        errno.ENOENT: f"that location cannot hold files (e.g. /proc, /sys); choose another {flag}",
+        errno.ELOOP: f"the path has a symlink loop; choose another {flag}",
+        errno.ENAMETOOLONG: f"choose a shorter {flag}",
     }
     return UsageError(f"cannot {doing} {where}: {reason}",
-                      hints.get(exc.errno or 0, "choose another --out"))
+                      hints.get(exc.errno or 0, f"choose another {flag}"))
 
 
-def resolve_out(out: Path) -> Path:
+def resolve_out(out: Path, flag: str = "--out") -> Path:
     """The absolute, symlink- and `..`-free path `out` names, checked before anything is made."""
     text = str(out)
     if "\x00" in text or not text.strip():
-        raise UsageError(f"--out {text!r} is not a path", "e.g. --out ./ctx")
+        raise UsageError(f"{flag} {text!r} is not a path", f"e.g. {flag} ./out")
     try:
         target = Path(os.path.realpath(text))
     except (OSError, ValueError) as exc:
-        raise UsageError(f"--out {text!r} cannot be resolved: {exc}",
-                         "choose another --out") from None
+        raise UsageError(f"{flag} {text!r} cannot be resolved: {exc}",
+                         f"choose another {flag}") from None
     # The nearest existing ancestor must be a directory: `--out FILE/sub` is refused here.
     probe = target
     while not os.path.lexists(probe):
         probe = probe.parent
     if probe != target and not probe.is_dir():
         raise UsageError(f"cannot create {target}: {probe} is not a directory",
-                         "choose an --out whose parent is a directory")
+                         f"choose a {flag} whose parent is a directory")
     return target
 
 
@@ -171,13 +185,13 @@ def _unchanged(path: Path, st: os.stat_result, rec: Mapping[str, Any], new: _Ent
 
 
 def _check_replace(target: Path, plan: list[_Entry], old: dict[str, dict[str, Any]],
-                   cache: dict[tuple[int, int], str]) -> list[str]:
+                   cache: dict[tuple[int, int], str], verb: str) -> list[str]:
     """Refuse (UsageError) unless every path this render writes or removes is envbuild's own.
     Returns the listed files to remove afterwards."""
     def refuse(rel: str, why: str) -> UsageError:
-        return UsageError(f"--force refused: {target / rel} {why}; nothing was changed",
-                          "--force only replaces files a previous render wrote and nobody "
-                          "changed since: move that file away, or choose another --out")
+        return UsageError(f"{verb} refused: {target / rel} {why}; nothing was changed",
+                          f"{verb} only replaces files envbuild wrote there and nobody changed "
+                          "since: move that file away, or choose another directory")
 
     new = {e.rel: e for e in plan}
     dirs_ok: set[str] = set()
@@ -305,17 +319,18 @@ class _Writer:
 
 
 def write_tree(files: Mapping[str, RenderedFile], out: Path, force: bool = False,
-               links: Mapping[str, Path] | None = None) -> Path:
+               links: Mapping[str, Path] | None = None, flag: str = "--out") -> Path:
     """Write `files` (and the hard-linked `links` directories) into `out`; return the real path.
 
     All or nothing: on any error, what this call created is removed and old files stay.
     """
-    target = resolve_out(out)
+    target = resolve_out(out, flag)
     plan = _plan(files, links or {})
     try:
         st = os.lstat(target) if os.path.lexists(target) else None
         if st is not None and not stat.S_ISDIR(st.st_mode):
-            raise UsageError(f"{target} exists and is not a directory", "choose another --out")
+            raise UsageError(f"{target} exists and is not a directory",
+                             f"choose another {flag}")
         stale: list[str] = []
         digests: dict[tuple[int, int], str] = {}
         existing: set[str] = set()
@@ -326,15 +341,17 @@ def write_tree(files: Mapping[str, RenderedFile], out: Path, force: bool = False
                 if not force:
                     raise UsageError(
                         f"{target} is not empty",
-                        "choose a new or empty --out; --force replaces a previous envbuild "
+                        f"choose a new or empty {flag}; --force replaces a previous envbuild "
                         f"render there (one with {MANIFEST}), never other files")
                 old = _read_manifest(target)
+                verb = "--force" if flag == "--out" else flag
                 if old is None:
                     raise UsageError(
-                        f"--force refused: {target} is not a previous envbuild render (no valid "
-                        f"{MANIFEST}); nothing was changed",
-                        "--force only replaces a previous render: choose a new or empty --out")
-                stale = _check_replace(target, plan, old, digests)
+                        f"{verb} refused: {target} is not empty and holds no envbuild output "
+                        f"(no valid {MANIFEST}); nothing was changed",
+                        f"{verb} only replaces what envbuild wrote before: choose a new or "
+                        f"empty {flag}")
+                stale = _check_replace(target, plan, old, digests, verb)
                 existing = {rel for rel in (*old, MANIFEST)
                             if os.path.lexists(target / rel)}
         writer = _Writer(target)
@@ -365,5 +382,5 @@ def write_tree(files: Mapping[str, RenderedFile], out: Path, force: bool = False
                 except OSError:
                     break
     except OSError as exc:
-        raise _os_error(exc, target) from None
+        raise _os_error(exc, target, flag=flag) from None
     return target
