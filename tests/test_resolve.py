@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from envbuild.errors import EXIT_FAILED, EXIT_USAGE, ConflictError, EnvbuildError, UsageError
 from envbuild.matrix import Matrix
-from envbuild.request import Request
+from envbuild.request import Request, known_drivers
 from envbuild.resolve import arch_covers, resolve
 from envbuild.versions import major_of, minor_of, version_key
 from tests.conftest import run_cli
@@ -129,13 +129,15 @@ def test_arch_coverage(sass: list[str], ptx: list[str], cc: str, expected: str |
 # --- properties --------------------------------------------------------------------------
 
 def _requests(m: Matrix) -> st.SearchStrategy[Request]:
-    cudas = st.sampled_from([None, *[r.version for r in m.cuda], "12.7", "99.1", "x"])
+    cudas = st.sampled_from([None, *[r.version for r in m.cuda], "12.7", "99.1", "x",
+                             "11", "12", "13", "14", "12.22", "１２.２"])
     torches = st.sampled_from([None, *[r.version for r in m.torch],
                                *[p.torch for p in m.patches], ">=2.3,<2.6", ">=9", "~=2.4.0"])
     pythons = st.sampled_from([None, "3.9", "3.10", "3.11", "3.12", "3.13", "3.14", "3.99"])
     gpus = st.lists(st.sampled_from([g.name for g in m.gpus] + ["sm_61", "sm_120", "gfx942"]),
                     max_size=2).map(tuple)
-    drivers = st.sampled_from([None, "450.80.02", "525.60.13", "535.104.05", "580.65.06", "999"])
+    drivers = st.sampled_from([None, "450.80.02", "525.60.13", "535.104.05", "580.65.06", "999",
+                               "470", "535", "390.157", "390", "５３５.１０４.０５"])
     targets = st.sampled_from([None, "cuda", "rocm", "cpu", "mps"])
     oses = st.sampled_from([None, *[o.id for o in m.oses]])
     rocms = st.sampled_from([None, *[r.version for r in m.rocm]])
@@ -177,7 +179,9 @@ def test_every_spec_satisfies_the_matrix(matrix: Matrix, data: st.DataObject) ->
     if spec.target == "cuda":
         assert spec.torch_cuda == variant.version and spec.cuda_image and spec.min_driver
         image_minor = minor_of(spec.cuda_image)
-        if req.cuda:
+        if req.cuda and "." not in req.cuda:  # --cuda 12: any 12.x
+            assert major_of(image_minor) == major_of(variant.version) == int(req.cuda)
+        elif req.cuda:
             assert image_minor == minor_of(req.cuda)
             assert major_of(variant.version) == major_of(req.cuda)
             assert version_key(variant.version) <= version_key(image_minor)
@@ -187,8 +191,10 @@ def test_every_spec_satisfies_the_matrix(matrix: Matrix, data: st.DataObject) ->
         assert cuda_rel is not None and floor is not None
         assert version_key(spec.min_driver) >= version_key(cuda_rel.ga_driver_linux)
         assert version_key(spec.min_driver) >= version_key(floor.min_driver_linux)
-        if req.driver:
-            assert version_key(req.driver) >= version_key(spec.min_driver)
+        if req.driver:  # a bare branch reads as the oldest driver of it the matrix knows
+            same = [d for d in known_drivers(matrix) if major_of(d) == major_of(req.driver)]
+            driver = req.driver if "." in req.driver or not same else same[0]
+            assert version_key(driver) >= version_key(spec.min_driver)
         for g in spec.gpus:
             assert arch_covers(variant.sass, variant.ptx, g["cc"]) is not None
     if spec.target == "rocm":
