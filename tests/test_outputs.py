@@ -533,3 +533,28 @@ def test_an_old_pickle_cache_is_never_unpickled(tmp_path: Path) -> None:
     r = _resolve(cache)
     assert r.returncode == 0, r.stderr
     assert not marker.exists()
+
+
+# --- make --out (--target mps writes through the same function) -----------------------------
+
+def test_make_mps_out_refuses_a_users_directory(tmp_path: Path) -> None:
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "main.py").write_text("print('mine')\n")
+    before = snapshot(tmp_path)
+    r = run_cli("make", "--target", "mps", "--out", str(out))
+    assert_clean_error(r)
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("arg", ["a/../../b", "f/sub"])
+def test_make_mps_out_paths(tmp_path: Path, arg: str) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "f").write_text("a file")
+    r = cli_in(work, "make", "--target", "mps", "--out", arg)
+    if arg == "f/sub":
+        assert_clean_error(r)
+        return
+    assert r.returncode == 0, r.stderr
+    assert not (work / "a").exists() and (tmp_path / "b" / "setup-macos.sh").exists()
