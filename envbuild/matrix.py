@@ -569,13 +569,22 @@ def _read_cache(cache: Path) -> Matrix | None:
     if not isinstance(docs, dict) or set(docs) != stems \
             or not all(isinstance(v, dict) for v in docs.values()):
         return None
+    if doc.get("sha256") != _digest(docs):
+        return None  # edited or damaged after a clean check: rebuild (cross_check is not re-run)
     problems: list[Problem] = []
     try:
         matrix = _from_docs(docs, problems)
-        problems += cross_check(matrix)
     except (TypeError, ValueError, AttributeError, KeyError, IndexError):
         return None
     return None if problems else matrix
+
+
+def _digest(docs: Any) -> str:
+    import hashlib
+    import json
+
+    blob = json.dumps(docs, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def load(directory: Path | None = None) -> Matrix:
@@ -611,7 +620,8 @@ def _write_cache(cache: Path, docs: Mapping[str, Any]) -> None:
     import tempfile
 
     try:
-        text = json.dumps({"format": _CACHE_FORMAT, "key": cache.stem, "docs": docs})
+        text = json.dumps({"format": _CACHE_FORMAT, "key": cache.stem, "docs": docs,
+                           "sha256": _digest(docs)})
     except (TypeError, ValueError):
         return  # a TOML date or time has no JSON form: no cache, same result
     try:
