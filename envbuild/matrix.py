@@ -527,8 +527,8 @@ def load(directory: Path | None = None) -> Matrix:
 
     d = directory or matrix_dir()
     cache = _cache_path(d)
-    if cache is not None and cache.is_file():
-        try:
+    if cache is not None:
+        try:  # not is_file(): a HOME this user may not search raises there (sudo -u keeps HOME)
             with cache.open("rb") as fh:
                 cached = pickle.load(fh)
             if isinstance(cached, Matrix):

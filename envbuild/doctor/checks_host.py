@@ -22,6 +22,10 @@ from envbuild.doctor.view import (
 )
 from envbuild.matrix import Matrix
 
+# The nodes a CUDA process opens: the control node, UVM, and one per GPU. Other /dev/nvidia*
+# entries are not needed by CUDA: /dev/nvidia-caps (MIG capabilities) is root-only by design,
+# /dev/nvidia-uvm-tools is for profilers, /dev/nvidia-modeset for display.
+CUDA_NODE = re.compile(r"^/dev/nvidia(?:ctl|-uvm|\d+)$")
 WSL_DRIVER_PKG = re.compile(
     r"^(nvidia-(driver|dkms|kernel|utils|compute-utils|headless)|"
     r"libnvidia-(compute|gl|decode|encode|extra|fbc1|cfg1|common)|cuda-drivers)")
@@ -184,11 +188,16 @@ def check_nvidia_nodes(v: View, o: Out) -> None:
         o.add("nvidia.uvm_missing", WARN,
               "/dev/nvidia-uvm is missing: CUDA inside containers cannot start",
               "`sudo nvidia-modprobe -u -c 0` (or run any CUDA program once on the host)")
-    denied = [p for p, d in f.devices.items() if p.startswith("/dev/nvidia") and not d.rw]
+    denied = sorted(p for p, d in f.devices.items() if CUDA_NODE.match(p) and not d.rw)
     if denied:
+        group = {p: f.group_names.get(f.devices[p].gid, str(f.devices[p].gid)) for p in denied}
         o.add("nvidia.device_permission", ERROR,
-              "this user cannot open " + ", ".join(sorted(denied)),
-              "check the device modes (normally 0666) and the udev rules of the driver")
+              "this user cannot open " + ", ".join(denied) + ", which every CUDA process opens",
+              "the driver's default is mode 0666 (NVreg_DeviceFileMode); with a restricted mode "
+              f"add the user to the owning group (`sudo usermod -aG "
+              f"{','.join(sorted(set(group.values())))} $USER`, then log in again), or fix the "
+              "udev rule / modprobe options that set it",
+              [f"{p}: mode {f.devices[p].mode & 0o7777:04o}, group {group[p]}" for p in denied])
 
 
 def check_request(v: View, m: Matrix, req: Request, o: Out) -> None:
