@@ -304,12 +304,9 @@ CHUNK = 1 << 20
 class LogText:
     text: str
     total_bytes: int  # the size of the whole input
-    head_bytes: int = 0  # when cut: the bytes kept from the start ...
-    tail_bytes: int = 0  # ... and from the end; the middle was not read
-
-    @property
-    def cut(self) -> bool:
-        return self.head_bytes + self.tail_bytes < self.total_bytes
+    cut: bool = False  # only the start and the end were read:
+    head_bytes: int = 0  # the bytes kept from the start ...
+    tail_bytes: int = 0  # ... and from the end
 
     def to_json(self) -> dict[str, Any]:
         return {"bytes": self.total_bytes, "cut": self.cut,
@@ -338,7 +335,7 @@ def _join(head: bytes, tail: bytes, total: int) -> LogText:
     tail = tail[nl + 1:] if 0 <= nl < len(tail) - 1 else tail
     gap = total - len(head) - len(tail)
     marker = f"\n[... envbuild explain: {gap} bytes of the log left out here ...]\n"
-    return LogText(_decode(head) + marker + _decode(tail), total, len(head), len(tail))
+    return LogText(_decode(head) + marker + _decode(tail), total, True, len(head), len(tail))
 
 
 def read_log(stream: BinaryIO, limit: int = MAX_LOG_BYTES, head: int = HEAD_BYTES) -> LogText:
