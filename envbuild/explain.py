@@ -16,11 +16,12 @@ import re
 import string
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from functools import cache
+from dataclasses import dataclass
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from envbuild import logscan
 from envbuild.doctor import compat
 from envbuild.errors import MatrixError
 from envbuild.logscan import MIN_ANCHOR, Haystack, Scanner, anchor
@@ -60,7 +61,12 @@ class Catalogue:
     sources: Mapping[str, Mapping[str, Any]]
     doctor: Mapping[str, Any]
 
-    scanner: Scanner | None = None  # searches big texts by anchor; None: search them whole
+    scan: bool = True  # search big texts by anchor (logscan); False: search them whole
+
+    @cached_property
+    def scanner(self) -> Scanner | None:
+        """Built at the first big text: parsing ~250 regexes costs start-up time otherwise."""
+        return Scanner.of(self.regexes()) if self.scan else None
 
     def regexes(self) -> tuple[re.Pattern[str], ...]:
         return (*self.extractors, *(rx for sig in self.signatures
@@ -121,8 +127,7 @@ def parse_catalogue(doc: Mapping[str, Any]) -> Catalogue:
             raise MatrixError(f"signatures.toml: signature {sid}: missing key {exc}") from exc
     extractors = tuple(_compile(p, "[extract]") for ps in doc.get("extract", {}).values()
                        for p in ps)
-    cat = Catalogue(tuple(sigs), extractors, doc.get("source", {}), doc.get("doctor", {}))
-    return replace(cat, scanner=Scanner.of(cat.regexes()))
+    return Catalogue(tuple(sigs), extractors, doc.get("source", {}), doc.get("doctor", {}))
 
 
 @cache
@@ -377,7 +382,9 @@ def read_log(stream: BinaryIO, limit: int = MAX_LOG_BYTES, head: int = HEAD_BYTE
 def _haystack(text: str | Haystack, cat: Catalogue) -> Haystack:
     if isinstance(text, Haystack):
         return text
-    return cat.scanner.haystack(text) if cat.scanner is not None else Haystack(text)
+    if len(text) < logscan.SCAN_FROM or cat.scanner is None:
+        return Haystack(text)
+    return cat.scanner.haystack(text)
 
 
 def _line_of(text: str, start: int) -> str:

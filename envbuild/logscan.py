@@ -119,7 +119,13 @@ class Scanner:
 
     @cached_property
     def _overlaps(self) -> dict[str, tuple[str, ...]]:
-        return {w: _overlapping(w, self._words) for w in self._words}
+        return {}  # filled per word found (a few per log): all pairs cost more than a scan
+
+    def _overlapping(self, word: str) -> tuple[str, ...]:
+        found = self._overlaps.get(word)
+        if found is None:
+            found = self._overlaps[word] = _overlapping(word, self._words)
+        return found
 
     def haystack(self, text: str) -> Haystack:
         if len(text) < SCAN_FROM:
@@ -132,10 +138,11 @@ class Scanner:
             start = folded.rfind("\n", 0, m.start()) + 1
             word = m.group()
             lines.setdefault(word, set()).add(start)
-            if self._overlaps[word]:
+            others = self._overlapping(word)
+            if others:
                 end = folded.find("\n", m.end())
                 line = folded[start:end if end >= 0 else len(folded)]
-                for other in self._overlaps[word]:
+                for other in others:
                     if other in line:
                         lines.setdefault(other, set()).add(start)
         return Haystack(text, self, lines)
