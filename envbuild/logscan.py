@@ -3,7 +3,8 @@
 `envbuild explain` runs ~250 case-insensitive regexes; each costs a full scan of the text
 (~40 MB/s), so an 8 MiB log took 20 s. Every regex in the catalogue needs some literal (its
 *anchor*: "cuda out of memory", "+cu", ...), so a big text is scanned once, casefolded, for all
-anchors at a time (one compiled trie). Each regex then runs only on the lines that hold one of
+anchors at a time (one compiled trie of their tails that start with a character rare in this
+text). Each regex then runs only on the lines that hold one of
 its anchors, with CONTEXT_LINES around them (the multi-line signatures span fewer), in text
 order, so the first match is the same one a whole-text search finds.
 """
@@ -12,9 +13,10 @@ from __future__ import annotations
 
 import importlib
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 SCAN_FROM = 256 << 10  # smaller texts are searched whole
@@ -114,18 +116,24 @@ class Scanner:
         return tuple(sorted({w for ws in self.anchors.values() for w in ws}))
 
     @cached_property
-    def _trie(self) -> re.Pattern[str]:
-        return re.compile(_trie_regex(self._words))
+    def _overlaps(self) -> dict[tuple[str, ...], dict[str, tuple[str, ...]]]:
+        return {}  # per word list, filled per word found: all pairs cost more than a scan
 
-    @cached_property
-    def _overlaps(self) -> dict[str, tuple[str, ...]]:
-        return {}  # filled per word found (a few per log): all pairs cost more than a scan
-
-    def _overlapping(self, word: str) -> tuple[str, ...]:
-        found = self._overlaps.get(word)
+    def _overlapping(self, words: tuple[str, ...], word: str) -> tuple[str, ...]:
+        known = self._overlaps.setdefault(words, {})
+        found = known.get(word)
         if found is None:
-            found = self._overlaps[word] = _overlapping(word, self._words)
+            found = known[word] = _overlapping(word, words)
         return found
+
+    def _keys(self, folded: str) -> dict[str, str]:
+        """Each anchor's key: its longest tail of >= MIN_ANCHOR characters that starts with
+        the character rarest in (a sample of) this text. A key occurs wherever its anchor
+        does, and the trie skips every position whose character starts no key, so keys that
+        start with rare characters make the one scan several times faster."""
+        freq = Counter(folded[-(64 << 10):] + folded[:16 << 10])
+        return {w: w[min(range(len(w) - MIN_ANCHOR + 1), key=lambda i: (freq[w[i]], i)):]
+                for w in self._words}
 
     def haystack(self, text: str) -> Haystack:
         if len(text) < SCAN_FROM:
@@ -133,19 +141,26 @@ class Scanner:
         folded = text.casefold()
         if len(folded) != len(text):  # a character folds to several: positions would differ
             return Haystack(text)
-        lines: dict[str, set[int]] = {}
-        for m in self._trie.finditer(folded):
+        keys = self._keys(folded)
+        words = tuple(sorted(set(keys.values())))
+        at: dict[str, set[int]] = {}
+        for m in _trie(words).finditer(folded):
             start = folded.rfind("\n", 0, m.start()) + 1
             word = m.group()
-            lines.setdefault(word, set()).add(start)
-            others = self._overlapping(word)
+            at.setdefault(word, set()).add(start)
+            others = self._overlapping(words, word)
             if others:
                 end = folded.find("\n", m.end())
                 line = folded[start:end if end >= 0 else len(folded)]
                 for other in others:
                     if other in line:
-                        lines.setdefault(other, set()).add(start)
-        return Haystack(text, self, lines)
+                        at.setdefault(other, set()).add(start)
+        return Haystack(text, self, {w: at[k] for w, k in keys.items() if k in at})
+
+
+@lru_cache(maxsize=8)
+def _trie(words: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile(_trie_regex(words))
 
 
 @dataclass
@@ -154,7 +169,7 @@ class Haystack:
 
     text: str
     scanner: Scanner | None = None
-    lines: dict[str, set[int]] | None = None  # anchor -> starts of the lines holding it
+    lines: dict[str, set[int]] | None = None  # anchor -> starts of lines that may hold it
 
     def _windows(self, rx: re.Pattern[str]) -> list[tuple[int, int]] | None:
         if self.scanner is None or self.lines is None or rx not in self.scanner.anchors:
