@@ -24,16 +24,21 @@ CONTEXT_LINES = 3
 MIN_ANCHOR = 3
 
 
-def anchor(rx: re.Pattern[str]) -> frozenset[str] | None:
-    """Casefolded literals, one of which occurs in every match of rx (None: none found).
+def _longest(cands: list[frozenset[str]]) -> frozenset[str]:
+    return max(cands, key=lambda s: min(map(len, s)))
+
+
+def candidates(rx: re.Pattern[str]) -> list[frozenset[str]]:
+    """Sets of casefolded literals such that every match of rx contains one literal of each
+    set ([] when none is found).
 
     Walks the stdlib's parse of the regex: runs of literal characters in the mandatory
-    sequence, groups and repeats of at least one, and alternations whose every branch has one;
-    the candidate with the longest shortest literal wins."""
+    sequence, inside groups and repeats of at least one, and alternations whose every branch
+    has one (that set is the branches' longest)."""
     parser: Any = importlib.import_module("re._parser")
     c: Any = importlib.import_module("re._constants")
 
-    def needs(seq: Any) -> frozenset[str] | None:
+    def needs(seq: Any) -> list[frozenset[str]]:
         cands: list[frozenset[str]] = []
         run: list[str] = []
 
@@ -47,23 +52,27 @@ def anchor(rx: re.Pattern[str]) -> frozenset[str] | None:
                 run.append(chr(av))
                 continue
             flush()
-            n: frozenset[str] | None = None
             if op is c.SUBPATTERN:
-                n = needs(av[-1])
+                cands += needs(av[-1])
             elif op is c.BRANCH:
                 alts = [needs(b) for b in av[1]]
-                n = frozenset(x for a in alts if a for x in a) if alts and all(alts) else None
+                if alts and all(alts):
+                    cands.append(frozenset(x for a in alts for x in _longest(a)))
             elif op in (c.MAX_REPEAT, c.MIN_REPEAT) and av[0] >= 1:
-                n = needs(av[2])
-            if n:
-                cands.append(n)
+                cands += needs(av[2])
         flush()
-        return max(cands, key=lambda s: min(map(len, s))) if cands else None
+        return cands
 
     try:
         return needs(parser.parse(rx.pattern, rx.flags))
     except Exception:  # a parser detail of another Python: no anchor, whole-text search
-        return None
+        return []
+
+
+def anchor(rx: re.Pattern[str]) -> frozenset[str] | None:
+    """The longest of candidates(rx) (None: rx has no literal to search by)."""
+    cands = candidates(rx)
+    return _longest(cands) if cands else None
 
 
 def _trie_regex(words: Iterable[str]) -> str:
@@ -97,23 +106,20 @@ def _overlapping(a: str, words: Iterable[str]) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Scanner:
-    """The anchors of a fixed set of regexes, and the trie that finds them all in one pass."""
+    """The literal candidates of a fixed set of regexes; per text, the rarest candidate of
+    each regex is looked for, all at once with one compiled trie."""
 
-    anchors: Mapping[re.Pattern[str], frozenset[str]]
+    cands: Mapping[re.Pattern[str], tuple[frozenset[str], ...]]
 
     @classmethod
     def of(cls, regexes: Iterable[re.Pattern[str]]) -> Scanner | None:
         found = {}
         for rx in regexes:
-            a = anchor(rx)
-            if a is None:
+            c = candidates(rx)
+            if not c:
                 return None
-            found[rx] = a
+            found[rx] = tuple(c)
         return cls(found)
-
-    @cached_property
-    def _words(self) -> tuple[str, ...]:
-        return tuple(sorted({w for ws in self.anchors.values() for w in ws}))
 
     @cached_property
     def _overlaps(self) -> dict[tuple[str, ...], dict[str, tuple[str, ...]]]:
@@ -126,14 +132,27 @@ class Scanner:
             found = known[word] = _overlapping(word, words)
         return found
 
-    def _keys(self, folded: str) -> dict[str, str]:
-        """Each anchor's key: its longest tail of >= MIN_ANCHOR characters that starts with
-        the character rarest in (a sample of) this text. A key occurs wherever its anchor
-        does, and the trie skips every position whose character starts no key, so keys that
-        start with rare characters make the one scan several times faster."""
-        freq = Counter(folded[-(64 << 10):] + folded[:16 << 10])
+    @staticmethod
+    def _keys(words: Iterable[str], sample: str) -> dict[str, str]:
+        """Each word's key: its longest tail of >= MIN_ANCHOR characters that starts with the
+        character rarest in the sample. A key occurs wherever its word does, and the trie
+        skips every position whose character starts no key, so keys that start with rare
+        characters make the one scan several times faster."""
+        freq = Counter(sample)
         return {w: w[min(range(len(w) - MIN_ANCHOR + 1), key=lambda i: (freq[w[i]], i)):]
-                for w in self._words}
+                for w in words}
+
+    def choose(self, sample: str) -> dict[re.Pattern[str], frozenset[str]]:
+        """Each regex's candidate with the fewest occurrences in the sample (then the longest)."""
+        counts: dict[str, int] = {}
+
+        def cost(cand: frozenset[str]) -> tuple[int, int]:
+            for w in cand:
+                if w not in counts:
+                    counts[w] = sample.count(w)
+            return sum(counts[w] for w in cand), -min(map(len, cand))
+
+        return {rx: min(cs, key=cost) for rx, cs in self.cands.items()}
 
     def haystack(self, text: str) -> Haystack:
         if len(text) < SCAN_FROM:
@@ -141,21 +160,40 @@ class Scanner:
         folded = text.casefold()
         if len(folded) != len(text):  # a character folds to several: positions would differ
             return Haystack(text)
-        keys = self._keys(folded)
+        sample = folded[-(64 << 10):] + "\n" + folded[:16 << 10]
+        chosen = self.choose(sample)
+        keys = self._keys({w for ws in chosen.values() for w in ws}, sample)
         words = tuple(sorted(set(keys.values())))
-        at: dict[str, set[int]] = {}
+        at: dict[str, list[int]] = {}
         for m in _trie(words).finditer(folded):
-            start = folded.rfind("\n", 0, m.start()) + 1
-            word = m.group()
-            at.setdefault(word, set()).add(start)
-            others = self._overlapping(words, word)
-            if others:
-                end = folded.find("\n", m.end())
-                line = folded[start:end if end >= 0 else len(folded)]
-                for other in others:
-                    if other in line:
-                        at.setdefault(other, set()).add(start)
-        return Haystack(text, self, {w: at[k] for w, k in keys.items() if k in at})
+            at.setdefault(m.group(), []).append(m.start())
+        # the trie steps over a key that starts inside another one it found: find those fully
+        for other in {o for found in list(at) for o in self._overlapping(words, found)}:
+            at[other] = _find_all(folded, other)
+        lines = {w: _line_starts(folded, at[k]) for w, k in keys.items() if at.get(k)}
+        return Haystack(text, chosen, lines)
+
+
+def _find_all(text: str, word: str) -> list[int]:
+    out = []
+    i = text.find(word)
+    while i >= 0:
+        out.append(i)
+        i = text.find(word, i + 1)
+    return out
+
+
+def _line_starts(text: str, positions: list[int]) -> list[int]:
+    out: list[int] = []
+    end = -1  # the end of the line of the last position
+    for p in sorted(positions):
+        if p < end:
+            continue
+        start = text.rfind("\n", 0, p) + 1
+        nl = text.find("\n", p)
+        end = nl if nl >= 0 else len(text)
+        out.append(start)
+    return out
 
 
 @lru_cache(maxsize=8)
@@ -165,24 +203,27 @@ def _trie(words: tuple[str, ...]) -> re.Pattern[str]:
 
 @dataclass
 class Haystack:
-    """A text to search; a big one is searched only where a regex's anchor occurs."""
+    """A text to search; a big one is searched only where a regex's chosen literal occurs."""
 
     text: str
-    scanner: Scanner | None = None
-    lines: dict[str, set[int]] | None = None  # anchor -> starts of lines that may hold it
+    chosen: Mapping[re.Pattern[str], frozenset[str]] | None = None  # regex -> its literals
+    lines: dict[str, list[int]] | None = None  # literal -> starts of lines that may hold it
 
     def _windows(self, rx: re.Pattern[str]) -> list[tuple[int, int]] | None:
-        if self.scanner is None or self.lines is None or rx not in self.scanner.anchors:
+        if self.chosen is None or self.lines is None or rx not in self.chosen:
             return None
-        starts = sorted({s for w in self.scanner.anchors[rx] for s in self.lines.get(w, ())})
+        starts = sorted({s for w in self.chosen[rx] for s in self.lines.get(w, ())})
         text = self.text
         out: list[tuple[int, int]] = []
         for s in starts:
-            a = s
-            for _ in range(CONTEXT_LINES):
-                if a == 0:
-                    break
-                a = text.rfind("\n", 0, a - 1) + 1
+            if out and s < out[-1][1]:
+                a = out[-1][0]
+            else:
+                a = s
+                for _ in range(CONTEXT_LINES):
+                    if a == 0:
+                        break
+                    a = text.rfind("\n", 0, a - 1) + 1
             b = s
             for _ in range(CONTEXT_LINES + 1):
                 nl = text.find("\n", b)
