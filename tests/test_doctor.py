@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from envbuild.doctor import compat, evaluate, model, parse, probes, record, report, view
 from envbuild.doctor.model import Cmd, HostFacts, Request, Severity
-from envbuild.errors import UsageError
+from envbuild.errors import MatrixError, UsageError
 from envbuild.matrix import Matrix, load
 from tests.conftest import run_cli
 
@@ -260,6 +260,42 @@ def test_permission_is_judged_on_the_nodes_cuda_opens(closed: set[str], small: M
                                 + ", which every CUDA process opens")
     assert [e.split(":")[0] for e in found[0].evidence] == denied
     assert "usermod -aG root" in found[0].remediation
+
+
+def test_device_permission_rules_are_data(small: Matrix) -> None:
+    """The nodes judged and the default mode come from signatures.toml [doctor]."""
+    from envbuild.explain import load_catalogue
+
+    table = dict(load_catalogue().doctor)
+    rules = evaluate.Rules.from_table(table)
+    assert rules.is_cuda_node("/dev/nvidia0") and not rules.is_cuda_node("/dev/nvidia-caps")
+    facts = record.load(FIXTURES / "h100-sxm-recorded")
+    devices = {p: replace(d, rw=False) for p, d in facts.devices.items()}
+    facts = replace(facts, devices=devices)
+    found = [f for f in evaluate.evaluate(facts, small, rules=rules)
+             if f.id == "nvidia.device_permission"]
+    assert found[0].message.startswith("this user cannot open /dev/nvidia-uvm, /dev/nvidia0, "
+                                       "/dev/nvidiactl,")
+    assert f"mode {table['nvidia_device_mode']} (NVreg_DeviceFileMode)" in found[0].remediation
+    only_ctl = evaluate.Rules.from_table({**table, "cuda_device_nodes": ["/dev/nvidiactl"],
+                                          "nvidia_device_mode": "0660"})
+    found = [f for f in evaluate.evaluate(facts, small, rules=only_ctl)
+             if f.id == "nvidia.device_permission"]
+    assert found[0].message.startswith("this user cannot open /dev/nvidiactl,")
+    assert "mode 0660" in found[0].remediation
+    with pytest.raises(MatrixError, match="cuda_device_nodes"):
+        evaluate.Rules.from_table({k: v for k, v in table.items() if k != "cuda_device_nodes"})
+
+
+def test_small_shm_threshold_is_data(small: Matrix) -> None:
+    from envbuild.explain import load_catalogue
+
+    table = dict(load_catalogue().doctor)
+    facts = replace(record.load(FIXTURES / "h100-sxm-recorded"), shm_bytes=512 << 20)
+    ids = {f.id for f in evaluate.evaluate(facts, small, rules=evaluate.Rules.from_table(table))}
+    assert "host.shm_small" in ids
+    lax = evaluate.Rules.from_table({**table, "shm_min_mb": 256})
+    assert "host.shm_small" not in {f.id for f in evaluate.evaluate(facts, small, rules=lax)}
 
 
 def _other_user() -> list[str]:
