@@ -489,3 +489,11 @@ def test_every_catalogue_regex_has_an_anchor() -> None:
     doc["signature"][0] = {**doc["signature"][0], "patterns": [r"\d+\.\d+"]}
     problems = check_catalogue(parse_catalogue(doc), set())
     assert any("needs a literal" in p for p in problems)
+
+
+def test_invalid_usage_without_the_reason_points_to_the_duplicate_gpu(matrix: Matrix) -> None:
+    first = explain((FIXTURES / "nccl_invalid_usage__2.txt").read_text(), matrix)[0]
+    assert first.id == "nccl_invalid_usage" and "NCCL_DEBUG=WARN" in first.fix
+    assert "torch.cuda.set_device(int(os.environ['LOCAL_RANK']))" in first.fix
+    ids = [m.id for m in explain((FIXTURES / "nccl_duplicate_gpu__1.txt").read_text(), matrix)]
+    assert ids == ["nccl_duplicate_gpu"]
