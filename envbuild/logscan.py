@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Any
 
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 SCAN_FROM = 256 << 10  # smaller texts are searched whole
 CONTEXT_LINES = 3
 MIN_ANCHOR = 3
@@ -158,8 +159,8 @@ class Scanner:
         if len(text) < SCAN_FROM:
             return Haystack(text)
         folded = text.casefold()
-        if len(folded) != len(text):  # a character folds to several: positions would differ
-            return Haystack(text)
+        if len(folded) != len(text):  # a character folds to several ('ß'): keep positions
+            folded = text.translate(_ASCII_LOWER)
         sample = folded[-(64 << 10):] + "\n" + folded[:16 << 10]
         chosen = self.choose(sample)
         keys = self._keys({w for ws in chosen.values() for w in ws}, sample)

@@ -497,3 +497,37 @@ def test_invalid_usage_without_the_reason_points_to_the_duplicate_gpu(matrix: Ma
     assert "torch.cuda.set_device(int(os.environ['LOCAL_RANK']))" in first.fix
     ids = [m.id for m in explain((FIXTURES / "nccl_duplicate_gpu__1.txt").read_text(), matrix)]
     assert ids == ["nccl_duplicate_gpu"]
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(noise=st.lists(st.text(alphabet=st.sampled_from(
+    [*"aZ09 _-:.()[]{}*+?\\|^$'\"\t\r\x00", "ß", "İ", "ﬁ", "ſ", "K", "é", "\n", "…"]),
+    max_size=60), min_size=1, max_size=40),
+       picks=st.lists(st.sampled_from(LOGS), min_size=1, max_size=4))
+def test_hostile_big_logs_match_as_a_whole_text_search(noise: list[str], picks: list[Path],
+                                                       matrix: Matrix,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unicode that folds to several characters, control characters and regex syntax in
+    the noise: the scan never crashes, never loses a match and never invents one."""
+    from envbuild import logscan
+
+    monkeypatch.setattr(logscan, "SCAN_FROM", 1024)
+    cat = load_catalogue()
+    whole = replace(cat, scan=False)
+    parts = [p.read_text() for p in picks]
+    text = "\n".join(n + "\n" + parts[i % len(parts)] for i, n in enumerate(noise)) * 3
+    text = text if len(text) >= 1024 else text + "x\n" * 600
+    fast = [(m.id, m.fix, m.line) for m in explain(text, matrix, cat)]
+    slow = [(m.id, m.fix, m.line) for m in explain(text, matrix, whole)]
+    assert fast == slow
+
+
+def test_a_character_that_folds_to_two_keeps_the_scan(matrix: Matrix) -> None:
+    cat = load_catalogue()
+    assert cat.scanner is not None
+    text = training_log(SCAN_FROM + 1000, "Straße: CUDA out of memory. Tried to allocate 2 GiB",
+                        start="İstanbul\n").decode()
+    hay = cat.scanner.haystack(text)
+    assert hay.lines is not None
+    assert explain(text, matrix)[0].id == "cuda_out_of_memory"
