@@ -236,6 +236,25 @@ def test_recorded_hosts_as_an_ordinary_user(case: str, matrix: Matrix) -> None:
     assert {f.id for f in findings if f.severity is Severity.ERROR} == {"docker.not_found"}
 
 
+@pytest.mark.parametrize("case", sorted(RECORDED))
+def test_cli_replays_the_recordings_as_root_and_as_an_ordinary_user(case: str,
+                                                                      tmp_path: Path) -> None:
+    """`envbuild doctor --facts` on the recordings, and on the same facts as an ordinary user
+    sees them (what doctor-nonroot.txt shows): only docker.not_found, which is true there."""
+    nonroot = tmp_path / "nonroot"
+    record.save(_as_other_user(record.load(FIXTURES / case)), nonroot)
+    for facts_dir in (FIXTURES / case, nonroot):
+        r = run_cli("doctor", "--json", "--facts", str(facts_dir))
+        assert r.returncode == 1, r.stderr  # docker.not_found: no Docker on those hosts
+        doc = json.loads(r.stdout)
+        assert [f["id"] for f in doc["findings"] if f["severity"] == "error"] == \
+            ["docker.not_found"]
+        text = run_cli("doctor", "--facts", str(facts_dir))
+        assert "nvidia.device_permission" not in text.stdout
+        assert "/dev/nvidia-caps" not in text.stdout + text.stderr
+        assert "--driver 580.159.04 --gpu sm_90" in text.stdout
+
+
 CUDA_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0")
 OTHER_NODES = ("/dev/nvidia-caps", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
                "/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-caps/nvidia-cap2")
