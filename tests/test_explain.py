@@ -531,3 +531,11 @@ def test_a_character_that_folds_to_two_keeps_the_scan(matrix: Matrix) -> None:
     hay = cat.scanner.haystack(text)
     assert hay.lines is not None
     assert explain(text, matrix)[0].id == "cuda_out_of_memory"
+
+
+def test_extension_fix_names_the_gpus_arch_when_the_log_has_it(matrix: Matrix) -> None:
+    text = ("GPU 0: NVIDIA GeForce RTX 4090, compute capability: 8.9\n"
+            + (FIXTURES / "extension_no_kernel_image__3.txt").read_text())
+    fix = _fix(text, matrix, "extension_no_kernel_image")
+    assert fix.startswith("the kernel in yolo_decode.cu has no code for compute capability 8.9")
+    assert 'TORCH_CUDA_ARCH_LIST="8.9" pip install' in fix
