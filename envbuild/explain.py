@@ -166,9 +166,13 @@ def _api_to_cuda(value: str) -> str:
 
 
 def _tuple_version(text: str) -> str:
+    """cuDNN version codes: '(8, 9, 2)' / 8902 -> '8.9.2'; from cuDNN 9 the code is
+    major*10000 + minor*100 + patch: 90100 -> '9.1.0' (not '90.1.0')."""
     nums = re.findall(r"\d+", text)
-    if len(nums) == 1 and len(nums[0]) >= 4:  # 8902 style
+    if len(nums) == 1 and len(nums[0]) >= 4:
         n = int(nums[0])
+        if n >= 10000:
+            return f"{n // 10000}.{(n % 10000) // 100}.{n % 100}"
         return f"{n // 1000}.{(n % 1000) // 100}.{n % 100}"
     return ".".join(nums)
 

@@ -539,3 +539,15 @@ def test_extension_fix_names_the_gpus_arch_when_the_log_has_it(matrix: Matrix) -
     fix = _fix(text, matrix, "extension_no_kernel_image")
     assert fix.startswith("the kernel in yolo_decode.cu has no code for compute capability 8.9")
     assert 'TORCH_CUDA_ARCH_LIST="8.9" pip install' in fix
+
+
+@pytest.mark.parametrize(("compiled", "runtime", "want"), [
+    ("8902", "8700", "built with cuDNN 8.9.2 but loaded cuDNN 8.7.0"),
+    ("90100", "8902", "built with cuDNN 9.1.0 but loaded cuDNN 8.9.2"),
+    ("91900", "90100", "built with cuDNN 9.19.0 but loaded cuDNN 9.1.0"),
+])
+def test_cudnn_version_codes_decode(compiled: str, runtime: str, want: str,
+                                    small: Matrix) -> None:
+    text = (f"RuntimeError: cuDNN version incompatibility: PyTorch was compiled against "
+            f"{compiled} but linked against {runtime}")
+    assert want in _fix(text, small, "cudnn_version_mismatch")
