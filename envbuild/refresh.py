@@ -1,10 +1,9 @@
 """`envbuild matrix refresh`: read version facts from their sources and diff them against matrix/.
 
 Three layers, kept apart:
-- ``Http``: the one HTTP helper (requests; timeouts, retries with backoff, one-line
-  errors).
-- fetchers (``fetch_pypi``, ``fetch_index``, ``fetch_tags``): I/O only, they turn payloads into facts
-  with the pure parsers below;
+- ``Http``: the one HTTP helper (requests; timeouts, retries with backoff, one-line errors);
+- fetchers (``fetch_pypi``, ``fetch_index``, ``fetch_tags``): I/O only, they turn payloads into
+  facts with the pure parsers below;
 - pure functions: payload parsers, ``diff_*`` (facts + Matrix in, list of ``Change`` out) and
   ``apply_changes`` (TOML text + changes in, TOML text out, editing only the affected lines so
   comments, order and sources stay as they are).
