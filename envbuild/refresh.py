@@ -33,7 +33,7 @@ REGISTRY_URL = "https://registry-1.docker.io"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 COMPANIONS = ("torchvision", "torchaudio")
 MAX_TAG_PAGES = 50
-MAX_METADATA_TRIES = 6  # wheels tried per release for a .metadata file (bounds the requests)
+MAX_METADATA_TRIES = 3  # wheels tried per release for a .metadata file (bounds the requests)
 
 
 # --------------------------------------------------------------------------------------- HTTP
@@ -80,7 +80,9 @@ class Http:
         return self._session
 
     def get(self, url: str, *, accept: str = "", headers: Mapping[str, str] | None = None,
-            ok: Iterable[int] = ()) -> Reply:
+            ok: Iterable[int] = (), limit: int = 64 << 20) -> Reply:
+        """``limit``: the most bytes read from one answer. With a Range header, a 200 answer (the
+        server ignored the range) comes back with an empty body instead of being read."""
         import requests
 
         allowed = {200, *ok}
@@ -94,7 +96,9 @@ class Http:
                 self.sleep(self.backoff * 2 ** (attempt - 1))
             self.requests += 1
             try:
-                r = self._get_session().get(url, headers=hdrs, timeout=self.timeout)
+                r = self._get_session().get(url, headers=hdrs, timeout=self.timeout, stream=True)
+                if r.status_code in allowed:
+                    return self._read(r, url, limit, ranged="Range" in hdrs)
             except requests.exceptions.SSLError as exc:
                 raise EnvironmentProblem(
                     f"TLS verification failed for {host}: {_first_line(str(exc))}",
@@ -106,8 +110,7 @@ class Http:
             except requests.exceptions.RequestException as exc:
                 last = f"cannot connect ({_short_reason(exc)})"
                 continue
-            if r.status_code in allowed:
-                return Reply(r.url or url, r.status_code, dict(r.headers), r.content)
+            r.close()
             last = f"HTTP {r.status_code} {r.reason or ''}".rstrip()
             if r.status_code != 429 and r.status_code < 500:
                 raise EnvironmentProblem(
@@ -119,6 +122,20 @@ class Http:
             f"{host} unreachable: {last} ({tries}, {url})",
             "offline or blocked? check the network and HTTPS_PROXY / REQUESTS_CA_BUNDLE; "
             "the matrix is unchanged")
+
+
+    @staticmethod
+    def _read(r: Any, url: str, limit: int, ranged: bool) -> Reply:
+        with r:
+            if ranged and r.status_code == 200:
+                return Reply(r.url or url, 200, dict(r.headers), b"")
+            body = bytearray()
+            for chunk in r.iter_content(65536):
+                body += chunk
+                if len(body) > limit:
+                    raise EnvironmentProblem(f"{url} answered more than {limit} bytes",
+                                             "is the URL option pointing at the right server?")
+            return Reply(r.url or url, r.status_code, dict(r.headers), bytes(body))
 
 
 def _first_line(text: str) -> str:
@@ -570,7 +587,9 @@ def toml_value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
+        if any(0xD800 <= ord(c) <= 0xDFFF for c in value):
+            raise ValueError(f"{value!r} is not valid Unicode text")
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
     raise TypeError(f"cannot write {value!r} to TOML")
 
 
@@ -665,6 +684,62 @@ def source_entry(source_id: str, title: str, url: str, read: str) -> str:
             f"url = {toml_value(url)}\nread = {toml_value(read)}\n")
 
 
+# ------------------------------------------------------------ pure: METADATA inside a wheel zip
+
+
+def zip_directory_span(tail: bytes, size: int) -> tuple[int, int] | None:
+    """(offset, length) of the central directory from the last bytes of a zip of ``size`` bytes
+    (the end-of-central-directory record); None for zip64 archives or a tail without one."""
+    import struct
+
+    at = tail.rfind(b"PK\x05\x06")
+    if at < 0 or len(tail) < at + 22:
+        return None
+    cd_size, cd_offset = struct.unpack_from("<II", tail, at + 12)
+    if cd_offset == 0xFFFFFFFF or cd_size == 0xFFFFFFFF or cd_offset + cd_size > size:
+        return None
+    return cd_offset, cd_size
+
+
+def zip_metadata_entry(directory: bytes) -> tuple[int, int, int] | None:
+    """(local header offset, compressed size, method) of the top-level ``*.dist-info/METADATA``."""
+    import struct
+
+    at = 0
+    while at + 46 <= len(directory) and directory[at:at + 4] == b"PK\x01\x02":
+        method, = struct.unpack_from("<H", directory, at + 10)
+        csize, = struct.unpack_from("<I", directory, at + 20)
+        nlen, elen, clen = struct.unpack_from("<HHH", directory, at + 28)
+        offset, = struct.unpack_from("<I", directory, at + 42)
+        name = directory[at + 46:at + 46 + nlen].decode("utf-8", "replace")
+        parts = name.split("/")
+        if len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] == "METADATA":
+            return offset, csize, method
+        at += 46 + nlen + elen + clen
+    return None
+
+
+def zip_member(local: bytes, csize: int, method: int) -> bytes | None:
+    """The uncompressed member from its local header onwards (stored or deflated)."""
+    import struct
+    import zlib
+
+    if len(local) < 30 or local[:4] != b"PK\x03\x04":
+        return None
+    nlen, elen = struct.unpack_from("<HH", local, 26)
+    data = local[30 + nlen + elen:30 + nlen + elen + csize]
+    if len(data) < csize:
+        return None
+    if method == 0:
+        return data
+    if method == 8:
+        try:
+            return zlib.decompressobj(-15).decompress(data)
+        except zlib.error:
+            return None
+    return None
+
+
 # ---------------------------------------------------------------------------------- fetchers
 
 
@@ -738,7 +813,59 @@ def _metadata(http: Http, wheels: Sequence[WheelFile]
             raise EnvironmentProblem(f"{url} is not wheel metadata ({_first_line(str(exc))})",
                                      "the index does not serve PEP 658 metadata files") from None
         return rp, reqs, wheel.filename
+    for wheel in wheels[:1]:
+        text = _metadata_in_wheel(http, wheel)
+        if text is not None:
+            try:
+                rp, reqs = parse_metadata(text)
+            except ValueError:
+                return None
+            return rp, reqs, wheel.filename + RANGE_NOTE
     return None
+
+
+ZIP_TAIL = 65536
+RANGE_NOTE = " (METADATA read by range)"
+MAX_DIRECTORY = 8 << 20
+
+
+def _metadata_in_wheel(http: Http, wheel: WheelFile) -> str | None:
+    """The wheel's METADATA read with three HTTP range requests (zip tail, central directory,
+    the member) when the index serves no .metadata file: a few MB at most, never the wheel."""
+    url = wheel.url.split("#")[0]
+    tail = http.get(url, headers={"Range": f"bytes=-{ZIP_TAIL}"}, ok=(206, 404, 416),
+                    limit=ZIP_TAIL)
+    total = _range_total(tail)
+    if tail.status != 206 or total is None:
+        return None
+    span = zip_directory_span(tail.body, total)
+    if span is None or span[1] > MAX_DIRECTORY:
+        return None
+    off, size = span
+    start = total - len(tail.body)
+    if off >= start:
+        directory = tail.body[off - start:off - start + size]
+    else:
+        got = http.get(url, headers={"Range": f"bytes={off}-{off + size - 1}"}, ok=(206,),
+                       limit=size)
+        if got.status != 206:
+            return None
+        directory = got.body
+    entry = zip_metadata_entry(directory)
+    if entry is None:
+        return None
+    local_off, csize, method = entry
+    end = local_off + 30 + 1024 + csize  # local header, name and extra field, data
+    got = http.get(url, headers={"Range": f"bytes={local_off}-{min(end, total) - 1}"},
+                   ok=(206,), limit=end - local_off)
+    data = zip_member(got.body, csize, method) if got.status == 206 else None
+    return data.decode("utf-8", "replace") if data is not None else None
+
+
+def _range_total(reply: Reply) -> int | None:
+    cr = next((v for k, v in reply.headers.items() if k.lower() == "content-range"), "")
+    m = re.match(r"bytes \d+-\d+/(\d+)$", cr.strip())
+    return int(m.group(1)) if m else None
 
 
 def fetch_index(http: Http, index_base: str, tags: Iterable[str]) -> dict[str, set[str] | None]:
@@ -877,6 +1004,7 @@ def run_refresh(source: str, directory: Any, *, write: bool, pypi_url: str,
         checked["pypi"] = {
             "latest": facts.latest, "torch_releases": len(facts.torch),
             "no_metadata": list(facts.unread), "yanked": list(facts.yanked),
+            "read_by_range": [t.version for t in facts.torch if t.wheel.endswith(RANGE_NOTE)],
             "torch_minors": len({minor_of(t.version) for t in facts.torch}),
             **{c: len(facts.companions.get(c, ())) for c in COMPANIONS},
             "default_variants": {minor_of(t.version): variant_tag(t.pins.cuda) if t.pins.cuda

@@ -80,11 +80,28 @@ class Handler(BaseHTTPRequestHandler):
 def pypi_routes() -> dict[str, Route]:
     manifest = json.loads((PYPI / "manifest.json").read_text())
     out: dict[str, Route] = {}
+    ranges: dict[str, dict[str, tuple[bytes, str]]] = {}
+    for key, name in manifest.items():
+        if " " in key:  # "PATH bytes=A-B" -> "FILE bytes A-B/TOTAL": a recorded 206 answer
+            path, rng = key.split(" ", 1)
+            fname, cr = name.split(" ", 1)
+            ranges.setdefault(path, {})[rng] = ((PYPI / fname).read_bytes(), cr)
+    for path, recorded in ranges.items():
+        out[path] = _recorded_ranges(recorded)
     for path, name in manifest.items():
+        if " " in path:
+            continue
         ctype = ("application/vnd.pypi.simple.v1+json" if name.startswith("simple-")
                  else "application/json" if name.endswith(".json") else "text/plain")
         out[path] = (200, {"Content-Type": ctype}, (PYPI / name).read_bytes())
     return out
+
+
+def _recorded_ranges(recorded: dict[str, tuple[bytes, str]]) -> Route:
+    def serve(h: Handler) -> tuple[int, dict[str, str], bytes]:
+        hit = recorded.get(h.headers.get("Range", ""))
+        return (206, {"Content-Range": hit[1]}, hit[0]) if hit else (404, {}, b"")
+    return serve
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +155,7 @@ def _recorded_metadata() -> list[Path]:
 @pytest.mark.parametrize("path", _recorded_metadata(), ids=lambda p: p.name.split("-")[1])
 def test_recorded_torch_pins_equal_the_matrix_default_variant(path: Path, matrix: Matrix) -> None:
     """Every recorded torch metadata file pins the cuDNN / NCCL / CUDA the matrix gives its
-    release's PyPI default variant (the old `name (==v)` and the new `cuda-toolkit[...]==` forms)."""
+    release's PyPI default variant (old `name (==v)` and new `cuda-toolkit[...]==` forms)."""
     _, reqs = parse_metadata(path.read_text())
     pins = pins_from_requires(reqs)
     release = ".".join(path.name.split("-")[1].split(".")[:2])
@@ -210,7 +227,11 @@ def test_recorded_pypi_agrees_with_the_shipped_matrix(server: Server, matrix: Ma
     facts = fetch_pypi(http, server.url, matrix)
     assert diff_pypi(matrix, facts) == []
     assert facts.latest == "2.15.0"
-    assert len(facts.torch) == 27 and facts.unread[0] == "torch 2.14.1"
+    # two torch releases have no .metadata file on this index for their first wheels, and the
+    # range reads of those 500 MB wheels are not recorded
+    assert len(facts.torch) == 26
+    assert [u for u in facts.unread if u.startswith("torch ")] == ["torch 2.7.0", "torch 2.14.1"]
+    assert (len(facts.companions["torchvision"]), len(facts.companions["torchaudio"])) == (7, 2)
     # bounded: one project JSON, three simple pages, the .metadata tries (6 per release at most)
     assert http.requests == sum(server.hits.values()) < 6 * 90
 
@@ -437,7 +458,7 @@ def test_cli_refresh_pypi_agrees_and_json(server: Server, mdir: Path) -> None:
                 server.url, "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert out["changes"] == [] and out["checked"]["pypi"]["torch_releases"] == 27
+    assert out["changes"] == [] and out["checked"]["pypi"]["torch_releases"] == 26
 
 
 def test_cli_write_corrects_and_exit_codes(server: Server, mdir: Path) -> None:
@@ -547,7 +568,8 @@ def _registry(server: Server, pages: list[list[str]], token: str = "tok") -> Non
         return (200, headers, json.dumps({"name": "nvidia/cuda", "tags": pages[i]}).encode())
 
     def tok(h: Handler) -> tuple[int, dict[str, str], bytes]:
-        ok = "service=registry.test" in h.path and "scope=repository%3Anvidia%2Fcuda%3Apull" in h.path
+        ok = ("service=registry.test" in h.path
+              and "scope=repository%3Anvidia%2Fcuda%3Apull" in h.path)
         return (200, {}, json.dumps({"token": token if ok else "wrong"}).encode())
 
     server.routes["/v2/nvidia/cuda/tags/list"] = tags
@@ -610,3 +632,87 @@ def test_nvidia_tags_source_end_to_end(server: Server, mdir: Path) -> None:
     _registry(server, [every[:100], every[100:]])
     result = refresh(mdir, server, source="nvidia-tags")
     assert result.changes == [] and result.checked["nvidia-tags"]["tags"] == len(every)
+
+
+# ------------------------------------------------- METADATA by HTTP range (no .metadata file)
+
+
+def _wheel_zip(metadata: str, padding: int) -> bytes:
+    import io
+    import random
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("torch-2.14.1.dist-info/METADATA", metadata, zipfile.ZIP_DEFLATED)
+        z.writestr("torch/big.bin", random.Random(0).randbytes(padding), zipfile.ZIP_STORED)
+        z.writestr("torch/x/METADATA", "Name: decoy\n", zipfile.ZIP_DEFLATED)
+        z.writestr("torch-2.14.1.dist-info/RECORD", "", zipfile.ZIP_DEFLATED)
+    return buf.getvalue()
+
+
+def _ranged(blob: bytes) -> Route:
+    def serve(h: Handler) -> tuple[int, dict[str, str], bytes]:
+        import re
+
+        m = re.fullmatch(r"bytes=(\d*)-(\d*)", h.headers.get("Range", ""))
+        if not m:
+            return (200, {}, blob)
+        if not m.group(1):
+            start, end = max(0, len(blob) - int(m.group(2))), len(blob) - 1
+        else:
+            start, end = int(m.group(1)), min(int(m.group(2) or len(blob) - 1), len(blob) - 1)
+        return (206, {"Content-Range": f"bytes {start}-{end}/{len(blob)}"}, blob[start:end + 1])
+    return serve
+
+
+def _wheel_path_2141() -> str:
+    doc = json.loads((PYPI / "simple-torch.json").read_text())
+    return next(f["url"] for f in doc["files"]
+                if f["filename"] == "torch-2.14.1-cp310-cp310-manylinux_2_28_x86_64.whl")
+
+
+REAL_2141 = (PYPI / "metadata" / "torch-2.14.0-cp310-cp310-manylinux_2_28_x86_64.whl.metadata"
+             ).read_text().replace("Version: 2.14.0", "Version: 2.14.1")
+
+
+@pytest.mark.parametrize("padding", [10, 200_000], ids=["directory-in-tail", "directory-apart"])
+def test_metadata_read_by_range_when_the_index_has_no_metadata_file(
+        padding: int, server: Server, matrix: Matrix) -> None:
+    server.routes[_wheel_path_2141()] = _ranged(_wheel_zip(REAL_2141, padding))
+    facts = fetch_pypi(fast_http(), server.url, matrix)
+    t = next(t for t in facts.torch if t.version == "2.14.1")
+    assert t.wheel.endswith("(METADATA read by range)") and "torch 2.14.1" not in facts.unread
+    assert (t.pins.cudnn, t.pins.nccl, t.pins.cuda) == ("9.24.0.43", "2.30.7", "13.0")
+    assert diff_pypi(matrix, facts) == []
+    # the wheel was never downloaded: every request on it was a range
+    assert sum(n for p, n in server.hits.items() if p == _wheel_path_2141()) <= 3
+
+
+def test_range_read_pins_are_compared(server: Server, matrix: Matrix) -> None:
+    changed = REAL_2141.replace("nvidia-nccl-cu13==2.30.7", "nvidia-nccl-cu13==2.31.1")
+    server.routes[_wheel_path_2141()] = _ranged(_wheel_zip(changed, 10))
+    changes = diff_pypi(matrix, fetch_pypi(fast_http(), server.url, matrix))
+    assert [(c.label, c.field, c.new) for c in changes] == [("2.14/cu130", "nccl", "2.31.1")]
+
+
+def test_server_ignoring_range_is_never_downloaded(server: Server, matrix: Matrix) -> None:
+    blob = _wheel_zip(REAL_2141, 10)
+    server.routes[_wheel_path_2141()] = (200, {}, blob)  # ignores Range: answers the whole file
+    facts = fetch_pypi(fast_http(), server.url, matrix)
+    assert "torch 2.14.1" in facts.unread
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(max_size=300), size=st.integers(0, 10**9), csize=st.integers(0, 400),
+       method=st.sampled_from([0, 8, 12, 99]))
+def test_zip_helpers_never_crash_on_garbage(data: bytes, size: int, csize: int,
+                                            method: int) -> None:
+    from envbuild.refresh import zip_directory_span, zip_member, zip_metadata_entry
+
+    for blob in (data, b"PK\x05\x06" + data, b"PK\x01\x02" + data, b"PK\x03\x04" + data):
+        span = zip_directory_span(blob, size)
+        assert span is None or span[0] + span[1] <= size
+        zip_metadata_entry(blob)
+        out = zip_member(blob, csize, method)
+        assert out is None or isinstance(out, bytes)
