@@ -195,8 +195,8 @@ class PypiFacts:
 @dataclass(frozen=True)
 class Change:
     source: str  # pypi | pytorch-index | nvidia-tags
-    kind: str  # changed | new-release | new-patch | vanished-release | vanished-patch |
-    # new-variant | vanished-variant | vanished-tag | new-tag
+    kind: str  # changed | verify | new-release | new-patch | vanished-release |
+    # vanished-patch | new-variant | vanished-variant | vanished-tag | new-tag
     file: str
     table: str
     key: tuple[tuple[str, str], ...]
@@ -212,9 +212,10 @@ class Change:
         return "/".join(v for _, v in self.key)
 
     def describe(self) -> str:
-        mark = {"changed": "~"}.get(self.kind, "+" if self.kind.startswith("new") else "-")
-        what = (f"{self.field}: {_show(self.old)} -> {_show(self.new)}" if self.kind == "changed"
-                else self.kind.replace("-", " "))
+        mark = {"changed": "~", "verify": "~"}.get(
+            self.kind, "+" if self.kind.startswith("new") else "-")
+        what = (f"{self.field}: {_show(self.old)} -> {_show(self.new)}"
+                if self.kind in ("changed", "verify") else self.kind.replace("-", " "))
         tail = "" if self.applicable else "  (review: not written)"
         ev = f"  [{self.evidence}]" if self.evidence else ""
         return f"{mark} {self.file} [[{self.table}]] {self.label}: {what}{ev}{tail}"
@@ -432,6 +433,24 @@ def diff_pypi(m: Matrix, facts: PypiFacts) -> list[Change]:
     return out
 
 
+def pypi_notes(facts: PypiFacts) -> list[str]:
+    """Facts the matrix cannot hold (it has one variant row per minor): earlier patches of a minor
+    that pin another CUDA / cuDNN / NCCL than the newest patch, which the matrix follows."""
+    out = []
+    by_minor: dict[str, list[TorchFacts]] = {}
+    for t in facts.torch:
+        by_minor.setdefault(minor_of(t.version), []).append(t)
+    for minor, patches in by_minor.items():
+        newest = max(patches, key=lambda t: version_key(t.version))
+        for t in patches:
+            a, b = _pin_dict(t.pins), _pin_dict(newest.pins)
+            if t is not newest and t.pins.cuda and a != b:
+                diff = ", ".join(f"{k} {a[k]} (newest {b[k]})" for k in a if a[k] != b[k])
+                out.append(f"torch {t.version} pins {diff}; the {minor} rows follow "
+                           f"{newest.version}")
+    return out
+
+
 def _pin_dict(p: Pins) -> dict[str, str]:
     return {"cuda": p.cuda, "cudnn": p.cudnn, "nccl": p.nccl}
 
@@ -470,6 +489,11 @@ def _diff_patches(m: Matrix, facts: PypiFacts) -> list[Change]:
         if ta and not row.torchaudio_pinned:
             out.append(Change(src, "changed", "torch.toml", "patch", key, "torchaudio_pinned",
                               False, True, f"torchaudio {ta} requires torch=={t.version}", True))
+        if not row.verified and tv == row.torchvision and ta == row.torchaudio and ta \
+                and row.torchaudio_pinned:
+            out.append(Change(src, "verify", "torch.toml", "patch", key, "verified", False, True,
+                              f"torchvision {tv} and torchaudio {ta} both require "
+                              f"torch=={t.version}", True))
         ta_pins = {v: pin for v, pin, _ in facts.companions.get("torchaudio", ())}
         if not ta and row.torchaudio_pinned and row.torchaudio in ta_pins:
             pin = ta_pins[row.torchaudio]
@@ -641,17 +665,19 @@ def _set_key(lines: list[str], block: _Block, name: str, value: Any) -> None:
     block.end += 1
 
 
-def apply_changes(text: str, changes: Sequence[Change], source_id: str,
-                  verify: Callable[[Change, Mapping[str, Any]], bool] | None = None) -> str:
+def apply_changes(text: str, changes: Sequence[Change], source_id: str) -> str:
     """Apply the applicable changes of one file to its TOML text. Only the changed lines are
     rewritten: comments, key order and other rows stay byte for byte. Every edited row gets
-    ``source_id`` appended to its ``source`` list; a new row is written with ``verified = true``."""
+    ``source_id`` (which carries the date) appended to its ``source`` list; ``verify`` changes set
+    ``verified = true`` on a row whose every fact the source confirmed, and a new row is written
+    with ``verified = true``. An edited row's ``verified`` flag is otherwise kept: the refresh
+    confirms some of its facts (pins), not all (arch lists)."""
     lines = text.split("\n")
     for ch in changes:
         if not ch.applicable:
             continue
         blocks = _blocks(lines)
-        if ch.kind == "changed":
+        if ch.kind in ("changed", "verify"):
             block = next((b for b in blocks if _matches(b, ch.table, ch.key)), None)
             if block is None:
                 raise ValueError(f"row {ch.label} of [[{ch.table}]] not found")
@@ -953,6 +979,7 @@ class RefreshResult:
     checked: dict[str, Any]
     written: list[str] = dc_field(default_factory=list)
     source_ids: dict[str, str] = dc_field(default_factory=dict)
+    notes: list[str] = dc_field(default_factory=list)
 
     @property
     def remaining(self) -> list[Change]:
@@ -961,8 +988,8 @@ class RefreshResult:
 
     def lines(self) -> list[str]:
         out = [c.describe() for c in self.changes]
-        for k, v in self.checked.items():
-            out.append(f"checked {k}: {v}")
+        out += [f"note: {n}" for n in self.notes]
+        out += _checked_lines(self.checked)
         n_app = sum(c.applicable for c in self.changes)
         if not self.changes:
             out.append(f"matrix agrees with {', '.join(self.sources)} ({self.directory})")
@@ -978,8 +1005,33 @@ class RefreshResult:
     def to_json(self) -> dict[str, Any]:
         return {"directory": self.directory, "sources": list(self.sources),
                 "checked": self.checked, "changes": [c.to_json() for c in self.changes],
-                "written": self.written, "source_ids": self.source_ids,
+                "notes": self.notes, "written": self.written, "source_ids": self.source_ids,
                 "remaining": len(self.remaining)}
+
+
+def _checked_lines(checked: Mapping[str, Any]) -> list[str]:
+    out = []
+    p = checked.get("pypi")
+    if p:
+        out.append(f"pypi: {p['torch_releases']} torch releases read ({p['torch_minors']} minors, "
+                   f"latest {p['latest']}), {p['torchvision']} torchvision, {p['torchaudio']} "
+                   f"torchaudio; default variants compared for {len(p['default_variants'])} "
+                   "minors")
+        if p["read_by_range"]:
+            out.append(f"pypi: METADATA read by HTTP range (no .metadata file) for torch "
+                       f"{', '.join(p['read_by_range'])}")
+        if p["no_metadata"]:
+            out.append(f"pypi: no metadata readable for {', '.join(p['no_metadata'])}")
+    i = checked.get("pytorch-index")
+    if i:
+        missing = f" ({len(i['missing_pages'])} answered 404)" if i["missing_pages"] else ""
+        out.append(f"pytorch-index: {i['pages']} variant pages read{missing}")
+    t = checked.get("nvidia-tags")
+    if t:
+        out.append(f"nvidia-tags: {t['tags']} tags of {t['repository']}")
+    if "requests" in checked:
+        out.append(f"{checked['requests']} HTTP requests")
+    return out
 
 
 def run_refresh(source: str, directory: Any, *, write: bool, pypi_url: str,
@@ -997,10 +1049,12 @@ def run_refresh(source: str, directory: Any, *, write: bool, pypi_url: str,
     chosen = SOURCES if source == "all" else (source,)
     http = Http(timeout=timeout, retries=retries)
     changes: list[Change] = []
+    notes: list[str] = []
     checked: dict[str, Any] = {}
     if "pypi" in chosen:
         facts = fetch_pypi(http, pypi_url, m)
         changes += diff_pypi(m, facts)
+        notes += pypi_notes(facts)
         checked["pypi"] = {
             "latest": facts.latest, "torch_releases": len(facts.torch),
             "no_metadata": list(facts.unread), "yanked": list(facts.yanked),
@@ -1021,7 +1075,7 @@ def run_refresh(source: str, directory: Any, *, write: bool, pypi_url: str,
         changes += diff_tags(m, tags)
         checked["nvidia-tags"] = {"repository": repo, "tags": len(tags)}
     checked["requests"] = http.requests
-    result = RefreshResult(str(d), chosen, changes, checked)
+    result = RefreshResult(str(d), chosen, changes, checked, notes=notes)
     if write and any(c.applicable for c in changes):
         day = today or datetime.datetime.now(datetime.UTC).date().isoformat()
         result.source_ids = {s: f"{SOURCE_IDS[s]}-{day}" for s in chosen}

@@ -716,3 +716,32 @@ def test_zip_helpers_never_crash_on_garbage(data: bytes, size: int, csize: int,
         zip_metadata_entry(blob)
         out = zip_member(blob, csize, method)
         assert out is None or isinstance(out, bytes)
+
+
+def test_unverified_patch_row_fully_confirmed_is_marked_verified(mdir: Path,
+                                                                 server: Server) -> None:
+    _mutate(mdir, "torch.toml", 'torch = "2.2.1"', "verified = true", "verified = false")
+    (ch,) = refresh(mdir, server).changes
+    assert (ch.kind, ch.label, ch.field, ch.applicable) == ("verify", "2.2.1", "verified", True)
+    refresh(mdir, server, write=True)
+    row = next(p for p in tomllib.loads((mdir / "torch.toml").read_text())["patch"]
+               if p["torch"] == "2.2.1")
+    assert row["verified"] is True and row["source"][-1] == "S-REFRESH-PYPI-2026-11-22"
+
+
+def test_unverified_row_not_fully_confirmed_stays_unverified(mdir: Path, server: Server) -> None:
+    # 2.15.0's torchvision 0.29.2 requires torch>=2.14.0: no exact pin confirms the pairing
+    assert not any(c.kind == "verify" for c in refresh(mdir, server).changes)
+
+
+def test_notes_name_patches_whose_pins_differ_from_the_newest() -> None:
+    from envbuild.refresh import Pins, PypiFacts, TorchFacts, pypi_notes
+
+    def tf(v: str, nccl: str) -> TorchFacts:
+        return TorchFacts(v, ("3.11",), "", Pins("12.1", "12.1.105", "8.9.2.26", nccl), "w")
+
+    facts = PypiFacts("2.2.2", (tf("2.2.0", "2.19.3"), tf("2.2.1", "2.19.3"),
+                                tf("2.2.2", "2.20.5")), {})
+    assert pypi_notes(facts) == [
+        "torch 2.2.0 pins nccl 2.19.3 (newest 2.20.5); the 2.2 rows follow 2.2.2",
+        "torch 2.2.1 pins nccl 2.19.3 (newest 2.20.5); the 2.2 rows follow 2.2.2"]
