@@ -1051,7 +1051,29 @@ def run_refresh(source: str, directory: Any, *, write: bool, pypi_url: str,
     changes: list[Change] = []
     notes: list[str] = []
     checked: dict[str, Any] = {}
-    if "pypi" in chosen:
+    # the quick sources first: an unreachable one fails the run before PyPI's minute of reads
+    for src in sorted(chosen, key=lambda x: x == "pypi"):
+        try:
+            _refresh_one(src, http, m, changes, notes, checked, pypi_url, index_url,
+                         registry_url)
+        except EnvironmentProblem as exc:
+            if source == "all":
+                exc.hint = (f"{exc.hint}; --source {src} failed: refresh the reachable "
+                            "sources one at a time").lstrip("; ")
+            raise
+    checked["requests"] = http.requests
+    result = RefreshResult(str(d), chosen, changes, checked, notes=notes)
+    if write and any(c.applicable for c in changes):
+        day = today or datetime.datetime.now(datetime.UTC).date().isoformat()
+        result.source_ids = {s: f"{SOURCE_IDS[s]}-{day}" for s in chosen}
+        result.written = write_changes(d, changes, result.source_ids, pypi_url, day)
+    return result
+
+
+def _refresh_one(src: str, http: Http, m: Matrix, changes: list[Change], notes: list[str],
+                 checked: dict[str, Any], pypi_url: str, index_url: str | None,
+                 registry_url: str) -> None:
+    if src == "pypi":
         facts = fetch_pypi(http, pypi_url, m)
         changes += diff_pypi(m, facts)
         notes += pypi_notes(facts)
@@ -1063,24 +1085,17 @@ def run_refresh(source: str, directory: Any, *, write: bool, pypi_url: str,
             **{c: len(facts.companions.get(c, ())) for c in COMPANIONS},
             "default_variants": {minor_of(t.version): variant_tag(t.pins.cuda) if t.pins.cuda
                                  else "" for t in facts.torch}}
-    if "pytorch-index" in chosen:
+    elif src == "pytorch-index":
         base = index_url or str(m.meta.get("torch", {}).get("index_base", ""))
         pages = fetch_index(http, base, {v.tag for v in m.variants})
         changes += diff_index(m, pages)
         checked["pytorch-index"] = {
             "pages": len(pages), "missing_pages": sorted(t for t, v in pages.items() if v is None)}
-    if "nvidia-tags" in chosen:
+    else:
         repo = str(m.meta.get("cuda", {}).get("image_repo", "nvidia/cuda"))
         tags = fetch_tags(http, registry_url, repo)
         changes += diff_tags(m, tags)
         checked["nvidia-tags"] = {"repository": repo, "tags": len(tags)}
-    checked["requests"] = http.requests
-    result = RefreshResult(str(d), chosen, changes, checked, notes=notes)
-    if write and any(c.applicable for c in changes):
-        day = today or datetime.datetime.now(datetime.UTC).date().isoformat()
-        result.source_ids = {s: f"{SOURCE_IDS[s]}-{day}" for s in chosen}
-        result.written = write_changes(d, changes, result.source_ids, pypi_url, day)
-    return result
 
 
 _SOURCE_TITLES = {

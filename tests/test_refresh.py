@@ -745,3 +745,23 @@ def test_notes_name_patches_whose_pins_differ_from_the_newest() -> None:
     assert pypi_notes(facts) == [
         "torch 2.2.0 pins nccl 2.19.3 (newest 2.20.5); the 2.2 rows follow 2.2.2",
         "torch 2.2.1 pins nccl 2.19.3 (newest 2.20.5); the 2.2 rows follow 2.2.2"]
+
+
+def test_all_sources_together(server: Server, mdir: Path) -> None:
+    m = load(mdir)
+    _registry(server, [sorted(f"{i.cuda}-{f}-{i.os}" for i in m.images for f in i.flavors)])
+    cu130 = (FIX / "index" / "cu130.html").read_bytes()
+    server.routes["/whl/cu130/torch/"] = (200, {}, cu130)
+    result = refresh(mdir, server, source="all", write=True)
+    assert set(result.checked) == {"pypi", "pytorch-index", "nvidia-tags", "requests"}
+    # only the index disagrees (every other page 404s; cu130 lists 2.15), nothing is writable
+    assert {c.source for c in result.changes} == {"pytorch-index"}
+    assert ("new-variant", "2.15/cu130") in {(c.kind, c.label) for c in result.changes}
+    assert result.written == [] and check(mdir) == []
+
+
+def test_all_sources_names_the_one_that_failed(server: Server, mdir: Path) -> None:
+    with pytest.raises(EnvironmentProblem) as exc:
+        refresh(mdir, server, source="all")  # no registry route: 404
+    assert "--source nvidia-tags failed" in exc.value.hint
+    assert not any(p.startswith("/pypi/") for p in server.hits)  # failed before PyPI's reads
