@@ -566,7 +566,8 @@ def split_tag(tag: str, flavors: Iterable[str]) -> tuple[str, str, str] | None:
 
 def diff_tags(m: Matrix, tags: Iterable[str]) -> list[Change]:
     """Compare the registry's tag list with the [[image]] rows: vanished tags of listed images, and
-    tags for a listed CUDA minor on a known OS that the matrix does not list."""
+    tags of a listed CUDA minor on a known OS that the matrix does not list, from its newest listed
+    update on (a newer update, or a flavor or OS the listed update has)."""
     out: list[Change] = []
     have = set(tags)
     flavors = list(m.meta.get("cuda", {}).get("image_flavors", [])) or sorted(
@@ -579,7 +580,13 @@ def diff_tags(m: Matrix, tags: Iterable[str]) -> list[Change]:
                               [f for f in img.flavors if f not in missing],
                               "missing: " + ", ".join(f"{img.cuda}-{f}-{img.os}" for f in missing)))
     listed = {(i.cuda, i.os): set(i.flavors) for i in m.images}
-    minors = {c.version for c in m.cuda}
+    # per listed minor, the update from which on a tag is news: older updates are history
+    floor: dict[str, tuple[int, ...]] = {c.version: version_key(c.latest or c.version)
+                                         for c in m.cuda}
+    for i in m.images:
+        mi = minor_of(i.cuda)
+        floor[mi] = max(floor.get(mi, (0,)), version_key(i.cuda))
+    minors = set(floor)
     oses = {o.id for o in m.oses} | {i.os for i in m.images}
     extra: dict[tuple[str, str], set[str]] = {}
     for t in have:
@@ -587,7 +594,8 @@ def diff_tags(m: Matrix, tags: Iterable[str]) -> list[Change]:
         if parts is None:
             continue
         cuda, fl, os_id = parts
-        if minor_of(cuda) in minors and os_id in oses and fl not in listed.get((cuda, os_id), ()):
+        if (minor_of(cuda) in minors and version_key(cuda) >= floor[minor_of(cuda)]
+                and os_id in oses and fl not in listed.get((cuda, os_id), ())):
             extra.setdefault((cuda, os_id), set()).add(fl)
     for (cuda, os_id), fls in sorted(extra.items(),
                                      key=lambda kv: (version_key(kv[0][0]), kv[0][1])):
@@ -788,7 +796,7 @@ def fetch_pypi(http: Http, base: str, m: Matrix) -> PypiFacts:
                     key=version_key)
     unread: list[str] = []
     for ver in torch_versions:
-        if ver == latest and latest_reqs:
+        if ver == latest and pins_from_requires(latest_reqs).cuda:
             rp, reqs, wheel = str(info.get("requires_python") or ""), latest_reqs, "project JSON"
         else:
             got = _metadata(http, wheel_candidates(torch_files, ver))

@@ -609,7 +609,8 @@ def test_tag_diff(matrix: Matrix) -> None:
     gone = "12.2.2-devel-ubuntu22.04"
     assert gone in every
     newer = "12.2.3-base-ubuntu22.04"  # a newer update of a listed minor
-    changes = diff_tags(matrix, (every - {gone}) | {newer, "latest", "13.0.2-base-plan9"})
+    older = "12.2.0-base-ubuntu22.04"  # history, not news
+    changes = diff_tags(matrix, (every - {gone}) | {newer, older, "latest", "13.0.2-base-plan9"})
     assert [(c.kind, c.label) for c in changes] == [
         ("vanished-tag", "12.2.2/ubuntu22.04"), ("new-tag", "12.2.3/ubuntu22.04")]
     assert not any(c.applicable for c in changes)
@@ -765,3 +766,15 @@ def test_all_sources_names_the_one_that_failed(server: Server, mdir: Path) -> No
         refresh(mdir, server, source="all")  # no registry route: 404
     assert "--source nvidia-tags failed" in exc.value.hint
     assert not any(p.startswith("/pypi/") for p in server.hits)  # failed before PyPI's reads
+
+
+def test_project_json_without_cuda_pins_is_not_trusted_for_the_latest(
+        server: Server, matrix: Matrix) -> None:
+    """PyPI's JSON shows the metadata of one file of the release (a macOS wheel has no CUDA pins):
+    then the latest release's Linux wheel metadata is read like any other release."""
+    doc = json.loads((PYPI / "project-torch.json").read_text())
+    doc["info"]["requires_dist"] = ["filelock", "sympy>=1.13.3"]
+    server.routes["/pypi/torch/json"] = (200, {}, json.dumps(doc).encode())
+    facts = fetch_pypi(fast_http(), server.url, matrix)
+    assert "torch 2.15.0" in facts.unread  # its wheel metadata was not recorded
+    assert not any(c.label.startswith("2.15") for c in diff_pypi(matrix, facts))
