@@ -489,7 +489,7 @@ def _diff_patches(m: Matrix, facts: PypiFacts) -> list[Change]:
         if ta and not row.torchaudio_pinned:
             out.append(Change(src, "changed", "torch.toml", "patch", key, "torchaudio_pinned",
                               False, True, f"torchaudio {ta} requires torch=={t.version}", True))
-        if not row.verified and tv == row.torchvision and ta == row.torchaudio and ta \
+        if not row.verified and tv and ta and (tv, ta) == (row.torchvision, row.torchaudio) \
                 and row.torchaudio_pinned:
             out.append(Change(src, "verify", "torch.toml", "patch", key, "verified", False, True,
                               f"torchvision {tv} and torchaudio {ta} both require "
