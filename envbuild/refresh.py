@@ -76,6 +76,7 @@ class Http:
 
             s = requests.Session()
             s.headers["User-Agent"] = "envbuild-matrix-refresh"
+            s.verify = ca_bundle()
             self._session = s
         return self._session
 
@@ -100,8 +101,10 @@ class Http:
                 if r.status_code in allowed:
                     return self._read(r, url, limit, ranged="Range" in hdrs)
             except requests.exceptions.SSLError as exc:
+                why = re.search(r"certificate verify failed[^'\"()]*", str(exc))
                 raise EnvironmentProblem(
-                    f"TLS verification failed for {host}: {_first_line(str(exc))}",
+                    f"TLS verification failed for {host}: "
+                    f"{why.group(0).strip() if why else _first_line(str(exc))}",
                     "behind a TLS-intercepting proxy set REQUESTS_CA_BUNDLE to its CA bundle "
                     "(e.g. /etc/ssl/certs/ca-certificates.crt)") from None
             except requests.exceptions.Timeout:
@@ -136,6 +139,17 @@ class Http:
                     raise EnvironmentProblem(f"{url} answered more than {limit} bytes",
                                              "is the URL option pointing at the right server?")
             return Reply(r.url or url, r.status_code, dict(r.headers), bytes(body))
+
+
+def ca_bundle() -> str | bool:
+    """requests reads REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE itself but not OpenSSL's SSL_CERT_FILE,
+    which is how many proxied hosts (this one included) name their CA bundle: use it then."""
+    import os
+
+    if os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE"):
+        return True
+    ca = os.environ.get("SSL_CERT_FILE", "")
+    return ca if ca and os.path.isfile(ca) else True
 
 
 def _first_line(text: str) -> str:

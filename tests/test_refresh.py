@@ -778,3 +778,23 @@ def test_project_json_without_cuda_pins_is_not_trusted_for_the_latest(
     facts = fetch_pypi(fast_http(), server.url, matrix)
     assert "torch 2.15.0" in facts.unread  # its wheel metadata was not recorded
     assert not any(c.label.startswith("2.15") for c in diff_pypi(matrix, facts))
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({"SSL_CERT_FILE": "FILE"}, "FILE"),
+    ({"SSL_CERT_FILE": "FILE", "REQUESTS_CA_BUNDLE": "X"}, True),  # requests reads that itself
+    ({"SSL_CERT_FILE": "FILE", "CURL_CA_BUNDLE": "X"}, True),
+    ({"SSL_CERT_FILE": "/nonexistent/ca.pem"}, True),
+    ({}, True),
+])
+def test_ca_bundle_from_ssl_cert_file(env: dict[str, str], expected: Any, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from envbuild.refresh import ca_bundle
+
+    ca = tmp_path / "ca.pem"
+    ca.write_text("x")
+    for k in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, str(ca) if v == "FILE" else v)
+    assert ca_bundle() == (str(ca) if expected == "FILE" else expected)
