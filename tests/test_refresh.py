@@ -798,3 +798,32 @@ def test_ca_bundle_from_ssl_cert_file(env: dict[str, str], expected: Any, tmp_pa
     for k, v in env.items():
         monkeypatch.setenv(k, str(ca) if v == "FILE" else v)
     assert ca_bundle() == (str(ca) if expected == "FILE" else expected)
+
+
+def test_untrusted_tls_certificate_is_one_clear_error(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TLS-intercepting proxy whose CA is not trusted: exit 3 naming REQUESTS_CA_BUNDLE."""
+    import ssl
+    import subprocess
+
+    key, crt = tmp_path / "k.pem", tmp_path / "c.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(crt)],
+                   check=True, capture_output=True)
+    for k in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+        monkeypatch.delenv(k, raising=False)
+    state = Server("", routes={"/x": (200, {}, b"{}")})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), type("H", (Handler,), {"server_state": state}))
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(crt, key)
+    httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(EnvironmentProblem) as exc:
+            Http(timeout=5, retries=3, backoff=0).get(f"https://127.0.0.1:{httpd.server_address[1]}/x")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert exc.value.message.startswith("TLS verification failed for 127.0.0.1:")
+    assert "certificate verify failed" in exc.value.message
+    assert "REQUESTS_CA_BUNDLE" in exc.value.hint
