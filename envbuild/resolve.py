@@ -442,7 +442,6 @@ def _ordered_variants(m: Matrix, rel: TorchRelease, kind: str,
 
 
 def resolve_parsed(m: Matrix, p: Parsed) -> Spec:
-    kind = _KIND[p.target]
     if p.target == "cuda":
         check_host(m, p)
     releases = _releases(m, p)
@@ -450,6 +449,19 @@ def resolve_parsed(m: Matrix, p: Parsed) -> Spec:
         known = [r.version for r in m.torch]
         raise ConflictError(f"no torch release envbuild knows matches {p.torch_text!r}",
                             f"known torch releases: {known[0]} … {known[-1]}")
+    _precheck(m, p, releases)
+    if p.cuda_major is not None and p.cuda_minor is None:
+        return _resolve_major(m, p)
+    found = _search(m, p, releases)
+    if isinstance(found, Spec):
+        return found
+    raise _conflict(m, p, releases, found)
+
+
+def _search(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatch]]
+            ) -> Spec | list[tuple[TorchRelease, Variant, str]]:
+    """The newest candidate that fits, or the rejections that explain why none does."""
+    kind = _KIND[p.target]
     rejections: list[tuple[TorchRelease, Variant, str]] = []
     narrow: set[tuple[str, str]] = set()
     for rel, patch in releases:
@@ -465,9 +477,72 @@ def resolve_parsed(m: Matrix, p: Parsed) -> Spec:
                     narrow.add((rel.version, v.tag))
                 continue
             reasons = _why_this(m, p, rel, patch, v, rejections, narrow)
-            return dataclasses.replace(spec, trace=(*spec.trace[:1], *reasons, *spec.trace[1:]))
+            return dataclasses.replace(
+                spec, trace=(*spec.trace[:1], *p.notes, *reasons, *spec.trace[1:]))
     relevant = [r for r in rejections if (r[0].version, r[1].tag) not in narrow]
-    raise _conflict(m, p, releases, relevant or rejections)
+    return relevant or rejections
+
+
+def _resolve_major(m: Matrix, p: Parsed) -> Spec:
+    """`--cuda 12`: the newest 12.x image that fits every other constraint."""
+    major = p.cuda_major
+    minors = sorted((r.version for r in m.cuda if major_of(r.version) == major and r.image),
+                    key=version_key, reverse=True)
+    tried: list[Parsed] = []
+    for minor in minors:
+        q = dataclasses.replace(p, cuda=minor, cuda_minor=minor)
+        tried.append(q)
+        releases = _releases(m, q)
+        found = _search(m, q, releases)
+        if isinstance(found, Spec):
+            skipped = minors[:minors.index(minor)]
+            why = (f"; newer {major}.x ({', '.join(skipped)}) do not fit" if skipped else "")
+            note = (f"CUDA {minor}: --cuda {major} means any CUDA {major}.x, and {minor} is the "
+                    f"newest that fits every other constraint{why}")
+            return dataclasses.replace(found, trace=(found.trace[0], note, *found.trace[1:]))
+    q = tried[0] if tried else p
+    err = _conflict(m, q, _releases(m, q), _search_rejections(m, q))
+    err.message = f"no CUDA {major}.x fits; with the newest, {q.cuda_minor}: {err.message}"
+    raise err
+
+
+def _search_rejections(m: Matrix, p: Parsed) -> list[tuple[TorchRelease, Variant, str]]:
+    found = _search(m, p, _releases(m, p))
+    return [] if isinstance(found, Spec) else found
+
+
+def _precheck(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatch]]) -> None:
+    """Conflicts one option alone decides, stated as such (not as the first candidate's
+    failure): a Python no torch release supports, a driver older than every CUDA image."""
+    if p.python is not None and not any(p.python in r.python for r, _ in releases):
+        all_py = sorted({x for r, _ in releases for x in r.python}, key=version_key)
+        scope = f"torch {p.torch_text}" if p.torch_text else "no torch release envbuild knows"
+        if p.torch_text:
+            msg = (f"{scope} has no wheels for Python {p.python} (it supports "
+                   f"{all_py[0]} … {all_py[-1]})")
+        else:
+            msg = (f"{scope} supports Python {p.python} (they support {all_py[0]} … "
+                   f"{all_py[-1]})")
+        with_py = [r.version for r in m.torch if p.python in r.python]
+        hint = (f"torch {with_py[0]} … {with_py[-1]} support Python {p.python}" if with_py
+                else f"use --python {all_py[0]} or newer" if version_key(p.python) <
+                version_key(all_py[0]) else f"use --python {all_py[-1]} or older")
+        raise ConflictError(msg, hint, _alternatives(m, p))
+    if p.target == "cuda" and p.driver is not None:
+        needs = []
+        for r in m.cuda:
+            floor = m.compat_floor(major_of(r.version))
+            if r.image and floor is not None:
+                needs.append((max(r.ga_driver_linux, floor.min_driver_linux, key=version_key),
+                              r))
+        if needs:
+            lowest, rel = min(needs, key=lambda x: version_key(x[0]))
+            if version_key(p.driver) < version_key(lowest):
+                raise ConflictError(
+                    f"driver {p.driver} is older than any CUDA image envbuild knows supports: "
+                    f"the oldest, CUDA {rel.version} (nvidia/cuda {rel.image}), needs >= {lowest}",
+                    f"upgrade the NVIDIA driver to >= {lowest}, or use --target cpu",
+                    _alternatives(m, p))
 
 
 def _why_this(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant,
@@ -546,13 +621,39 @@ def _conflict(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatc
     if not with_kind:
         label = {"cuda": "CUDA", "rocm": "ROCm", "cpu": "CPU"}[kind]
         return ConflictError(f"torch {p.torch_text} has no {label} wheels", "", alternatives)
-    first = rejections[0][2] if rejections else "no candidate fits"
+    first = _headline(m, p, releases, rejections)
     if p.rocm is not None and not any(r[1].version.startswith(p.rocm) for r in rejections):
         tags = sorted({v.tag for r, _ in releases for v in _ordered_variants(m, r, "rocm")})
         first = (f"no torch release{(' matching ' + repr(p.torch_text)) if p.torch_text else ''}"
                  f" has a ROCm {p.rocm} wheel (they offer {', '.join(tags)})")
     return ConflictError(first, "relax one option; the alternatives below each fit",
                          alternatives)
+
+
+def _headline(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatch]],
+              rejections: list[tuple[TorchRelease, Variant, str]]) -> str:
+    """The rejection that says what excludes the request: from a torch release that has the
+    requested Python, and not a gap in envbuild's data (an image it knows no tag of)."""
+    if not rejections:
+        return "no candidate fits"
+
+    def rank(r: tuple[TorchRelease, Variant, str]) -> tuple[bool, bool]:
+        py_ok = p.python is None or p.python in r[0].python
+        return (py_ok, not r[2].startswith("no nvidia/cuda image is known for CUDA"))
+
+    best = max(rejections, key=rank)  # max keeps the first (newest) of equals
+    newest_py = next((r.version for r, _ in releases
+                      if p.python is not None and p.python in r.python), None)
+    if newest_py is not None and not rank(best)[0]:  # only releases without that Python got far
+        wheel = (f"a CUDA {major_of(p.cuda_minor)}.x wheel <= {p.cuda_minor}" if p.cuda_minor
+                 else f"a ROCm {p.rocm} wheel" if p.rocm else "a wheel that fits the other "
+                 "options")
+        return (f"no torch release that supports Python {p.python} (torch <= {newest_py}) "
+                f"has {wheel}")
+    if newest_py is not None and newest_py != releases[0][0].version \
+            and best[0].version == newest_py:
+        return f"Python {p.python} needs torch <= {newest_py}, and there: {best[2]}"
+    return best[2]
 
 
 _RELAX = ("torch", "cuda", "rocm", "python", "driver", "gpus", "os", "flavor")
@@ -577,7 +678,7 @@ def _drop(p: Parsed, key: str) -> Parsed:
     if key == "torch":
         changes.update(torch=None, torch_text=None)
     elif key == "cuda":
-        changes.update(cuda=None, cuda_minor=None)
+        changes.update(cuda=None, cuda_minor=None, cuda_major=None)
     elif key == "gpus":
         changes.update(gpus=())
     elif key == "flavor":

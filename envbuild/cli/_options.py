@@ -13,13 +13,15 @@ from envbuild.request import COMPONENTS, Request
 Target = Annotated[str | None, typer.Option(
     "--target", help="cuda | rocm | cpu | mps (inferred: --cuda implies cuda, --rocm rocm).")]
 Cuda = Annotated[str | None, typer.Option(
-    "--cuda", help="CUDA toolkit of the environment, X.Y or X.Y.Z (e.g. 12.2).")]
+    "--cuda", help="CUDA toolkit of the environment, X.Y or X.Y.Z (e.g. 12.2); X alone: the "
+    "newest X.y that fits.")]
 Rocm = Annotated[str | None, typer.Option("--rocm", help="ROCm release, X.Y (e.g. 6.2).")]
 Torch = Annotated[str | None, typer.Option(
     "--torch", help="torch version or specifier: 2.4, 2.4.1, '>=2.3,<2.6'.")]
 Python = Annotated[str | None, typer.Option("--python", help="CPython version, 3.X.")]
 Driver = Annotated[str | None, typer.Option(
-    "--driver", help="Oldest NVIDIA driver the image must run on (e.g. 535.104.05).")]
+    "--driver", help="Oldest NVIDIA driver the image must run on (e.g. 535.104.05); a branch "
+    "alone (535) means its oldest release envbuild knows.")]
 Gpu = Annotated[list[str] | None, typer.Option(
     "--gpu", help="GPU the image must run on: a name (H100, 'RTX 4090'), sm_XY or gfxNNN. "
     "Repeat for a fleet.")]

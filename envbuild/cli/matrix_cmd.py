@@ -88,3 +88,43 @@ def _cell(value: object) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     return "" if value is None else str(value)
+
+
+Source = Annotated[str, typer.Option(
+    "--source", help="pypi | pytorch-index | nvidia-tags | all.")]
+
+
+@matrix_app.command("refresh")
+def refresh_cmd(
+    source: Source = "all",
+    write: Annotated[bool, typer.Option(
+        "--write", help="Apply the applicable changes to the TOML files (comments and sources "
+        "kept; edited rows cite the refresh source).")] = False,
+    json: Json = False, directory: Dir = None,
+    pypi_url: Annotated[str, typer.Option("--pypi-url", help="PyPI root.")] = "https://pypi.org",
+    index_url: Annotated[str | None, typer.Option(
+        "--index-url", help="PyTorch wheel index root (default: torch.toml index_base).")] = None,
+    registry_url: Annotated[str, typer.Option(
+        "--registry-url", help="Registry (HTTP API v2) holding the CUDA images.")
+    ] = "https://registry-1.docker.io",
+    timeout: Annotated[float, typer.Option("--timeout", min=0.01, help="Seconds per request.")
+                       ] = 20.0,
+    retries: Annotated[int, typer.Option("--retries", min=1, max=10,
+                                         help="Tries per request (backoff 0.5 s, doubling).")] = 3,
+) -> None:
+    """Read facts from PyPI, the PyTorch wheel index and the nvidia/cuda tag list and print how they
+    differ from the matrix; exit 1 while differences remain (0 = the matrix agrees)."""
+    from envbuild.refresh import run_refresh
+
+    if source not in ("pypi", "pytorch-index", "nvidia-tags", "all"):
+        raise UsageError(f"unknown source {source!r}",
+                         "choose one of: pypi, pytorch-index, nvidia-tags, all")
+    result = run_refresh(source, directory, write=write, pypi_url=pypi_url, index_url=index_url,
+                         registry_url=registry_url, timeout=timeout, retries=retries)
+    if json:
+        emit_json(result.to_json())
+    else:
+        for line in result.lines():
+            say(line)
+    if result.remaining:
+        raise typer.Exit(EXIT_FAILED)
