@@ -192,6 +192,9 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
         "requirements.txt": RenderedFile(_template("requirements.txt.j2", **common)),
         "constraints.txt": RenderedFile(_template("constraints.txt.j2", **common)),
         "user-requirements.txt": RenderedFile(_template("user-requirements.txt.j2", **common)),
+        **({"team-requirements.txt": RenderedFile(_template(
+            "user-requirements.txt.j2", **{**common, "user_pip": list(opts.team_pip)}))}
+           if opts.team_pip else {}),
         "spec.json": RenderedFile(json.dumps(spec.to_json(), indent=2) + "\n"),
         "peaks.json": RenderedFile(peaks_json(m)),
         "validator.py": RenderedFile(validator_source()),
@@ -226,6 +229,7 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
         "wheelhouse": opts.wheelhouse, "pip_args": pip_args, "user_pip_args": user_pip_args,
         "base_image": base_image, "spec_label": spec_label(spec),
         "has_os_packages": bool(opts.apt),
+        "package_layers": package_layers(opts),
         "secret_mounts": secret_mounts(opts, uid, home),
         "root_secret_mounts": secret_mounts(opts, 0, "/root"),
     }
@@ -237,6 +241,18 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
         ref = opts.image_ref or default_tag(spec)
         files["apptainer.def"] = RenderedFile(_template("apptainer.def.j2", image_ref=ref, **ctx))
     return files
+
+
+def package_layers(opts: RenderOptions) -> list[dict[str, Any]]:
+    """The pip layers above the torch stack, in order: the team's packages (a team file's
+    defaults, shared by its images), then the image's own. Each is one COPY and one RUN."""
+    out: list[dict[str, Any]] = []
+    if opts.team_pip:
+        out.append({"title": "The team's packages (the team file's defaults)",
+                    "file": "team-requirements.txt", "packages": list(opts.team_pip)})
+    out.append({"title": "The image's own packages", "file": "user-requirements.txt",
+                "packages": list(opts.pip)})
+    return out
 
 
 def default_tag(spec: Spec) -> str:
