@@ -408,7 +408,7 @@ def updated_lock(old: Mapping[str, Any] | None, built: list[Built]) -> dict[str,
         if b.error is None and b.result is not None:
             images[b.planned.name] = lock_entry(b)
     return {"format": LOCK_FORMAT, "envbuild": __version__,
-            "written": datetime.now(UTC).isoformat(timespec="seconds"), "image": images}
+            "image": images}
 
 
 # -- --locked ---------------------------------------------------------------------------------
