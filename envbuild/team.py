@@ -281,6 +281,7 @@ class Built:
         if r is not None and r.build is not None:
             out["image_id"] = r.build.image_id
             out["cached"] = r.build.cached
+            out["log"] = str(r.build.log_path) if r.build.log_path else None
         if r is not None and r.push_skipped:
             out["push_skipped"] = r.push_skipped
         if self.error is not None:

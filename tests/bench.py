@@ -1,7 +1,7 @@
 """`make bench`: start-up, resolve, render --all, and (with a Docker engine) build/make/validate.
 
 Numbers are printed, never asserted: speed and size are measured here, not in the tests.
-Usage: python tests/bench.py [--quick] [--no-docker] [--only explain]
+Usage: python tests/bench.py [--quick] [--no-docker] [--only explain|team]
 """
 
 from __future__ import annotations
@@ -181,16 +181,121 @@ def bench_docker() -> None:
           f"exit {val.returncode}")
 
 
+def _registry(root: Path) -> tuple[subprocess.Popen[bytes], str]:
+    import socket
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    (root / "config.yml").write_text(
+        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {root}/data\n"
+        f"http:\n  addr: 127.0.0.1:{port}\n")
+    proc = subprocess.Popen(["docker-registry", "serve", str(root / "config.yml")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.1)
+    return proc, f"127.0.0.1:{port}"
+
+
+def _team_file(reg: str, extra: str = "") -> str:
+    return (f'[defaults]\nregistry = "{reg}/bench"\ntarget = "cpu"\ntorch = "2.13.0"\n'
+            f'python = "3.11"\nos = "debian12"\nwithout = ["torchvision", "torchaudio"]\n'
+            f'base_image = "{BASE}"\nwheelhouse = "{WORK / "wheelhouse"}"\n'
+            f'ca_cert = "/etc/ssl/certs/ca-certificates.crt"\npip = ["six"]\n'
+            f'[image.bench-a]\n{extra}[image.bench-b]\npip = ["idna"]\n'
+            f'[image.bench-c]\npip = ["attrs"]\n')
+
+
+def bench_team() -> None:
+    """A three-image family: registry bytes stored vs one image, and one more package."""
+    print("== team build (3 cpu images that differ only in packages, a real local registry)")
+    with tempfile.TemporaryDirectory(dir=WORK) as tmp:
+        d = Path(tmp)
+        (d / "reg").mkdir()
+        proc, reg = _registry(d / "reg")
+        made: list[str] = []
+        try:
+            (d / "envbuild.toml").write_text(_team_file(reg))
+            t = time.perf_counter()
+            p = subprocess.run([PY, "-m", "envbuild", "team", "build", "--file",
+                                str(d / "envbuild.toml"), "--push", "--json"],
+                               capture_output=True, text=True, cwd=ROOT)
+            wall = time.perf_counter() - t
+            if p.returncode != 0:
+                print(p.stderr[-2000:])
+                raise SystemExit("team build failed")
+            images = json.loads(p.stdout)["images"]
+            made += [i["tag"] for i in images]
+            print(f"team build --push, 3 images: {wall:.1f} s wall; per image "
+                  + ", ".join(f"{i['name']} build {i['seconds'].get('build', 0):.1f} s"
+                              for i in images))
+            one = _manifest_bytes(reg, images[0])
+            union: dict[str, int] = {}
+            for i in images:
+                union.update(_manifest_blobs(reg, i))
+            stored = sum(union.values())
+            print(f"registry: one image {one / 1e6:.1f} MB, three images {stored / 1e6:.1f} MB "
+                  f"stored: {stored / one:.3f}x one image (target < 1.3x)")
+            (d / "envbuild.toml").write_text(_team_file(reg, 'pip = ["packaging"]\n'))
+            t = time.perf_counter()
+            p = subprocess.run([PY, "-m", "envbuild", "team", "build", "--file",
+                                str(d / "envbuild.toml"), "--only", "bench-a", "--json"],
+                               capture_output=True, text=True, cwd=ROOT)
+            wall = time.perf_counter() - t
+            a = json.loads(p.stdout)["images"][0]
+            made.append(a["tag"])
+            print(f"one more package in one image: build {a['seconds'].get('build', 0):.1f} s "
+                  f"(whole command {wall:.1f} s incl. validation); torch layer reused")
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+            for tag in made:
+                subprocess.run(["/usr/bin/docker", "rmi", tag, tag.split("/", 2)[-1]],
+                               capture_output=True)
+    tag = "envbuild-bench/cpu:layers"
+    ca = ["--ca-cert", "/etc/ssl/certs/ca-certificates.crt", "--no-validate", "--tag", tag]
+    _make([*ca, "--pip", "six"])
+    wall, data = _make([*ca, "--pip", "six", "--pip", "idna"])
+    print(f"plain make, one more --pip: build {data['seconds']['build']:.1f} s "  # type: ignore
+          f"({wall:.1f} s wall; torch layer reused)")
+    subprocess.run(["/usr/bin/docker", "rmi", tag], capture_output=True)
+
+
+def _manifest_blobs(reg: str, image: dict[str, str]) -> dict[str, int]:
+    import urllib.request
+
+    repo = image["tag"].removeprefix(f"{reg}/").rpartition(":")[0]
+    req = urllib.request.Request(
+        f"http://{reg}/v2/{repo}/manifests/{image['digest']}",
+        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+    m = json.loads(urllib.request.urlopen(req, timeout=10).read())
+    return {m["config"]["digest"]: m["config"]["size"],
+            **{x["digest"]: x["size"] for x in m["layers"]}}
+
+
+def _manifest_bytes(reg: str, image: dict[str, str]) -> int:
+    return sum(_manifest_blobs(reg, image).values())
+
+
 def main() -> None:
     quick = "--quick" in sys.argv
     if "--only" in sys.argv and sys.argv[sys.argv.index("--only") + 1:][:1] == ["explain"]:
         bench_explain(3 if quick else 5)
+        return
+    if "--only" in sys.argv and sys.argv[sys.argv.index("--only") + 1:][:1] == ["team"]:
+        bench_team()
         return
     bench_startup(5 if quick else 20)
     bench_render_all(1 if quick else 3)
     bench_explain(3 if quick else 5)
     if "--no-docker" not in sys.argv and shutil.which("dockerd"):
         bench_docker()
+        bench_team()
 
 
 if __name__ == "__main__":

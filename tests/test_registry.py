@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import given, settings
@@ -163,7 +163,7 @@ def test_report_tag_needs_a_digest() -> None:
 
 # -- the token flow (Docker Hub, GHCR, NGC): 401 + WWW-Authenticate Bearer -> token -------------
 class _TokenAuth(BaseHTTPRequestHandler):
-    seen: list[dict[str, Any]] = []
+    seen: ClassVar[list[dict[str, Any]]] = []
     digest = "sha256:" + "d" * 64
 
     def log_message(self, *_args: object) -> None:
@@ -178,7 +178,7 @@ class _TokenAuth(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's names)
+    def do_GET(self) -> None:
         host = f"127.0.0.1:{self.server.server_address[1]}"
         if self.path.startswith("/token"):
             self.seen.append({"path": self.path, "auth": self.headers.get("Authorization")})
@@ -192,7 +192,7 @@ class _TokenAuth(BaseHTTPRequestHandler):
         self._send(200, b"{}", {"Docker-Content-Digest": self.digest,
                                 "Content-Type": registry.DOCKER_MANIFEST})
 
-    do_HEAD = do_GET  # noqa: N815
+    do_HEAD = do_GET
 
 
 def test_bearer_token_flow_with_docker_config_credentials(tmp_path: Path,

@@ -151,10 +151,9 @@ def build_cmd(
     planned = t.plan(team, m, only or ())
     show = not json
 
-    def done(b: Built) -> None:
-        if show:
-            with _lock:
-                sys.stderr.write(_done_line(b) + "\n")
+    def done(b: Built) -> None:  # one line per image on stderr, with --json too
+        with _lock:
+            sys.stderr.write(_done_line(b) + "\n")
 
     built = t.build(planned, m, push=push, jobs=jobs, rebuild=rebuild, revalidate=revalidate,
                     hooks_for=lambda name: _hooks(name, show), on_done=done)
