@@ -17,7 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import jinja2
 
-from envbuild import __version__
+from envbuild import __version__, targets
 from envbuild.errors import UsageError
 from envbuild.matrix import Matrix, OsInfo
 from envbuild.resources import templates_dir
@@ -144,7 +144,7 @@ def secret_mounts(opts: RenderOptions, uid: int, home: str) -> list[str]:
 
 
 def _pins(spec: Spec) -> list[str]:
-    local = "" if spec.target == "mps" else f"+{spec.variant}"
+    local = f"+{spec.variant}" if targets.get(spec.target).container else ""
     pins = [f"torch=={spec.torch}{local}"]
     if spec.torchvision:
         pins.append(f"torchvision=={spec.torchvision}{local}")
@@ -199,10 +199,11 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
         "peaks.json": RenderedFile(peaks_json(m)),
         "validator.py": RenderedFile(validator_source()),
     }
-    conda_platform = "osx-arm64" if spec.target == "mps" else "linux-64"
+    native = not targets.get(spec.target).container  # mps: a native macOS environment
+    conda_platform = "osx-arm64" if native else "linux-64"
     files["environment.yml"] = RenderedFile(
         _template("environment.yml.j2", conda_platform=conda_platform, **common))
-    if spec.target == "mps":
+    if native:
         files["setup-macos.sh"] = RenderedFile(_template("setup-macos.sh.j2", **common), 0o755)
         return files
 

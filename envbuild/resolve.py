@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from envbuild import targets
 from envbuild.errors import ConflictError
 from envbuild.gpu_window import FleetWindow, branch_of, fleet, window
 from envbuild.matrix import CudaImage, Matrix, OsInfo, TorchPatch, TorchRelease, Variant
@@ -426,9 +427,11 @@ def _spec(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant
     )
 
 
-_KIND = {"cuda": "cuda", "rocm": "rocm", "cpu": "cpu", "mps": "cpu"}
-_RESOLVERS = {"cuda": _resolve_cuda, "rocm": _resolve_rocm, "cpu": _resolve_cpu,
-              "mps": _resolve_mps}
+# The target registry (envbuild/targets.py) names each target's wheel kind and resolver part.
+_KIND = {name: t.wheel_kind for name, t in targets.REGISTRY.items()}
+_PARTS = {"cuda": _resolve_cuda, "rocm": _resolve_rocm, "cpu": _resolve_cpu,
+          "native": _resolve_mps}
+_RESOLVERS = {name: _PARTS[t.resolver] for name, t in targets.REGISTRY.items()}
 
 
 def _ordered_variants(m: Matrix, rel: TorchRelease, kind: str,
