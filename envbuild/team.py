@@ -402,10 +402,11 @@ def lock_entry(b: Built) -> dict[str, Any]:
 
 
 def updated_lock(old: Mapping[str, Any] | None, built: list[Built]) -> dict[str, Any]:
-    """The old lock with the entries of the images built without error replaced."""
+    """The old lock with the entries of the images built and validated now replaced: a failed
+    rebuild never replaces what the lock pins."""
     images = dict((old or {}).get("image", {}))
     for b in built:
-        if b.error is None and b.result is not None:
+        if b.error is None and b.result is not None and b.validation()["status"] == "pass":
             images[b.planned.name] = lock_entry(b)
     return {"format": LOCK_FORMAT, "envbuild": __version__,
             "image": images}

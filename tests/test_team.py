@@ -313,3 +313,26 @@ def test_make_refuses_push_without_validation() -> None:
 
     with pytest.raises(UsageError, match="nobody validated"):
         make(MakeRequest(Request(target="cpu"), ContextInputs(), push="r:5000", validate=False))
+
+
+def test_a_failed_rebuild_never_replaces_the_locked_entry(matrix: Matrix) -> None:
+    from datetime import UTC, datetime
+
+    from envbuild.build import BuildResult
+    from envbuild.make import Checked, MakeResult
+    from envbuild.validate import Validation
+
+    a, b, _ = team.plan(teamfile.parse(GOOD, F), matrix)
+    old = {"image": {"a": {"digest": "sha256:old-a"}, "b": {"digest": "sha256:old-b"}}}
+
+    def built(p: team.Planned, fail: int) -> team.Built:
+        v = Validation({"summary": {"pass": 3, "fail": fail}, "checks": []}, fail, False, "")
+        r = MakeResult(p.prepared.spec, build=BuildResult(p.tag, "sha256:id", False, 1.0, None,
+                                                          "x"),
+                       checked=Checked(v, False, datetime.now(UTC)), pushed=p.remote,
+                       digest="sha256:new")
+        return team.Built(p, r)
+
+    new = team.updated_lock(old, [built(a, 0), built(b, 1)])
+    assert new["image"]["a"]["digest"] == "sha256:new"
+    assert new["image"]["b"] == {"digest": "sha256:old-b"}  # validation failed: kept

@@ -202,10 +202,10 @@ def check_cmd(file: File = None, json: Json = False) -> None:
     else:
         for row in data["images"]:
             rep = row.get("report") or {}
+            base = ("pinned" if "base_digest_now" not in row else
+                    "ok" if row["base_digest_now"] == row["base_digest"] else "CHANGED")
             say(f"{row['name']:<12} {'present' if row.get('present') else 'MISSING':<8} "
-                f"report {rep.get('status', 'none'):<5} base "
-                f"{'ok' if row.get('base_digest_now') == row['base_digest'] else 'CHANGED'}  "
-                f"{row['tag']}")
+                f"report {rep.get('status', 'none'):<5} base {base}  {row['tag']}")
         for p in data["problems"]:
             warn(f"problem: {p}")
         if not data["problems"]:
