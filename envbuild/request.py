@@ -20,13 +20,13 @@ TARGETS = ("cuda", "rocm", "cpu", "mps")
 FLAVORS = ("base", "runtime", "devel")
 COMPONENTS = ("torch", "torchvision", "torchaudio")
 
-_CUDA = re.compile(r"^\d{1,2}\.\d{1,2}(\.\d{1,3})?$")
-_ROCM = re.compile(r"^\d{1,2}\.\d{1,2}(\.\d{1,3})?$")
-_PYTHON = re.compile(r"^3\.\d{1,2}$")
-_DRIVER = re.compile(r"^\d{3}(\.\d{1,3}){0,2}$")
-_SM = re.compile(r"^(?:sm_?|compute_?)(\d{1,2})(\d)$", re.IGNORECASE)
-_CC = re.compile(r"^(\d{1,2})\.(\d)$")
-_TORCH_BARE = re.compile(r"^\d+\.\d+(\.\d+)?$")
+_CUDA = re.compile(r"^\d{1,2}\.\d{1,2}(\.\d{1,3})?$", re.ASCII)
+_ROCM = re.compile(r"^\d{1,2}\.\d{1,2}(\.\d{1,3})?$", re.ASCII)
+_PYTHON = re.compile(r"^3\.\d{1,2}$", re.ASCII)
+_DRIVER = re.compile(r"^\d{3}(\.\d{1,3}){0,2}$", re.ASCII)
+_SM = re.compile(r"^(?:sm_?|compute_?)(\d{1,2})(\d)$", re.IGNORECASE | re.ASCII)
+_CC = re.compile(r"^(\d{1,2})\.(\d)$", re.ASCII)
+_TORCH_BARE = re.compile(r"^\d+\.\d+(\.\d+)?$", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def torch_specifier(text: str) -> SpecifierSet:
     if not t or len(t) > 100:
         raise UsageError(f"--torch {text!r} is not a version or specifier",
                          "examples: --torch 2.4, --torch 2.4.1, --torch '>=2.3,<2.6'")
-    if _TORCH_BARE.match(t):
+    if _TORCH_BARE.fullmatch(t):
         t = f"=={t}.*" if t.count(".") == 1 else f"=={t}"
     try:
         spec = SpecifierSet(t)
@@ -126,10 +126,10 @@ def gpu_index(matrix: Matrix) -> dict[str, Gpu]:
 
 def parse_gpu(text: str, matrix: Matrix) -> GpuRef:
     raw = text.strip()
-    if not raw or len(raw) > 80 or not re.match(r"^[\w .+()/-]+$", raw):
+    if not raw or len(raw) > 80 or not re.fullmatch(r"[\w .+()/-]+", raw):
         raise UsageError(f"--gpu {text[:40]!r} is not a GPU name or compute capability",
                          "examples: --gpu H100, --gpu 'RTX 4090', --gpu sm_86, --gpu gfx942")
-    m = _SM.match(raw) or _CC.match(raw)
+    m = _SM.fullmatch(raw) or _CC.fullmatch(raw)
     if m:
         cc = f"{int(m.group(1))}.{m.group(2)}"
         if matrix.arch(cc) is None:
@@ -137,7 +137,7 @@ def parse_gpu(text: str, matrix: Matrix) -> GpuRef:
             raise UsageError(f"compute capability {cc} is not a known NVIDIA architecture",
                              "known: " + ", ".join(known))
         return GpuRef(label=f"sm_{cc.replace('.', '')}", vendor="nvidia", cc=cc)
-    if re.match(r"^gfx[0-9a-f]{3,4}$", raw, re.IGNORECASE):
+    if re.fullmatch(r"gfx[0-9a-f]{3,4}", raw, re.IGNORECASE):
         return GpuRef(label=raw.lower(), vendor="amd", gfx=raw.lower())
     index = gpu_index(matrix)
     g = index.get(raw.casefold()) or index.get(_norm_gpu(raw))
@@ -167,7 +167,7 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
 
     cuda_minor = None
     if req.cuda is not None:
-        if not _CUDA.match(req.cuda):
+        if not _CUDA.fullmatch(req.cuda):
             raise UsageError(f"--cuda {req.cuda!r} is not a CUDA version",
                              "use X.Y or X.Y.Z, e.g. --cuda 12.2")
         cuda_minor = ".".join(req.cuda.split(".")[:2])
@@ -177,7 +177,7 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
                              f"known CUDA releases: {', '.join(known)}",
                              _nearest_versions(cuda_minor, known))
     if req.rocm is not None:
-        if not _ROCM.match(req.rocm):
+        if not _ROCM.fullmatch(req.rocm):
             raise UsageError(f"--rocm {req.rocm!r} is not a ROCm version",
                              "use X.Y or X.Y.Z, e.g. --rocm 6.2")
         known_rocm = [r.version for r in matrix.rocm]
@@ -186,10 +186,10 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
                              f"known ROCm releases: {', '.join(known_rocm)}",
                              _nearest_versions(req.rocm, known_rocm))
     spec = torch_specifier(req.torch) if req.torch is not None else None
-    if req.python is not None and not _PYTHON.match(req.python):
+    if req.python is not None and not _PYTHON.fullmatch(req.python):
         raise UsageError(f"--python {req.python!r} is not a CPython version",
                          "use 3.X, e.g. --python 3.11")
-    if req.driver is not None and not _DRIVER.match(req.driver):
+    if req.driver is not None and not _DRIVER.fullmatch(req.driver):
         raise UsageError(f"--driver {req.driver!r} is not an NVIDIA driver version",
                          "use the number nvidia-smi prints, e.g. --driver 535.104.05")
     if req.os is not None and matrix.os_info(req.os) is None:
