@@ -6,9 +6,11 @@ atomically: into a temporary sibling directory first, then renamed into place.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
+import shlex
 import shutil
 import tempfile
 import tomllib
@@ -140,9 +142,74 @@ def user_name(value: str) -> str:
     return value
 
 
+# Characters no rendered value may hold: a newline would start a new Dockerfile instruction or
+# requirements line whatever the quoting (the validators refuse them first; this is the wall).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# A bare word outside a shell (FROM, WORKDIR, a mount target, an xargs list): nothing to quote.
+_WORD = re.compile(r"[A-Za-z0-9._:/@+=~-]+")
+
+
+def _finalize(value: Any) -> Any:
+    if isinstance(value, str) and _CONTROL.search(value):
+        raise UsageError(f"refusing to render {redact(value)[:40]!r}: it holds a control "
+                         "character", "check the values given on the command line")
+    return value
+
+
+def _no_control(value: Any) -> None:
+    """Refuse a control character anywhere in a template context (strings, lists, dataclasses)."""
+    if isinstance(value, str):
+        _finalize(value)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _no_control(v)
+    elif isinstance(value, list | tuple | set | frozenset):
+        for v in value:
+            _no_control(v)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            _no_control(getattr(value, f.name))
+
+
+def _sh(value: Any) -> str:
+    """One shell word, whatever the value holds (POSIX single quotes)."""
+    return shlex.quote(_finalize(str(value)))
+
+
+def _shjoin(values: Any) -> str:
+    return " ".join(_sh(v) for v in values)
+
+
+def _word(value: Any) -> str:
+    text = str(value)
+    if not _WORD.fullmatch(text):
+        raise UsageError(f"refusing to render {redact(text)[:40]!r} where only a plain word "
+                         "(letters, digits, . _ : / @ + = ~ -) may stand",
+                         "check the values given on the command line")
+    return text
+
+
+def _yaml(value: Any) -> str:
+    """A YAML double-quoted scalar: any string survives (': ', ' #', quotes, non-ASCII)."""
+    out = []
+    for ch in str(value):
+        code = ord(ch)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif 0x20 <= code < 0x7F:
+            out.append(ch)
+        elif code <= 0xFF:
+            out.append(f"\\x{code:02x}")
+        elif code <= 0xFFFF:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    return '"' + "".join(out) + '"'
+
+
 @cache
 def _env() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -150,9 +217,12 @@ def _env() -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
+    env.filters.update(sh=_sh, shjoin=_shjoin, word=_word, yaml=_yaml)
+    return env
 
 
 def _template(name: str, **ctx: Any) -> str:
+    _no_control(ctx)
     return _env().get_template(name).render(**ctx)
 
 
@@ -192,7 +262,8 @@ def _python_plan(spec: Spec, os_info: OsInfo, source: str, m: Matrix) -> _Python
 
 def secret_mounts(opts: RenderOptions, uid: int, home: str) -> list[str]:
     """BuildKit secret mounts: a CA bundle and index credentials, never in a layer."""
-    out = []
+    out: list[str] = []
+    home = _word(home)
     if opts.ca_cert:
         out.append(f"--mount=type=secret,id=ca,target=/run/secrets/ca.pem,uid={uid}")
     if opts.index_credentials:
