@@ -247,3 +247,75 @@ def test_direct_urls_with_credentials_are_refused(value: str) -> None:
 def test_cli_refuses_inputs_that_break_later(tmp_path: Path, flag: str, value: str,
                                              words: str) -> None:
     assert words in _cli_refuses(tmp_path, flag, value)
+
+
+# ---- environment.yml: every valid spec survives a YAML round trip ---------------------------
+
+_name = st.from_regex(r"[A-Za-z][A-Za-z0-9._-]{0,10}[A-Za-z0-9]", fullmatch=True).filter(
+    lambda n: n.lower() not in ("torch", "torchvision", "torchaudio"))
+_marker_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc"),
+                                     exclude_characters="\"\\\u2028\u2029\x85"), max_size=12)
+_tricky = st.sampled_from(["a: b", " #", "#", ": ", "- x", "'", "[1]", "{a}", "&x", "*x", "!x",
+                           "%x", "@x", "`x`", "? x", "|", ">", "yes", "null", "~", "1e3"])
+
+
+@st.composite
+def _pip_req(draw: st.DrawFn) -> str:
+    name = draw(_name)
+    spec = draw(st.sampled_from(["", "<2", ">=1.0,<3", "==1.2.3", "~=2.1", "!=1.5"]))
+    extras = draw(st.sampled_from(["", "[socks]", "[a,b]"]))
+    text = draw(st.one_of(_marker_text, _tricky))
+    marker = draw(st.sampled_from(["", f'; os_name == "{text}"', f'; sys_platform != "{text}"',
+                                   f'; python_version >= "3.10" and os_name == "{text}"']))
+    return pip_requirement(f"{name}{extras}{spec}{marker}")
+
+
+_conda = st.sampled_from(["numpy>=1.26", "conda-forge::ffmpeg", "conda-forge/label/dev::numpy",
+                          "numpy[version='>=1.26']", "blas * mkl", "python=3.11", "numpy #x",
+                          "pytorch-cuda=12.1", "numpy 1.26.*"]).map(conda_spec)
+
+
+@given(pips=st.lists(_pip_req(), max_size=5), condas=st.lists(_conda, max_size=4))
+@settings(max_examples=150, deadline=None)
+def test_environment_yml_round_trips(pips: list[str], condas: list[str]) -> None:
+    import yaml
+
+    from envbuild.render import RenderOptions, render
+
+    m, spec = _cpu_spec()
+    text = render(spec, RenderOptions(pip=tuple(pips), conda=tuple(condas)), m)[
+        "environment.yml"].content
+    env = yaml.safe_load(text)
+    deps = env["dependencies"]
+    assert deps[:2] == [f"python={spec.python}", "pip"]
+    assert deps[2:-1] == condas
+    pip_section = deps[-1]["pip"]
+    assert pip_section[-len(pips):] == pips if pips else True
+    assert all(isinstance(x, str) for x in pip_section)
+    assert env["name"] == f"envbuild-{spec.hash}"
+
+
+_CPU: list[object] = []
+
+
+def _cpu_spec() -> tuple[Matrix, object]:
+    if not _CPU:
+        from envbuild.matrix import load
+        from envbuild.resolve import resolve
+
+        m = load()
+        _CPU.extend([m, resolve(Request(target="cpu", os="debian12"), m)])
+    return _CPU[0], _CPU[1]  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("req", ['numpy; os_name == "a: b"', 'numpy; os_name == " #"',
+                                 "numpy; os_name == 'x\"y'"])
+def test_environment_yml_keeps_the_issue_examples(req: str) -> None:
+    import yaml
+
+    from envbuild.render import RenderOptions, render
+
+    m, spec = _cpu_spec()
+    valid = pip_requirement(req)
+    env = yaml.safe_load(render(spec, RenderOptions(pip=(valid,)), m)["environment.yml"].content)  # type: ignore[arg-type]
+    assert env["dependencies"][-1]["pip"][-1] == valid
