@@ -124,10 +124,8 @@ def _cli_refuses(tmp_path: Path, *args: str, command: str = "render",
 
 
 @pytest.mark.parametrize("value", [
-    "https://p.example/simple;touch${IFS}/tmp/pwned;", "https://p.example/$(id)",
-    "https://p.example/`id`", "https://p.example/simple|sh", "https://p.example/a b",
-    "https://p.example/simple\nRUN id", "https://p.example/simple?token=x",
-    "https://p.exa\u00e9mple/", "https://p.example/'x'",
+    "https://p.example/simple;touch${IFS}/tmp/pwned;", "https://p.example/simple\nRUN id",
+    "https://p.example/simple?token=x", "https://p.exa\u00e9mple/", "https://p.example/'x'",
 ])
 @pytest.mark.parametrize("flag", URL_FLAGS)
 def test_cli_refuses_hostile_urls_and_writes_nothing(tmp_path: Path, flag: str,
@@ -319,3 +317,19 @@ def test_environment_yml_keeps_the_issue_examples(req: str) -> None:
     valid = pip_requirement(req)
     env = yaml.safe_load(render(spec, RenderOptions(pip=(valid,)), m)["environment.yml"].content)  # type: ignore[arg-type]
     assert env["dependencies"][-1]["pip"][-1] == valid
+
+
+# ---- the CLI path: every user-controlled flag refuses injection payloads, writing nothing ----
+
+CLI_PAYLOADS = ["x;touch /tmp/envbuild-pwned", "$(touch /tmp/envbuild-pwned)", "`id`", "a b'\"",
+                "x|y&z>w\\é"]
+
+
+@pytest.mark.parametrize("payload", CLI_PAYLOADS)
+@pytest.mark.parametrize("flag", ["--user", "--base-image", "--python", "--apt",
+                                  "--pip-index-url", "--torch-index-url"])
+def test_cli_refuses_payloads_in_every_shell_bound_flag(tmp_path: Path, flag: str,
+                                                       payload: str) -> None:
+    value = f"https://p.example/{payload}" if "url" in flag else payload
+    _cli_refuses(tmp_path, flag, value)
+    assert not Path("/tmp/envbuild-pwned").exists()
