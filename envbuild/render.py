@@ -222,7 +222,6 @@ def _env() -> jinja2.Environment:
 
 
 def _template(name: str, **ctx: Any) -> str:
-    _no_control(ctx)
     return _env().get_template(name).render(**ctx)
 
 
@@ -309,6 +308,9 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
     torch_index = opts.torch_index_url or spec.index_url
     pypi = str(m.meta["torch"].get("pypi_index", "https://pypi.org/simple"))
     user_index = opts.pip_index_url or pypi
+    # No value reaching a template may hold a control character (a newline would start a new
+    # Dockerfile instruction or requirements line whatever the quoting): checked once, here.
+    _no_control((spec, opts, pypi))
     pins = _pins(spec)
     common: dict[str, Any] = {
         "envbuild_version": __version__, "spec": spec, "spec_hash": spec.hash, "pins": pins,
