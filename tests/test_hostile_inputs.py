@@ -333,3 +333,12 @@ def test_cli_refuses_payloads_in_every_shell_bound_flag(tmp_path: Path, flag: st
     value = f"https://p.example/{payload}" if "url" in flag else payload
     _cli_refuses(tmp_path, flag, value)
     assert not Path("/tmp/envbuild-pwned").exists()
+
+
+def test_doctor_records_docker_host_without_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    from envbuild.doctor import probes
+
+    monkeypatch.setenv("DOCKER_HOST", "tcp://bob:SECRET@127.0.0.1:9")
+    facts = probes.collect()
+    assert facts.env["DOCKER_HOST"] == "tcp://***@127.0.0.1:9"
+    assert "SECRET" not in repr(facts)
