@@ -21,6 +21,9 @@ MAX_LEN = 200
 # may not end with one; a trailing `+` (install) stays allowed: g++ and c++ are real names.
 _APT_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]*[a-z0-9+.]$", re.ASCII)
 _APT_VERSION = re.compile(r"^([0-9]+:)?[0-9]([A-Za-z0-9.+~:-]*[A-Za-z0-9.+~])?$", re.ASCII)
+# pip's own direct-URL fragments (a hash pin, egg=, subdirectory=); anything else may be a token
+_URL_FRAGMENT = re.compile(
+    r"(?:(?:egg|subdirectory|sha1|sha224|sha256|sha384|sha512|md5)=[A-Za-z0-9._/-]+&?)+")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -56,7 +59,8 @@ def pip_requirement(value: str, allow_url: bool = False) -> str:
                          "direct URLs bypass the index; pass --allow-url if you mean it")
     if req.url:
         parts = urlsplit(req.url)
-        if "@" in parts.netloc or parts.query or "#" in req.url.split("#egg=")[0]:
+        if "@" in parts.netloc or parts.query or (
+                parts.fragment and not _URL_FRAGMENT.fullmatch(parts.fragment)):
             raise UsageError(f"--pip {shown!r}: a direct URL with credentials or a query would be "
                              "stored in the image (user-requirements.txt)",
                              "serve the package from an index: --pip-index-url "

@@ -237,6 +237,14 @@ def test_direct_urls_with_credentials_are_refused(value: str) -> None:
     assert "SECRET" not in info.value.message + info.value.hint
 
 
+@pytest.mark.parametrize("value", [
+    "pkg @ https://p.example/pkg-1.0-py3-none-any.whl#sha256=" + "a" * 64,
+    "pkg @ https://p.example/pkg.tar.gz#egg=pkg", "pkg @ https://p.example/r.zip#subdirectory=a/b",
+])
+def test_direct_urls_with_pip_fragments_stay_accepted(value: str) -> None:
+    assert pip_requirement(value, allow_url=True).startswith("pkg @ https://p.example/")
+
+
 @pytest.mark.parametrize(("flag", "value", "words"), [
     ("--apt", "python3-", "remove"), ("--user", "nobody", "system account"),
     ("--user", "www-data", "system account"), ("--base-image", "scratch", "no shell"),
