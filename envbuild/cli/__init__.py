@@ -22,6 +22,10 @@ def _wants_json(argv: list[str]) -> bool:
 
 
 def _fail(err: EnvbuildError, as_json: bool) -> int:
+    from envbuild.redact import redact  # every error passes here: no URL credential is echoed
+
+    err = EnvbuildError(redact(err.message), redact(err.hint),
+                        [redact(a) for a in err.alternatives], err.exit_code)
     if as_json:
         emit_json({"error": {"message": err.message, "hint": err.hint,
                              "alternatives": err.alternatives}})
