@@ -1,8 +1,8 @@
 """Real base images: what the Dockerfile depends on in each OS family, proved on stand-in bases.
 
-matrix/os.toml records, per OS, what the rendered Dockerfile depends on in the stock image (a user or
-group that already has uid/gid 1000, whether python3 and its venv are there, the package names of
-the Python headers and the compilers). No image registry is reachable here, so the real bases
+matrix/os.toml records, per OS, what the rendered Dockerfile depends on in the stock image (a user
+or group that already has uid/gid 1000, whether python3 and its venv are there, the package names
+of the Python headers and the compilers). No image registry is reachable here, so the real bases
 (ubuntu:24.04, nvidia/cuda:*-ubuntu24.04, rockylinux, ubi) cannot be pulled: the engine tests build
 stand-ins FROM the local debootstrap Debian that reproduce those properties, then build the real
 rendered CPU Dockerfile on each and check the image user, `import torch` and `torch.compile`.
@@ -21,7 +21,6 @@ import re
 import subprocess
 import textwrap
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -36,8 +35,11 @@ BASE = os.environ.get("ENVBUILD_TEST_BASE", "local/debian:bookworm")
 
 def docker(*args: str, check: bool = True, timeout: float = 600,
            input_text: str | None = None) -> subprocess.CompletedProcess[str]:
+    # BuildKit: its build cache outlives the images removed at teardown, so a re-run rebuilds
+    # the stand-ins and the CPU images from cache.
     return subprocess.run([DOCKER, *args], capture_output=True, text=True, check=check,
-                          timeout=timeout, input=input_text)
+                          timeout=timeout, input=input_text,
+                          env={**os.environ, "DOCKER_BUILDKIT": "1"})
 
 
 def _spec(os_id: str, python: str, source: str) -> Spec:
@@ -213,6 +215,10 @@ def test_ubuntu_user_home_is_removed(matrix: Matrix, docker_engine: None) -> Non
 
 # -- stand-in bases, and the real rendered CPU image built on each ------------------------------
 
+# RHEL 9 package names, written here independently of os.toml (S-RH-RHEL9-PYTHON: python3.11 in
+# AppStream from 9.2; S-RHEL-DEV-PACKAGES: -devel headers, gcc-c++, glibc-devel).
+RHEL9_NAMES = ("python3.11", "python3.11-devel", "gcc", "gcc-c++", "glibc-devel")
+
 # name -> (Dockerfile body after FROM, envbuild make arguments). Each reproduces os.toml properties:
 STANDINS: dict[str, tuple[str, list[str]]] = {
     # ubuntu:24.04 / nvidia/cuda:*-ubuntu24.04: user and group `ubuntu` with uid/gid 1000 (exactly
@@ -220,13 +226,14 @@ STANDINS: dict[str, tuple[str, list[str]]] = {
     # (system python3 path).
     "ubuntu2404": (
         "RUN groupadd --gid 1000 ubuntu \\\n"
-        " && useradd --uid 1000 --gid 1000 --create-home --comment Ubuntu --shell /bin/bash ubuntu\n",
+        " && useradd --uid 1000 --gid 1000 --create-home --comment Ubuntu \\\n"
+        "    --shell /bin/bash ubuntu\n",
         ["--os", "debian12", "--python", "3.11"]),
     # Odd ids: a gid-1000 group that is nobody's own group (and the primary group of uid 1001), a
     # uid-1000 user whose primary group is 100; python3 already in the base (as on RHEL 9) without
-    # venv/ensurepip (as Debian and Ubuntu split it). Built with the ubuntu22.04 row and Python 3.11,
-    # i.e. the path where the image's Python is not the OS default python3 but its named package
-    # (python3.11, python3.11-venv, python3.11-dev: the same names exist in bookworm).
+    # venv/ensurepip (as Debian and Ubuntu split it). Built with the ubuntu22.04 row and Python
+    # 3.11, i.e. the path where the image's Python is not the OS default python3 but its named
+    # package (python3.11, python3.11-venv, python3.11-dev: the same names exist in bookworm).
     "odd-ids": (
         "RUN groupadd --gid 1000 devs \\\n"
         " && useradd --uid 1000 --gid 100 --no-create-home olduser \\\n"
@@ -235,6 +242,26 @@ STANDINS: dict[str, tuple[str, list[str]]] = {
         " && rm -rf /var/lib/apt/lists/* \\\n"
         " && ! python3 -c 'import ensurepip'\n",
         ["--os", "ubuntu22.04", "--python", "3.11"]),
+    # The dnf family (rockylinux9 row, Python 3.11 from its python3.11 package): Debian's real dnf 4
+    # and rpm, with a local repository of EMPTY packages carrying RHEL 9's names (RHEL9_NAMES); the
+    # files they stand for come from Debian's packages, and apt-get is removed so the rendered
+    # Dockerfile can only use dnf. This proves dnf accepts the rendered command line, cache mount
+    # and names; it cannot prove what RHEL's packages contain.
+    "rhel-dnf": (
+        "RUN apt-get update && apt-get install -y --no-install-recommends dnf rpm createrepo-c "
+        "python3.11 python3.11-venv python3.11-dev gcc g++ libc6-dev ca-certificates "
+        "&& rm -rf /var/lib/apt/lists/*\n"
+        "RUN mkdir -p /tmp/rpmb /srv/rhel-standin /etc/yum.repos.d \\\n"
+        " && for p in " + " ".join(RHEL9_NAMES) + "; do \\\n"
+        "      printf 'Name: %s\\nVersion: 1\\nRelease: 1\\nSummary: stand-in\\nLicense: none\\n"
+        "BuildArch: noarch\\n%%description\\nstand-in\\n%%files\\n' \"$p\" >/tmp/rpmb/$p.spec \\\n"
+        "   && rpmbuild --quiet --define '_topdir /tmp/rpmb' --define '_rpmdir /srv/rhel-standin' "
+        "-bb /tmp/rpmb/$p.spec 2>/dev/null || exit 1; done \\\n"
+        " && createrepo_c -q /srv/rhel-standin && rm -rf /tmp/rpmb \\\n"
+        " && printf '[rhel-standin]\\nname=stand-in\\nbaseurl=file:///srv/rhel-standin\\n"
+        "gpgcheck=0\\nenabled=1\\n' >/etc/yum.repos.d/rhel-standin.repo \\\n"
+        " && rm /usr/bin/apt-get /usr/bin/apt\n",
+        ["--os", "rockylinux9", "--python", "3.11"]),
 }
 COMPILE_SMOKE = """
 import sysconfig, os, shutil, torch
@@ -301,7 +328,7 @@ def test_cpu_image_builds_on_standin(standin_images: dict[str, tuple[str, str]],
                                      name: str) -> None:
     failure = standin_images.get(f"!{name}")
     assert failure is None, f"make on stand-in {name} failed:\n{failure[1] if failure else ''}"
-    base, image = standin_images[name]
+    _, image = standin_images[name]
     p = docker("run", "--rm", image, "python", "-c",
                "import os, pwd, grp, torch; u = pwd.getpwuid(os.getuid()); "
                "print(torch.__version__, os.getuid(), os.getgid(), u.pw_name, u.pw_dir, "
