@@ -263,6 +263,34 @@ STANDINS: dict[str, tuple[str, list[str]]] = {
         " && rm /usr/bin/apt-get /usr/bin/apt\n",
         ["--os", "rockylinux9", "--python", "3.11"]),
 }
+# What each stand-in reproduces, in os.toml's terms; the test below keeps this honest against the
+# matrix: every property value some OS row has is reproduced by at least one stand-in.
+COVERS: dict[str, set[str]] = {
+    "ubuntu2404": {"uid_1000", "gid_1000", "apt", "no python_in_base", "system python"},
+    "odd-ids": {"gid_1000", "uid_1000", "apt", "python_in_base", "named python"},
+    "rhel-dnf": {"dnf", "python_in_base", "named python"},
+}
+
+
+def _properties(o: OsInfo) -> set[str]:
+    out = {o.package_manager, "python_in_base" if o.python_in_base else "no python_in_base",
+           "system python"}
+    if o.uid_1000:
+        out.add("uid_1000")
+    if o.gid_1000:
+        out.add("gid_1000")
+    if o.extra_python:
+        out.add("named python")
+    return out
+
+
+def test_standins_cover_every_property_in_the_matrix(matrix: Matrix) -> None:
+    covered = set().union(*COVERS.values())
+    for o in matrix.oses:
+        assert _properties(o) <= covered, (o.id, _properties(o) - covered)
+    assert set(COVERS) == set(STANDINS)
+
+
 COMPILE_SMOKE = """
 import sysconfig, os, shutil, torch
 assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")), "no Python.h"
