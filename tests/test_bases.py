@@ -201,16 +201,23 @@ def _shq(text: str) -> str:
 
 
 @pytest.mark.docker
-def test_ubuntu_user_home_is_removed(matrix: Matrix, docker_engine: None) -> None:
-    """The policy: an existing uid-1000 user is removed with its home, nothing of it is left."""
+def test_existing_uid_1000_user_is_removed_its_files_kept(matrix: Matrix,
+                                                          docker_engine: None) -> None:
+    """The policy: the base's uid-1000 user leaves the user database; nothing of the base's files is
+    deleted (a base's user may own application files), and they belong to the new user."""
     if docker("image", "inspect", BASE, check=False).returncode != 0:
         pytest.skip(f"base image {BASE} missing (make fixtures)")
     step = _run_step(_dockerfile(matrix, "debian12", "3.11", "os"), "useradd")
     script = ("groupadd -g 1000 ubuntu && useradd -u 1000 -g 1000 -m ubuntu >/dev/null 2>&1 && "
-              f"bash -o pipefail -c {_shq(step)} >/dev/null 2>&1 && "
-              "ls /home && (getent passwd ubuntu || echo no-ubuntu-user)")
-    p = docker("run", "--rm", "--network", "none", BASE, "bash", "-c", script)
-    assert p.stdout.split() == ["envbuild", "no-ubuntu-user"], p.stdout + p.stderr
+              "mkdir /app && touch /home/ubuntu/data /app/model && "
+              "chown -R 1000:1000 /app /home/ubuntu && "
+              f"bash -o pipefail -c {_shq(step)} && "
+              "(getent passwd ubuntu || echo no-ubuntu-user) && "
+              "stat -c '%n %U:%G' /home/ubuntu/data /app/model")
+    p = docker("run", "--rm", "--network", "none", BASE, "bash", "-c", script, check=False)
+    assert p.stdout.splitlines() == ["no-ubuntu-user", "/home/ubuntu/data envbuild:envbuild",
+                                     "/app/model envbuild:envbuild"], p.stdout + p.stderr
+    assert p.stderr == ""
 
 
 # -- stand-in bases, and the real rendered CPU image built on each ------------------------------
