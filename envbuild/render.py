@@ -233,26 +233,37 @@ class _Python:
 
 
 def _python_plan(spec: Spec, os_info: OsInfo, source: str, m: Matrix) -> _Python:
+    """The OS packages for the image's Python, named from os.toml's per-OS package properties.
+
+    Every final image also gets the C/C++ compilers and the Python headers torch.compile needs
+    (Inductor's C++ backend on CPU, Triton's launcher on GPUs); a standalone CPython brings its own
+    headers. The python-build-standalone bootstrap stage needs only a Python with venv.
+    """
     py = spec.python
     apt = os_info.package_manager == "apt"
     minor = py.split(".")[1]
-    system: tuple[str, ...]
-    named: tuple[str, ...]
-    if apt:
-        system = ("python3", "python3-venv", "ca-certificates")
-        named = (f"python{py}", f"python{py}-venv", "ca-certificates")
-    else:
-        system = ("python3",)
-        named = (f"python{py}" if int(minor) >= 11 else f"python3{minor}",)
+    certs: tuple[str, ...] = ("ca-certificates",) if apt else ()
+    # The OS's own package for the default python3, and for another version it ships.
+    named = f"python{py}" if apt or int(minor) >= 11 else f"python3{minor}"
+
+    def packages(pkg: str, headers: bool) -> tuple[str, ...]:
+        out = [pkg]
+        if os_info.venv_suffix:
+            out.append(pkg + os_info.venv_suffix)
+        if headers:
+            out.append(pkg + os_info.headers_suffix)
+        return (*out, *certs)
+
+    compilers = os_info.compiler_packages
     uv = str(m.meta.get("os", {}).get("uv_version", ""))
     uv_req = f"uv=={uv}" if uv else "uv"
     if source == "standalone":
-        return _Python("standalone", ("ca-certificates",), system, f"/opt/python/python{py}",
-                       uv_req)
+        return _Python("standalone", ("ca-certificates", *compilers),
+                       packages("python3", False), f"/opt/python/python{py}", uv_req)
     if py == os_info.python:
-        return _Python("os", system, (), "python3", uv_req)
+        return _Python("os", (*packages("python3", True), *compilers), (), "python3", uv_req)
     if py in os_info.extra_python:
-        return _Python("os", named, (), f"python{py}", uv_req)
+        return _Python("os", (*packages(named, True), *compilers), (), f"python{py}", uv_req)
     raise UsageError(f"--python-source os: {os_info.id} does not ship Python {py}",
                      "drop --python-source to use a standalone CPython build")
 
