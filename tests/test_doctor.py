@@ -574,3 +574,36 @@ def test_recommendation_is_a_command_make_accepts(case: str, matrix: Matrix) -> 
         from envbuild.versions import version_key
         assert spec.min_driver is not None
         assert version_key(spec.min_driver) <= version_key(rec.driver)
+
+
+def _with_driver(tmp_path: Path, case: str, old: str, new: str) -> HostFacts:
+    """A recorded host whose driver is replaced everywhere it appears (module, NVML, smi)."""
+    d = tmp_path / case
+    shutil.copytree(FIXTURES / case, d)
+    for p in d.rglob("*"):
+        if p.is_file():
+            try:
+                text = p.read_text()
+            except UnicodeDecodeError:
+                continue
+            if old in text:
+                p.write_text(text.replace(old, new))
+    return record.load(d)
+
+
+@pytest.mark.parametrize(("case", "old", "new", "finding", "says"), [
+    ("pascal-gtx1080", "580.95.05", "590.44.01", "nvidia.driver_too_new_for_gpu",
+     "branches up to R580"),
+    ("h100-sxm-recorded", "580.159.04", "515.65.01", "nvidia.driver_too_old_for_gpu",
+     "branches from R520"),
+])
+def test_doctor_uses_the_resolvers_driver_window(tmp_path: Path, case: str, old: str, new: str,
+                                                  finding: str, says: str) -> None:
+    """A Pascal host on R590, or an H100 on a driver older than R520, cannot exist: the doctor
+    says so with the same window the resolver uses."""
+    m = load()
+    findings, _ = evaluate.diagnose(_with_driver(tmp_path, case, old, new), m, Request())
+    hit = [f for f in findings if f.id == finding]
+    assert hit and hit[0].severity == Severity.ERROR and says in hit[0].message, findings
+    healthy, _ = evaluate.diagnose(record.load(FIXTURES / case), m, Request())
+    assert not [f for f in healthy if f.id.startswith("nvidia.driver_too_")]
