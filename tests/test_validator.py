@@ -408,8 +408,11 @@ def test_spec_gpus_coverage_is_static() -> None:
 def test_archs_judge() -> None:
     facts = {"torch": {"version": "2.5.1+cu121", "cuda": "12.1", "arch_list": CU121}}
     assert V.judge_archs({"archs": CU121, "variant": "cu121"}, facts).status == "pass"
-    bad = V.judge_archs({"archs": [*CU121, "compute_90"], "variant": "cu124"}, facts)
-    assert bad.status == "fail" and "compute_90" in bad.detail
+    ptx = V.judge_archs({"archs": [*CU121, "compute_90"], "variant": "cu124",
+                         "torch": "2.5.1"}, facts)
+    assert ptx.status == "warn" and "compute_90" in ptx.detail and "2.5 tag cu124" in ptx.detail
+    cubin = V.judge_archs({"archs": [*CU121, "sm_100"], "variant": "cu128"}, facts)
+    assert cubin.status == "fail" and "sm_100" in cubin.detail
     assert V.judge_archs({"archs": []}, facts).status == "skip"
     assert V.judge_archs({"archs": CU121}, {"torch": {"version": "2.5.1"}}).status == "skip"
 
