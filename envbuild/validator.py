@@ -958,6 +958,103 @@ def driver_userspace_verdict(scan: dict[str, Any], ld_library_path: str) -> Outc
 
 
 # ---------------------------------------------------------------------------------------------
+# Pure decisions: WSL2 (facts: matrix/wsl2.toml, S-NV-WSL-GUIDE; NCCL on WSL: NVIDIA/nccl#442)
+
+WSL_LIB = "/usr/lib/wsl/lib"
+LINUX_DRIVER_PACKAGES = re.compile(
+    r"(nvidia-driver|nvidia-dkms|nvidia-kernel-(?:common|source)|libnvidia-compute|"
+    r"nvidia-utils|nvidia-compute-utils|libnvidia-gl|cuda-drivers|xserver-xorg-video-nvidia)"
+    r"(?:-[\w.+]+)*(?::\w+)?")
+
+
+def is_wsl2(facts: dict[str, Any]) -> list[str]:
+    """The signs of WSL2 that are there (heuristics, matrix/wsl2.toml [detection])."""
+    signs = []
+    if facts.get("dxg"):
+        signs.append("/dev/dxg")
+    if facts.get("wsl_lib") is not None:
+        signs.append(WSL_LIB)
+    if any(m.startswith("/usr/lib/wsl") for m in facts.get("mounts") or []):
+        signs.append("/usr/lib/wsl mounts")
+    if "microsoft" in str(facts.get("kernel") or "").lower():
+        signs.append(f"kernel {facts.get('kernel')}")
+    return signs
+
+
+def parse_ldconfig(text: str, lib: str = "libcuda.so") -> list[str]:
+    """Paths `ldconfig -p` resolves a library to ('libcuda.so.1 (libc6,x86-64) => /path')."""
+    paths = []
+    for line in text.splitlines():
+        name, _, path = line.strip().partition(" => ")
+        if name.split(" ", 1)[0].startswith(lib) and path:
+            paths.append(path.strip())
+    return paths
+
+
+def driver_packages(text: str) -> list[str]:
+    """Installed NVIDIA Linux driver packages in `dpkg -l` output or /var/lib/dpkg/status."""
+    found: list[str] = []
+    if "Package:" in text:
+        for block in text.split("\n\n"):
+            name = re.search(r"^Package:\s*(\S+)", block, re.M)
+            status = re.search(r"^Status:.*\binstalled\b", block, re.M)
+            if name and status and LINUX_DRIVER_PACKAGES.fullmatch(name.group(1)):
+                found.append(name.group(1))
+        return found
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and fields[0] == "ii" and LINUX_DRIVER_PACKAGES.fullmatch(fields[1]):
+            found.append(fields[1])
+    return found
+
+
+def wsl2_verdict(facts: dict[str, Any]) -> Outcome:
+    """In a WSL2 container (or WSL2 itself): libcuda must come from the Windows driver mounted
+    at /usr/lib/wsl/lib; a Linux NVIDIA driver installed in the image breaks it. Pinned memory
+    is capped and multi-GPU NCCL is limited there: said as information."""
+    signs = is_wsl2(facts)
+    ev = {**facts, "signs": signs}
+    if not signs:
+        return skipped("not WSL2 (no /dev/dxg, no /usr/lib/wsl, kernel not Microsoft's)", ev)
+    libcuda = [p for p in facts.get("libcuda") or []]
+    foreign = [p for p in libcuda if not p.startswith("/usr/lib/wsl/")
+               and "/stubs/" not in p and "/compat/" not in p]
+    packages = list(facts.get("driver_packages") or [])
+    if packages or foreign:
+        what = ", ".join(packages + foreign)
+        return failed(
+            "a Linux NVIDIA driver is installed: on WSL2 the Windows driver is the only one "
+            f"(its libcuda is mounted at {WSL_LIB}); remove it (apt-get purge "
+            + (" ".join(packages) or "the package that ships " + " ".join(foreign))
+            + ", never install 'cuda' / 'cuda-drivers' / nvidia-driver-*: use the "
+            "cuda-toolkit-1X-Y meta package or the WSL-Ubuntu CUDA repository)",
+            f"WSL2 with a Linux NVIDIA driver: {what}", ev)
+    names = facts.get("wsl_lib")
+    if facts.get("dxg") and not (names and any(n.startswith("libcuda.so") for n in names)):
+        return failed(
+            f"WSL2 GPU device /dev/dxg is there but {WSL_LIB} has no libcuda: start the "
+            "container with the NVIDIA runtime (`docker run --gpus all`, Docker Desktop's WSL2 "
+            "backend or the NVIDIA Container Toolkit inside WSL) so it mounts the Windows "
+            "driver's libraries", f"no libcuda in {WSL_LIB}", ev)
+    notes = [
+        "pinned (page-locked) memory is capped on WSL2 (NVIDIA publishes no number): large "
+        "pin_memory buffers can fail; use smaller batches or pin_memory=False if they do",
+        "multi-GPU NCCL is limited on WSL2 (GPUs cannot be selected by index in containers, "
+        "topology detection can fail with 'Could not find real path of /sys/class/pci_bus'): "
+        "if NCCL fails or hangs, try NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1, or gloo",
+    ]
+    ev["notes"] = notes
+    ld_path = str(facts.get("ld_library_path") or "")
+    registered = any(p.startswith("/usr/lib/wsl/") for p in libcuda)
+    if names and not registered and WSL_LIB not in ld_path.split(os.pathsep):
+        return warned(
+            f"add {WSL_LIB} to LD_LIBRARY_PATH (or to /etc/ld.so.conf.d and run ldconfig): the "
+            "loader does not know the WSL driver's libcuda, so dlopen('libcuda.so') can fail",
+            f"WSL2: {WSL_LIB} is not on the loader path", ev)
+    return passed(f"WSL2 ({', '.join(signs)}): libcuda from {WSL_LIB}; note: {notes[0]}", ev)
+
+
+# ---------------------------------------------------------------------------------------------
 # Pure decisions: performance
 
 
@@ -2169,6 +2266,40 @@ def h_image_driver(spec: dict[str, Any], opts: Options) -> Outcome:
     return driver_userspace_verdict(scan, os.environ.get("LD_LIBRARY_PATH", ""))
 
 
+def wsl2_facts(run_ldconfig: bool = True) -> dict[str, Any]:
+    wsl_lib = None
+    with contextlib.suppress(OSError):
+        wsl_lib = sorted(os.listdir(WSL_LIB))
+    kernel = ""
+    with contextlib.suppress(OSError), open("/proc/version") as fh:
+        kernel = fh.read().strip()[:300]
+    mountinfo = ""
+    with contextlib.suppress(OSError), open("/proc/self/mountinfo") as fh:
+        mountinfo = fh.read()
+    facts: dict[str, Any] = {
+        "dxg": os.path.exists("/dev/dxg"), "wsl_lib": wsl_lib, "kernel": kernel,
+        "mounts": sorted(m for m in parse_mountinfo(mountinfo) if m.startswith("/usr/lib/wsl")),
+        "ld_library_path": os.environ.get("LD_LIBRARY_PATH", ""), "libcuda": [],
+        "driver_packages": []}
+    if not is_wsl2(facts):
+        return facts
+    if run_ldconfig:
+        for exe in ("/sbin/ldconfig", "/usr/sbin/ldconfig", "ldconfig"):
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                out = subprocess.run([exe, "-p"], capture_output=True, text=True, timeout=10,
+                                     check=False).stdout
+                facts["libcuda"] = parse_ldconfig(out)
+                break
+    with contextlib.suppress(OSError), open("/var/lib/dpkg/status", encoding="utf-8",
+                                            errors="replace") as fh:
+        facts["driver_packages"] = driver_packages(fh.read())
+    return facts
+
+
+def h_wsl2(spec: dict[str, Any], opts: Options) -> Outcome:
+    return wsl2_verdict(wsl2_facts())
+
+
 # ---------------------------------------------------------------------------------------------
 # The check table. Order is the report's order; torch checks run in this order in the worker.
 
@@ -2234,6 +2365,8 @@ CHECKS: tuple[CheckDef, ...] = (
     CheckDef("shm.size", "/dev/shm size and writability", 15, host=h_shm_size),
     CheckDef("image.no_driver_userspace", "no NVIDIA driver userspace inside the image", 30,
              host=h_image_driver),
+    CheckDef("wsl2.environment", "WSL2: libcuda from the Windows driver, no Linux driver", 20,
+             host=h_wsl2),
     CheckDef("perf.matmul", "matmul throughput vs the GPU's peak", 120, torch=t_perf_matmul),
     CheckDef("perf.mem_bw", "device memory bandwidth vs peak", 60, torch=t_perf_mem_bw),
     CheckDef("perf.h2d", "pinned host-to-device bandwidth vs expectation", 60, torch=t_perf_h2d),
