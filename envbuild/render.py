@@ -35,7 +35,7 @@ _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
 @dataclass(frozen=True)
 class RenderedFile:
-    content: str
+    content: str | bytes
     mode: int = 0o644
 
 
@@ -174,8 +174,11 @@ def peaks_json(m: Matrix) -> str:
 
 
 @cache
-def validator_source() -> str:
-    return (Path(__file__).parent / "validator.py").read_text()
+def validator_source() -> bytes:
+    """The validator package as one deterministic zipapp (envbuild/validator/zipapp.py)."""
+    from envbuild.validator import zipapp
+
+    return zipapp.build()
 
 
 def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile]:
@@ -195,7 +198,7 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
         "user-requirements.txt": RenderedFile(_template("user-requirements.txt.j2", **common)),
         "spec.json": RenderedFile(json.dumps(spec.to_json(), indent=2) + "\n"),
         "peaks.json": RenderedFile(peaks_json(m)),
-        "validator.py": RenderedFile(validator_source()),
+        "validator.pyz": RenderedFile(validator_source()),
     }
     conda_platform = "osx-arm64" if spec.target == "mps" else "linux-64"
     files["environment.yml"] = RenderedFile(
@@ -266,7 +269,7 @@ def write_tree(files: dict[str, RenderedFile], out: Path, force: bool = False,
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
-        written: dict[tuple[str, int], Path] = {}  # large identical files (the validator,
+        written: dict[tuple[str | bytes, int], Path] = {}  # large identical files (the validator,
         made: set[Path] = {tmp}                      # peaks) are hard links: --all writes 2000 dirs
         for rel, f in sorted(files.items()):
             path = tmp / rel
@@ -277,7 +280,10 @@ def write_tree(files: dict[str, RenderedFile], out: Path, force: bool = False,
             if same is not None:
                 os.link(same, path)
                 continue
-            path.write_text(f.content)
+            if isinstance(f.content, bytes):
+                path.write_bytes(f.content)
+            else:
+                path.write_text(f.content)
             path.chmod(f.mode)
             if len(f.content) > 4096:
                 written[(f.content, f.mode)] = path

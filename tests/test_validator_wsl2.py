@@ -1,4 +1,4 @@
-"""wsl2.environment: the validator inside a container (or a venv) on WSL2, judged on recorded
+"""wsl.environment: the validator inside a container (or a venv) on WSL2, judged on recorded
 WSL2 facts (tests/fixtures/doctor/wsl2-*, the doctor's recordings of real WSL2 hosts)."""
 
 from __future__ import annotations
