@@ -20,6 +20,7 @@ from typing import Any
 from envbuild.doctor import compat
 from envbuild.errors import MatrixError
 from envbuild.matrix import Matrix
+from envbuild.validator import rules
 
 FLAGS = re.IGNORECASE | re.MULTILINE
 # Fields derive() computes from the matrix; fix templates may use these and extractor groups.
@@ -134,9 +135,8 @@ def _api_to_cuda(value: str) -> str:
 
 def _tuple_version(text: str) -> str:
     nums = re.findall(r"\d+", text)
-    if len(nums) == 1 and len(nums[0]) >= 4:  # 8902 style
-        n = int(nums[0])
-        return f"{n // 1000}.{(n % 1000) // 100}.{n % 100}"
+    if len(nums) == 1 and len(nums[0]) >= 4:  # a version code: 8902, 90100
+        return rules.version_code_str(int(nums[0]))
     return ".".join(nums)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from envbuild import engine, proc
 from envbuild.errors import EXIT_CANNOT_RUN, EnvbuildError
+from envbuild.validator import rules
 
 VALIDATE_LABEL = {engine.LABEL_ROLE: "validate"}
 
@@ -67,7 +68,7 @@ def host_spec_from(installed: dict[str, str | None], torch_requires: list[str],
     without one, from its nvidia-* requirements; the variant is that local tag, or just the
     family ('cuda') when the metadata has none, which any +cuXXX build satisfies."""
     torch = installed.get("torch")
-    local = torch.partition("+")[2] if torch else ""
+    local = (rules.local_tag(torch) or "") if torch else ""
     deps = " ".join(torch_requires)
     if local.startswith("cu") or (not local and ("nvidia-" in deps or "cuda-toolkit" in deps)):
         target = "cuda"
@@ -79,7 +80,7 @@ def host_spec_from(installed: dict[str, str | None], torch_requires: list[str],
         target = "cpu"
 
     def public(v: str | None) -> str | None:
-        return v.partition("+")[0] if v else None
+        return rules.public_version(v) if v else None
 
     return {"target": target, "torch": public(torch),
             "torchvision": public(installed.get("torchvision")),

@@ -45,13 +45,18 @@ def version_prefix_matches(expected: str, actual: str) -> bool:
     return n > 0 and e[:n] == a[:n]
 
 
-def cudnn_version_str(code: int | None) -> str | None:
-    """torch.backends.cudnn.version(): 8902 -> '8.9.2' (cuDNN 8), 90100 -> '9.1.0' (cuDNN 9+)."""
-    if code is None:
-        return None
+def version_code_str(code: int) -> str:
+    """The integer version codes cuDNN and NCCL report: major*10000 + minor*100 + patch from
+    cuDNN 9 / NCCL 2.9 on (90100 -> '9.1.0', 22105 -> '2.21.5'), major*1000 + minor*100 +
+    patch before (8902 -> '8.9.2', 2708 -> '2.7.8')."""
     if code >= 10000:
         return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
     return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
+
+
+def cudnn_version_str(code: int | None) -> str | None:
+    """torch.backends.cudnn.version(): 8902 -> '8.9.2' (cuDNN 8), 90100 -> '9.1.0' (cuDNN 9+)."""
+    return None if code is None else version_code_str(int(code))
 
 
 def nccl_version_str(version: Any) -> str | None:
@@ -60,10 +65,7 @@ def nccl_version_str(version: Any) -> str | None:
         return None
     if isinstance(version, (tuple, list)):
         return ".".join(str(v) for v in version[:3])
-    code = int(version)
-    if code >= 10000:
-        return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
-    return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
+    return version_code_str(int(version))
 
 
 # A spec made from what a host has installed names only the family ('cuda'): any wheel of that
@@ -157,6 +159,28 @@ def gfx_covers(arch_list: Sequence[str], gfx: str) -> dict[str, Any]:
     covered = base in names
     return {"covered": covered, "via": base if covered else None,
             "mode": "gfx" if covered else None, "gfx": base}
+
+
+def cc_of(text: str) -> str:
+    """A compute capability from any spelling: 'sm_86' / 'compute_90' / 'sm_90a' / '86' /
+    '8.6' / 'sm_120' -> '8.6', '9.0', '9.0', '8.6', '8.6', '12.0' ('' if it is none)."""
+    t = text.strip().lower()
+    m = re.fullmatch(r"(\d+)\.(\d+)", t)
+    if m:
+        return f"{int(m.group(1))}.{m.group(2)}"
+    parsed = parse_arch(t if t.startswith(("sm_", "compute_")) else "sm_" + t)
+    return f"{parsed[1]}.{parsed[2]}" if parsed else ""
+
+
+def arch_name(cc: str, kind: str = "sm") -> str:
+    """'9.0' -> 'sm_90', '12.0' -> 'sm_120', ('12.0', 'compute') -> 'compute_120', '9.0a' ->
+    'sm_90a': the names torch.cuda.get_arch_list() prints."""
+    return f"{kind}_" + cc.strip().replace(".", "")
+
+
+def arch_names(sass: Sequence[str], ptx: Sequence[str] = ()) -> list[str]:
+    """A wheel's TORCH_CUDA_ARCH_LIST (matrix form: sass 7.5 ..., ptx 12.0) as torch prints it."""
+    return [arch_name(c) for c in sass] + [arch_name(c, "compute") for c in ptx]
 
 
 def split_arch_flags(flags: str | None) -> list[str]:
