@@ -11,6 +11,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 from envbuild.render import validator_source
 from envbuild.validator import judges, zipapp
@@ -49,42 +50,34 @@ SPEC_JUDGES = ["judge_torch_version", "judge_torchvision_version", "judge_torcha
                "judge_torchvision", "judge_torchaudio", "judge_flavor", "judge_cuda_version",
                "judge_cudnn", "judge_nccl", "judge_rocm_version", "judge_archs", "judge_spec_gpus"]
 DEVICE_JUDGES = ["judge_device_count", "judge_device_properties", "judge_arch_coverage"]
-AGREE = f"SPEC_JUDGES = {SPEC_JUDGES!r}\nDEVICE_JUDGES = {DEVICE_JUDGES!r}\n" + r"""
+VERDICTS = r"""
+def verdicts(judges, paths):
+    import json
+    out = {}
+    for path in paths:
+        with open(path) as fh:
+            data = json.load(fh)
+        spec, facts = data["spec"], data["facts"]
+        row = {n: getattr(judges, n)(spec, facts) for n in SPEC_JUDGES}
+        row.update({n: getattr(judges, n)(facts, False, spec.get("target"))
+                    for n in DEVICE_JUDGES})
+        out[path] = {n: [o.status, o.detail] for n, o in row.items()}
+    return out
+"""
+AGREE = f"SPEC_JUDGES = {SPEC_JUDGES!r}\nDEVICE_JUDGES = {DEVICE_JUDGES!r}\n" + VERDICTS + r"""
 import json, sys
 from envbuild.validator import checks, judges, rules
 assert "zip" in type(rules.__loader__).__name__.lower(), type(rules.__loader__)
-out = {"ids": list(checks.CHECK_IDS), "file": rules.__file__}
-verdicts = {}
-for path in sys.argv[1:]:
-    data = json.load(open(path))
-    spec, facts = data["spec"], data["facts"]
-    row = {}
-    for name in SPEC_JUDGES:
-        o = getattr(judges, name)(spec, facts)
-        row[name] = [o.status, o.detail]
-    for name in DEVICE_JUDGES:
-        o = getattr(judges, name)(facts, False, spec.get("target"))
-        row[name] = [o.status, o.detail]
-    verdicts[path] = row
-out["verdicts"] = verdicts
-print(json.dumps(out))
+print(json.dumps({"ids": list(checks.CHECK_IDS), "file": rules.__file__,
+                  "verdicts": verdicts(judges, sys.argv[1:])}))
 """
 
 
 def _in_process_verdicts(paths: list[str]) -> dict[str, dict[str, list[str]]]:
-    verdicts: dict[str, dict[str, list[str]]] = {}
-    for path in paths:
-        data = json.loads(Path(path).read_text())
-        spec, facts = data["spec"], data["facts"]
-        row: dict[str, list[str]] = {}
-        for name in SPEC_JUDGES:
-            o = getattr(judges, name)(spec, facts)
-            row[name] = [o.status, o.detail]
-        for name in DEVICE_JUDGES:
-            o = getattr(judges, name)(facts, False, spec.get("target"))
-            row[name] = [o.status, o.detail]
-        verdicts[path] = row
-    return verdicts
+    scope: dict[str, Any] = {"SPEC_JUDGES": SPEC_JUDGES, "DEVICE_JUDGES": DEVICE_JUDGES}
+    exec(VERDICTS, scope)
+    result: dict[str, dict[str, list[str]]] = scope["verdicts"](judges, paths)
+    return result
 
 
 def test_shipped_zipapp_and_package_agree(tmp_path: Path) -> None:

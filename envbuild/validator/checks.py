@@ -969,6 +969,15 @@ PERF_MATMUL_N = 8192  # 8192^3: large enough that every SM of today's largest GP
 PERF_COPY_BYTES = 1 << 30  # 1 GiB per copy: far past every GPU's L2, so DRAM is what is timed
 
 
+def _perf_outcome(ctx: TorchContext, metrics: dict[str, float], name: str, backend: str,
+                  what: str, **evidence: Any) -> Outcome:
+    """The data-driven verdict (peaks table) with how it was measured, and the numbers kept."""
+    outcome = judge_perf(metrics, name, backend, ctx.peaks, what)
+    outcome.evidence.update(evidence)
+    ctx.facts.setdefault("perf", {}).update(metrics)
+    return outcome
+
+
 def t_perf_matmul(ctx: TorchContext) -> Outcome:
     torch = ctx.torch
     device, name, backend, bad = _perf_device(ctx)
@@ -1011,12 +1020,9 @@ def t_perf_matmul(ctx: TorchContext) -> Outcome:
         metrics[key] = 2 * n ** 3 / sec / 1e12
         sizes[key] = n
         del a, b, out
-    outcome = judge_perf(metrics, name, backend, ctx.peaks, "matmul")
-    outcome.evidence.update(sizes=sizes, method=methods,
-                            how="square matmul n x n x n into a preallocated output, "
-                                "2 n^3 flops per call")
-    ctx.facts.setdefault("perf", {}).update(metrics)
-    return outcome
+    return _perf_outcome(ctx, metrics, name, backend, "matmul", sizes=sizes, method=methods,
+                         how="square matmul n x n x n into a preallocated output, 2 n^3 flops "
+                             "per call")
 
 
 def t_perf_mem_bw(ctx: TorchContext) -> Outcome:
@@ -1030,11 +1036,8 @@ def t_perf_mem_bw(ctx: TorchContext) -> Outcome:
     dst = torch.empty_like(src)
     sec, method = measure(torch, device, lambda: dst.copy_(src))
     metrics = {"mem_bw_gbs": 2 * size / sec / 1e9}  # every copied byte is read once, written once
-    outcome = judge_perf(metrics, name, backend, ctx.peaks, "device memory bandwidth")
-    outcome.evidence.update(bytes=size, method=method,
-                            how="device-to-device copy_, read + write bytes counted")
-    ctx.facts.setdefault("perf", {}).update(metrics)
-    return outcome
+    return _perf_outcome(ctx, metrics, name, backend, "device memory bandwidth", bytes=size,
+                         method=method, how="device-to-device copy_, read + write bytes counted")
 
 
 def t_perf_h2d(ctx: TorchContext) -> Outcome:
@@ -1054,10 +1057,8 @@ def t_perf_h2d(ctx: TorchContext) -> Outcome:
     sec, method = measure(torch, device, lambda: dst.copy_(host, non_blocking=True),
                           warmup_s=0.2, repeats=5)
     metrics = {"h2d_gbs": size / sec / 1e9}
-    outcome = judge_perf(metrics, name, backend, ctx.peaks, "pinned host-to-device bandwidth")
-    outcome.evidence.update(bytes=size, method=method, how="pinned host tensor -> device copy_")
-    ctx.facts.setdefault("perf", {}).update(metrics)
-    return outcome
+    return _perf_outcome(ctx, metrics, name, backend, "pinned host-to-device bandwidth",
+                         bytes=size, method=method, how="pinned host tensor -> device copy_")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -361,23 +361,32 @@ def _other_target(spec: dict[str, Any], want: str, ev: dict[str, Any]) -> Outcom
     return None
 
 
-def judge_cuda_version(spec: dict[str, Any], facts: dict[str, Any]) -> Outcome:
-    actual = _torch_facts(facts).get("cuda")
-    expected = spec.get("torch_cuda")
+def _runtime_version(spec: dict[str, Any], facts: dict[str, Any], target: str) -> Outcome:
+    """torch's CUDA (torch.version.cuda vs spec.torch_cuda) or HIP (torch.version.hip vs
+    spec.rocm) major.minor against the spec."""
+    fact, key, name, tag = (("cuda", "torch_cuda", "CUDA", "cu") if target == "cuda"
+                            else ("hip", "rocm", "HIP", "rocm"))
+    actual = _torch_facts(facts).get(fact)
+    expected = spec.get(key)
     ev = {"expected": expected, "actual": actual}
-    other = _other_target(spec, "cuda", ev)
+    other = _other_target(spec, target, ev)
     if other:
         return other
     if not expected:
-        return skipped("spec does not pin torch_cuda", ev)
+        return skipped(f"spec does not pin {key}", ev)
     if not actual:
-        return failed("torch has no CUDA at all: see expect.flavor", "torch.version.cuda is None",
-                      ev)
+        return failed(f"torch has no {name} at all: see expect.flavor",
+                      f"torch.version.{fact} is None", ev)
     if major_minor(actual) != major_minor(str(expected)):
-        return failed(
-            f"install the cu{str(expected).replace('.', '')} build of torch; this one is built "
-            f"with CUDA {actual}", f"CUDA {actual}, spec wants {expected}", ev)
-    return passed(f"CUDA {actual}", ev)
+        build = tag + (str(expected).replace(".", "") if target == "cuda" else str(expected))
+        return failed(f"install the {build} build of torch; this one is built with {name} "
+                      f"{actual}", f"{name} {actual}, spec wants {target.upper()} {expected}",
+                      ev)
+    return passed(f"{name} {actual}", ev)
+
+
+def judge_cuda_version(spec: dict[str, Any], facts: dict[str, Any]) -> Outcome:
+    return _runtime_version(spec, facts, "cuda")
 
 
 def judge_cudnn(spec: dict[str, Any], facts: dict[str, Any]) -> Outcome:
@@ -432,20 +441,7 @@ def judge_nccl(spec: dict[str, Any], facts: dict[str, Any]) -> Outcome:
 
 
 def judge_rocm_version(spec: dict[str, Any], facts: dict[str, Any]) -> Outcome:
-    actual = _torch_facts(facts).get("hip")
-    expected = spec.get("rocm")
-    ev = {"expected": expected, "actual": actual}
-    other = _other_target(spec, "rocm", ev)
-    if other:
-        return other
-    if not expected:
-        return skipped("spec does not pin rocm", ev)
-    if not actual:
-        return failed("torch has no HIP at all: see expect.flavor", "torch.version.hip is None", ev)
-    if major_minor(actual) != major_minor(str(expected)):
-        return failed(f"install the rocm{expected} build of torch; this one has HIP {actual}",
-                      f"HIP {actual}, spec wants ROCm {expected}", ev)
-    return passed(f"HIP {actual}", ev)
+    return _runtime_version(spec, facts, "rocm")
 
 
 def matrix_row(spec: dict[str, Any]) -> str:
