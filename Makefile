@@ -40,7 +40,7 @@ test: venv engine fixtures lint
 	ENVBUILD_WORK=$(abspath $(WORK)) $(BIN)/pytest -q
 
 golden: venv
-	ENVBUILD_UPDATE_GOLDEN=1 $(BIN)/pytest -q tests/test_render_golden.py
+	ENVBUILD_UPDATE_GOLDEN=1 $(BIN)/pytest -q tests/test_render.py -k golden
 
 bench: venv
 	$(BIN)/python tests/bench.py

@@ -19,7 +19,7 @@ from pathlib import Path
 from envbuild import engine
 from envbuild.errors import EnvbuildError, UsageError
 from envbuild.pipeline import Secrets
-from envbuild.render import default_tag, image_reference
+from envbuild.render import image_reference
 from envbuild.spec import Spec, from_json
 
 _STEP = re.compile(r"^#(\d+) (\[[^\]]+\] .*)$")
@@ -71,6 +71,15 @@ def context_hash(context: Path) -> str:
     return h.hexdigest()[:16]
 
 
+def default_tag(spec: Spec, chash: str) -> str:
+    """envbuild/<target>:torch<X.Y.Z>[-<variant>]-py<X.Y>-<12 hex>: readable, and the hex names
+    the whole build input (the spec hash and the context hash, so --pip, --apt, --conda,
+    --base-image and the wheelhouse too): two different inputs never share a default tag."""
+    digest = hashlib.sha256(f"{spec.hash}\0{chash}".encode()).hexdigest()[:12]
+    variant = "" if spec.variant == spec.target else f"-{spec.variant}"
+    return f"envbuild/{spec.target}:torch{spec.torch}{variant}-py{spec.python}-{digest}"
+
+
 def failing_step(lines: list[str]) -> tuple[str, list[str]]:
     """(the step that failed, its last output lines) from a --progress plain log."""
     titles: dict[str, str] = {}
@@ -118,10 +127,10 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
         flags = ", ".join(_SECRET_FLAGS.get(m, f"secret {m}") for m in missing)
         raise UsageError(f"this context was rendered to use the build secret(s) "
                          f"{', '.join(missing)}, which were not given", f"pass {flags}")
-    ref = image_reference(tag, "--tag") if tag else default_tag(spec)
+    chash = context_hash(context)
+    ref = image_reference(tag, "--tag") if tag else default_tag(spec, chash)
     if ":" not in ref.split("/")[-1]:
         ref += ":latest"
-    chash = context_hash(context)
     labels = {engine.LABEL_SPEC_HASH: spec.hash, engine.LABEL_CONTEXT_HASH: chash}
     start = time.monotonic()
     if not rebuild:

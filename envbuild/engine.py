@@ -202,6 +202,19 @@ def gpu_runtime() -> bool:
     return "nvidia" in runtimes or any(Path(d, "nvidia.yaml").exists() for d in cdi)
 
 
+def runtime_facts() -> dict[str, str]:
+    """The container runtime as validation sees it: engine version, runtimes, CDI devices."""
+    c = client()
+    with _docker_errors():
+        info = c.info()
+    cdi = sorted(str(p) for d in (info.get("CDISpecDirs") or []) for p in Path(d).glob("*")
+                 if p.is_file()) if info.get("CDISpecDirs") else []
+    return {"engine": f"docker {info.get('ServerVersion', '?')}",
+            "runtimes": ",".join(sorted(info.get("Runtimes") or {})),
+            "default_runtime": str(info.get("DefaultRuntime", "")),
+            "cdi": ",".join(cdi)}
+
+
 def run_container(image: str, command: list[str], *, target: str, gpus: bool, timeout: float,
                   labels: Mapping[str, str], shm_size: str = "2g") -> RunResult:
     """Run a labelled container to completion; it is always removed (timeout, Ctrl-C too)."""

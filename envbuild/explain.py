@@ -2,8 +2,12 @@
 
 The knowledge is data: matrix/signatures.toml holds each failure signature (id, title, regexes,
 cause, fix templates, sources) and the extractors that pull versions out of the text. Version
-numbers in a fix (driver floors, CUDA for a driver, wheels covering an arch, MPS floors) are
-computed here from the version Matrix, never written as literals.
+numbers in a fix (driver floors, CUDA for a driver, wheels covering an arch, MPS floors, the
+toolkits that compile for an arch) are computed here from the version Matrix, never written as
+literals.
+
+Logs can be large (whole training runs pasted or piped in); read_log() keeps the head and the
+tail of an input over the limit, because the traceback that matters is at the end.
 """
 
 from __future__ import annotations
@@ -13,12 +17,14 @@ import string
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from envbuild import logscan
 from envbuild.doctor import compat
 from envbuild.errors import MatrixError
+from envbuild.logscan import MIN_ANCHOR, Haystack, Scanner, anchor
 from envbuild.matrix import Matrix
 from envbuild.validator import rules
 
@@ -29,18 +35,24 @@ DERIVED = frozenset({
     "cuda_floor_branch", "require_driver", "require_floor", "fallback_cuda", "fallback_tag",
     "fallback_torch", "fallback_how", "cc", "cover_tag", "cover_torch", "cover_cuda",
     "cover_none", "jit_cuda", "newest_torch", "mps_min", "mps_torch", "mps_none", "rocm_cover",
-    "rocm_cover_torch", "gfx_none"})
+    "rocm_cover_torch", "gfx_none", "arch_cc", "arch_name", "arch_min_cuda", "arch_removed_after",
+    "arch_unknown"})
 
 
 @dataclass(frozen=True)
 class Signature:
     id: str
     title: str
-    patterns: tuple[re.Pattern[str], ...]
+    # any entry matching is a hit; an entry is one regex or several that must all match
+    patterns: tuple[tuple[re.Pattern[str], ...], ...]
     cause: str
     fix: tuple[str, ...]  # templates, most specific first; the first whose fields are known wins
     source: tuple[str, ...]
     confidence: float
+    unless: tuple[re.Pattern[str], ...] = ()  # any of these in the text: not this signature
+
+    def regexes(self) -> tuple[re.Pattern[str], ...]:
+        return tuple(rx for entry in self.patterns for rx in entry)
 
 
 @dataclass(frozen=True)
@@ -49,6 +61,17 @@ class Catalogue:
     extractors: tuple[re.Pattern[str], ...]
     sources: Mapping[str, Mapping[str, Any]]
     doctor: Mapping[str, Any]
+
+    scan: bool = True  # search big texts by anchor (logscan); False: search them whole
+
+    @cached_property
+    def scanner(self) -> Scanner | None:
+        """Built at the first big text: parsing ~250 regexes costs start-up time otherwise."""
+        return Scanner.of(self.regexes()) if self.scan else None
+
+    def regexes(self) -> tuple[re.Pattern[str], ...]:
+        return (*self.extractors, *(rx for sig in self.signatures
+                                    for rx in (*sig.regexes(), *sig.unless)))
 
 
 @dataclass(frozen=True)
@@ -78,6 +101,14 @@ def _compile(pattern: str, where: str) -> re.Pattern[str]:
         raise MatrixError(f"signatures.toml: {where}: bad regex {pattern!r}: {exc}") from exc
 
 
+def _entry(pattern: str | list[str], where: str) -> tuple[re.Pattern[str], ...]:
+    if isinstance(pattern, list):
+        if not pattern:
+            raise MatrixError(f"signatures.toml: {where}: an all-of pattern list is empty")
+        return tuple(_compile(str(p), where) for p in pattern)
+    return (_compile(pattern, where),)
+
+
 def parse_catalogue(doc: Mapping[str, Any]) -> Catalogue:
     sigs = []
     for i, raw in enumerate(doc.get("signature", [])):
@@ -86,11 +117,12 @@ def parse_catalogue(doc: Mapping[str, Any]) -> Catalogue:
             fix = raw["fix"]
             sigs.append(Signature(
                 id=sid, title=str(raw["title"]),
-                patterns=tuple(_compile(p, sid) for p in raw["patterns"]),
+                patterns=tuple(_entry(p, sid) for p in raw["patterns"]),
                 cause=str(raw["cause"]),
                 fix=tuple(fix) if isinstance(fix, list) else (str(fix),),
                 source=tuple(raw.get("source", ())),
                 confidence=float(raw.get("confidence", 0.9)),
+                unless=tuple(_compile(p, sid) for p in raw.get("unless", ())),
             ))
         except KeyError as exc:
             raise MatrixError(f"signatures.toml: signature {sid}: missing key {exc}") from exc
@@ -116,11 +148,12 @@ def load_catalogue(path: Path | None = None) -> Catalogue:
 # ---------------------------------------------------------------- version fields
 
 
-def extract(text: str, catalogue: Catalogue) -> dict[str, str]:
+def extract(text: str | Haystack, catalogue: Catalogue) -> dict[str, str]:
     """Named groups of the catalogue's extractors; the first pattern to set a name wins."""
+    hay = _haystack(text, catalogue)
     out: dict[str, str] = {}
     for rx in catalogue.extractors:
-        for m in rx.finditer(text):
+        for m in hay.finditer(rx):
             for k, v in m.groupdict().items():
                 if v and k not in out:
                     out[k] = v.strip()
@@ -134,6 +167,8 @@ def _api_to_cuda(value: str) -> str:
 
 
 def _tuple_version(text: str) -> str:
+    """cuDNN version codes: '(8, 9, 2)' / 8902 -> '8.9.2'; from cuDNN 9 the code is
+    major*10000 + minor*100 + patch: 90100 -> '9.1.0' (not '90.1.0')."""
     nums = re.findall(r"\d+", text)
     if len(nums) == 1 and len(nums[0]) >= 4:  # a version code: 8902, 90100
         return rules.version_code_str(int(nums[0]))
@@ -185,6 +220,7 @@ def derive(f: dict[str, str], m: Matrix) -> dict[str, str]:
             f["fallback_how"] = ("natively" if choice.how == "native"
                                  else "through minor-version compatibility")
     _derive_arch(f, m)
+    _derive_nvcc_arch(f, m)
     if "cudnn_compiled" in f:
         f["cudnn_compiled"] = _tuple_version(f["cudnn_compiled"])
     if "cudnn_runtime" in f:
@@ -220,6 +256,25 @@ def _derive_arch(f: dict[str, str], m: Matrix) -> None:
     f["cover_none"] = cc
 
 
+def _derive_nvcc_arch(f: dict[str, str], m: Matrix) -> None:
+    """An arch nvcc refused: when the toolkits that compile for it start (gpus.toml min_cuda)
+    or, for an arch a newer nvcc dropped, the last toolkit that still did (last_cuda)."""
+    if "nvcc_arch" not in f:
+        return
+    cc = compat.cc_of(f["nvcc_arch"])
+    arch = m.arch(cc) if cc else None
+    if arch is None:
+        f["arch_unknown"] = f["nvcc_arch"]
+        return
+    f["arch_cc"], f["arch_name"] = arch.cc, arch.name
+    nvcc = f.get("nvcc_cuda", "")
+    removed = bool(arch.last_cuda) and (not nvcc or not compat.at_least(arch.last_cuda, nvcc))
+    if removed:
+        f["arch_removed_after"] = arch.last_cuda
+    else:
+        f["arch_min_cuda"] = arch.min_cuda
+
+
 def _derive_mac(f: dict[str, str], m: Matrix) -> None:
     newest = compat.newest_torch(m)
     if newest is not None and ("macos" in f or "macos_need" in f):
@@ -245,7 +300,93 @@ def render_fix(sig: Signature, fields: Mapping[str, str]) -> str:
     return sig.fix[-1]
 
 
+# ---------------------------------------------------------------- reading a log
+
+MAX_LOG_BYTES = 8 << 20  # what is matched at most: the head and the tail of a larger input
+HEAD_BYTES = 1 << 20  # of which the start (versions printed at start-up); the rest is the end
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class LogText:
+    text: str
+    total_bytes: int  # the size of the whole input
+    cut: bool = False  # only the start and the end were read:
+    head_bytes: int = 0  # the bytes kept from the start ...
+    tail_bytes: int = 0  # ... and from the end
+
+    def to_json(self) -> dict[str, Any]:
+        return {"bytes": self.total_bytes, "cut": self.cut,
+                "kept_head_bytes": self.head_bytes if self.cut else self.total_bytes,
+                "kept_tail_bytes": self.tail_bytes if self.cut else 0}
+
+    def note(self) -> str:
+        def mib(n: int) -> str:
+            return f"{n / (1 << 20):.1f} MiB"
+
+        return (f"the input is {mib(self.total_bytes)}: read its first {mib(self.head_bytes)} "
+                f"and its last {mib(self.tail_bytes)} (where the traceback is); "
+                f"{mib(self.total_bytes - self.head_bytes - self.tail_bytes)} in the middle "
+                "were skipped")
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+def _join(head: bytes, tail: bytes, total: int) -> LogText:
+    """Cut at line ends so no half line is matched; mark the gap in the text."""
+    nl = head.rfind(b"\n")
+    head = head[:nl + 1] if nl >= 0 else head
+    nl = tail.find(b"\n")
+    tail = tail[nl + 1:] if 0 <= nl < len(tail) - 1 else tail
+    gap = total - len(head) - len(tail)
+    marker = f"\n[... envbuild explain: {gap} bytes of the log left out here ...]\n"
+    return LogText(_decode(head) + marker + _decode(tail), total, True, len(head), len(tail))
+
+
+def read_log(stream: BinaryIO, limit: int = MAX_LOG_BYTES, head: int = HEAD_BYTES) -> LogText:
+    """The whole input if it fits in `limit` bytes, else its first `head` and last
+    `limit - head` bytes. A seekable file is not read in the middle; a pipe is streamed once,
+    keeping only the tail window."""
+    head = min(head, limit)
+    keep_tail = limit - head
+    try:
+        size = stream.seek(0, 2)
+        stream.seek(0)
+    except (OSError, ValueError):
+        size = -1
+    if size >= 0:
+        if size <= limit:
+            data = stream.read()
+            return LogText(_decode(data), len(data))
+        first = stream.read(head)
+        stream.seek(max(size - keep_tail, len(first)))
+        return _join(first, stream.read(), size)
+    first = stream.read(head)
+    total = len(first)
+    if total < head:
+        return LogText(_decode(first), total)
+    window = bytearray()
+    while chunk := stream.read(CHUNK):
+        total += len(chunk)
+        window += chunk
+        if len(window) > keep_tail + CHUNK:
+            del window[:len(window) - keep_tail]
+    if total <= limit:
+        return LogText(_decode(first + bytes(window)), total)
+    return _join(first, bytes(window[len(window) - keep_tail:] if keep_tail else b""), total)
+
+
 # ---------------------------------------------------------------- matching
+
+
+def _haystack(text: str | Haystack, cat: Catalogue) -> Haystack:
+    if isinstance(text, Haystack):
+        return text
+    if len(text) < logscan.SCAN_FROM or cat.scanner is None:
+        return Haystack(text)
+    return cat.scanner.haystack(text)
 
 
 def _line_of(text: str, start: int) -> str:
@@ -258,16 +399,23 @@ def _line_of(text: str, start: int) -> str:
 def explain(text: str, matrix: Matrix, catalogue: Catalogue | None = None) -> list[Match]:
     """Every signature the text shows, best first, with its fix filled from text and matrix."""
     cat = catalogue or load_catalogue()
-    base = extract(text, cat)
+    hay = _haystack(text, cat)
+    base = extract(hay, cat)
     found: list[tuple[float, int, Match]] = []
     for order, sig in enumerate(cat.signatures):
-        hits = [m for rx in sig.patterns if (m := rx.search(text)) is not None]
+        if any(hay.search(rx) for rx in sig.unless):
+            continue
+        hits = []
+        for entry in sig.patterns:
+            found_all = [m for rx in entry if (m := hay.search(rx)) is not None]
+            if len(found_all) == len(entry):
+                hits.append(found_all)
         if not hits:
             continue
-        groups = {k: v.strip() for h in hits for k, v in h.groupdict().items() if v}
+        groups = {k: v.strip() for h in hits for m in h for k, v in m.groupdict().items() if v}
         fields = derive({**base, **groups}, matrix)
         confidence = round(min(0.99, sig.confidence + 0.02 * (len(hits) - 1)), 2)
-        first = min(hits, key=lambda h: h.start())
+        first = min((h[0] for h in hits), key=lambda m: m.start())
         found.append((confidence, order, Match(sig.id, sig.title, sig.cause,
                                                render_fix(sig, fields), confidence,
                                                _line_of(text, first.start()))))
@@ -293,11 +441,16 @@ def check_catalogue(cat: Catalogue, known_sources: set[str]) -> list[str]:
                 problems.append(f"{sig.id}: source {s!r} is not defined")
         if _fields_of(sig.fix[-1]):
             problems.append(f"{sig.id}: the last fix template must need no fields")
-        groups = {g for rx in (*cat.extractors, *sig.patterns) for g in rx.groupindex}
+        groups = {g for rx in (*cat.extractors, *sig.regexes()) for g in rx.groupindex}
         for template in sig.fix:
             unknown = _fields_of(template) - groups - DERIVED
             if unknown:
                 problems.append(f"{sig.id}: fix uses unknown fields {sorted(unknown)}")
         if not 0 < sig.confidence <= 1:
             problems.append(f"{sig.id}: confidence must be in (0, 1]")
+        problems += [f"{sig.id}: regex {rx.pattern!r} needs a literal of >= {MIN_ANCHOR} "
+                     "characters (big logs are searched by it)"
+                     for rx in (*sig.regexes(), *sig.unless) if anchor(rx) is None]
+    problems += [f"[extract]: regex {rx.pattern!r} needs a literal of >= {MIN_ANCHOR} characters"
+                 for rx in cat.extractors if anchor(rx) is None]
     return problems

@@ -6,6 +6,7 @@ and row instead of stopping at the first, so a maintainer fixes a broken matrix 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import tomllib
 import typing
@@ -115,6 +116,7 @@ class Arch:
     name: str
     min_cuda: str
     last_cuda: str = ""
+    last_driver_branch: str = ""
     verified: bool = False
     source: tuple[str, ...] = ()
     note: str = ""
@@ -313,12 +315,12 @@ def _read_toml(path: Path, problems: list[Problem]) -> dict[str, Any]:
     return {}
 
 
-def parse(directory: Path) -> tuple[Matrix, list[Problem]]:
-    """Read every matrix file; return the matrix (bad rows dropped) and the schema problems."""
-    problems: list[Problem] = []
-    docs: dict[str, dict[str, Any]] = {}
-    for stem in sorted({t[0] for t in _TABLES} | {"sources", *_EXTRA_FILES}):
-        docs[stem] = _read_toml(directory / f"{stem}.toml", problems)
+def _read_docs(directory: Path, problems: list[Problem]) -> dict[str, dict[str, Any]]:
+    return {stem: _read_toml(directory / f"{stem}.toml", problems)
+            for stem in sorted({t[0] for t in _TABLES} | {"sources", *_EXTRA_FILES})}
+
+
+def _from_docs(docs: Mapping[str, Any], problems: list[Problem]) -> Matrix:
     built: dict[str, Any] = {}
     meta: dict[str, Mapping[str, Any]] = {}
     for stem, table, cls, attr in _TABLES:
@@ -327,7 +329,14 @@ def parse(directory: Path) -> tuple[Matrix, list[Problem]]:
         meta[stem] = doc.get("meta", {})
     sources = docs["sources"].get("source", {})
     extra = {stem: docs[stem] for stem in _EXTRA_FILES}
-    return Matrix(sources=sources, meta=meta, extra=extra, **built), problems
+    return Matrix(sources=sources, meta=meta, extra=extra, **built)
+
+
+def parse(directory: Path) -> tuple[Matrix, list[Problem]]:
+    """Read every matrix file; return the matrix (bad rows dropped) and the schema problems."""
+    problems: list[Problem] = []
+    docs = _read_docs(directory, problems)
+    return _from_docs(docs, problems), problems
 
 
 def check(directory: Path) -> list[Problem]:
@@ -485,7 +494,9 @@ def cross_check(m: Matrix) -> list[Problem]:
     for o in m.oses:
         p += _versions_ok([("python", o.python)] + [("extra_python", x) for x in o.extra_python],
                           "os.toml", f"[[os]] {_label(o)}")
-    return p
+    from envbuild.matrix_rules import semantic_check
+
+    return p + semantic_check(m)
 
 
 def _label(row: Any) -> str:
@@ -497,6 +508,12 @@ def _label(row: Any) -> str:
         if hasattr(row, key):
             return f"({key}={getattr(row, key)!r})"
     return repr(row)
+
+
+# The cache holds the parsed TOML documents as JSON, never a pickle: a cache file that is
+# corrupt, truncated, of the wrong shape, not owned by this user or writable by others is
+# ignored (and replaced), so the worst a bad cache can do is cost one TOML parse.
+_CACHE_FORMAT = 1
 
 
 def _cache_path(d: Path) -> Path | None:
@@ -512,50 +529,114 @@ def _cache_path(d: Path) -> Path | None:
         return None
     key = hashlib.sha256(repr((__version__, str(d.resolve()), stats)).encode()).hexdigest()[:20]
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envbuild"
-    return base / f"matrix-{key}.pickle"
+    return base / f"matrix-{key}.json"
+
+
+def _private(path: Path, want_dir: bool) -> bool:
+    """This user's own directory / regular file (not a symlink), writable by nobody else."""
+    import os
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    kind_ok = stat.S_ISDIR(st.st_mode) if want_dir else stat.S_ISREG(st.st_mode)
+    uid = os.geteuid() if hasattr(os, "geteuid") else st.st_uid
+    return kind_ok and not st.st_mode & 0o022 and st.st_uid == uid
+
+
+def _trusted(path: Path) -> bool:
+    """A world-writable XDG_CACHE_HOME must not let another user feed us a matrix."""
+    return _private(path.parent, True) and _private(path, False)
+
+
+def _read_cache(cache: Path) -> Matrix | None:
+    import json
+
+    if not _trusted(cache):
+        return None
+    try:
+        with cache.open("rb") as fh:
+            doc = json.loads(fh.read(64 << 20))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(doc, dict) or doc.get("format") != _CACHE_FORMAT \
+            or doc.get("key") != cache.stem:
+        return None
+    docs = doc.get("docs")
+    stems = {t[0] for t in _TABLES} | {"sources", *_EXTRA_FILES}
+    if not isinstance(docs, dict) or set(docs) != stems \
+            or not all(isinstance(v, dict) for v in docs.values()):
+        return None
+    if doc.get("sha256") != _digest(docs):
+        return None  # edited or damaged after a clean check: rebuild (cross_check is not re-run)
+    problems: list[Problem] = []
+    try:
+        matrix = _from_docs(docs, problems)
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError):
+        return None
+    return None if problems else matrix
+
+
+def _digest(docs: Any) -> str:
+    import hashlib
+    import json
+
+    blob = json.dumps(docs, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def load(directory: Path | None = None) -> Matrix:
     """Load and fully check the matrix; raise MatrixError naming the first problems.
 
-    A matrix that checked clean is cached (pickle, keyed by the files' sizes and mtimes): parsing
-    TOML is most of the start-up time of `envbuild resolve`.
+    A matrix that checked clean is cached (its TOML documents as JSON, keyed by the files'
+    sizes and mtimes): parsing TOML is most of the start-up time of `envbuild resolve`.
     """
-    import pickle
-
     from envbuild.resources import matrix_dir
 
     d = directory or matrix_dir()
     cache = _cache_path(d)
-    if cache is not None and cache.is_file():
-        try:
-            with cache.open("rb") as fh:
-                cached = pickle.load(fh)
-            if isinstance(cached, Matrix):
-                return cached
-        except (OSError, pickle.UnpicklingError, AttributeError, EOFError, TypeError):
-            pass
-    matrix, problems = parse(d)
+    if cache is not None:
+        cached = _read_cache(cache)
+        if cached is not None:
+            return cached
+    problems: list[Problem] = []
+    docs = _read_docs(d, problems)
+    matrix = _from_docs(docs, problems)
     problems += cross_check(matrix)
     if problems:
         shown = "; ".join(str(x) for x in problems[:3])
         more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
         raise MatrixError(f"the version matrix in {d} is broken: {shown}{more}")
     if cache is not None:
-        _write_cache(cache, matrix)
+        _write_cache(cache, docs)
     return matrix
 
 
-def _write_cache(cache: Path, matrix: Matrix) -> None:
+def _write_cache(cache: Path, docs: Mapping[str, Any]) -> None:
+    import json
     import os
-    import pickle
     import tempfile
 
     try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps({"format": _CACHE_FORMAT, "key": cache.stem, "docs": docs,
+                           "sha256": _digest(docs)})
+    except (TypeError, ValueError):
+        return  # a TOML date or time has no JSON form: no cache, same result
+    try:
+        cache.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not _private(cache.parent, True):
+            return
         fd, tmp = tempfile.mkstemp(dir=cache.parent, prefix=".matrix-")
-        with os.fdopen(fd, "wb") as fh:
-            pickle.dump(matrix, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, cache)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(text)
+            os.replace(tmp, cache)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
     except OSError:
         pass  # a read-only home: no cache, same result
+

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from envbuild.errors import ConflictError, UsageError
 
 if TYPE_CHECKING:
+    from envbuild.doctor.model import Recommendation
     from envbuild.matrix import Matrix
     from envbuild.render import RenderedFile, RenderOptions
     from envbuild.request import Request
@@ -62,6 +63,27 @@ class Prepared:
     wheelhouse: Path | None
 
 
+_SECRET_HINTS = {
+    "--ca-cert": "give a PEM bundle file, e.g. /etc/ssl/certs/ca-certificates.crt",
+    "--netrc": "give a netrc file, e.g. ~/.netrc",
+}
+
+
+def secret_file(path: Path, flag: str) -> Path:
+    """A file given as a build secret: it must be a readable regular file."""
+    hint = _SECRET_HINTS.get(flag, "give a file")
+    if path.is_dir():
+        raise UsageError(f"{flag} {path}: is a directory, not a file", hint)
+    if not path.is_file():
+        raise UsageError(f"{flag} {path}: no such file", hint)
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot be read ({exc.strerror})", hint) from None
+    return path.resolve()
+
+
 def _netrc(urls: list[str]) -> str:
     lines = []
     for u in urls:
@@ -95,10 +117,7 @@ def render_options(ci: ContextInputs, image_ref: str = "") -> tuple[RenderOption
         raise UsageError(f"--python-source {ci.python_source!r} is not os or standalone")
     secrets = Secrets()
     if ci.ca_cert is not None:
-        if not ci.ca_cert.is_file():
-            raise UsageError(f"--ca-cert {ci.ca_cert}: no such file",
-                             "give a PEM bundle, e.g. /etc/ssl/certs/ca-certificates.crt")
-        secrets.files["ca"] = ci.ca_cert.resolve()
+        secrets.files["ca"] = secret_file(ci.ca_cert, "--ca-cert")
     if creds:
         secrets.contents["netrc"] = _netrc(raw_urls)
     if ci.wheelhouse is not None and (not ci.wheelhouse.is_dir()
@@ -125,6 +144,21 @@ def prepare(req: Request, ci: ContextInputs, m: Matrix, image_ref: str = "") -> 
         raise UsageError("--base-image, --apt and --wheelhouse do not apply to --target mps")
     files = render(spec, opts, m)
     return Prepared(spec, opts, files, secrets, ci.wheelhouse)
+
+
+def wants_recommendation(req: Request) -> bool:
+    """No hardware asked for (no --target, --cuda, --rocm, --driver, --gpu): `make` builds what
+    `envbuild doctor` recommends for this host instead of the resolver's CUDA default."""
+    return not (req.target or req.cuda or req.rocm or req.driver or req.gpus)
+
+
+def apply_recommendation(req: Request, rec: Recommendation) -> Request:
+    """The request with the doctor's hardware choice; the user's other options stay. With a
+    --torch of the user's, the resolver picks the CUDA release from the driver and GPUs."""
+    return dataclasses.replace(
+        req, target=rec.target, rocm=rec.rocm or None, driver=rec.driver or None,
+        gpus=tuple(rec.gpus), cuda=(rec.cuda or None) if not req.torch else None,
+        torch=req.torch or rec.torch or None)
 
 
 def all_requests(base: Request, m: Matrix) -> list[Request]:

@@ -1,16 +1,14 @@
 """Rendering: a resolved spec -> the files of a build context. Pure and deterministic.
 
-`render()` returns {relative path: RenderedFile}; `write_tree()` (the only I/O here) writes them
-atomically: into a temporary sibling directory first, then renamed into place.
+`render()` returns {relative path: RenderedFile}; `write_tree()` (the only I/O, in
+envbuild.outputs) writes them all or none, with a manifest so that `--force` replaces only a
+previous render.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -247,56 +245,10 @@ def default_tag(spec: Spec) -> str:
     return f"envbuild/{spec.target}:{spec.torch}-{spec.variant}-py{spec.python}-{spec.hash}"
 
 
-def _link_tree(src: Path, dst: Path) -> None:
-    """Hard-link (or, across file systems, copy) a directory of inputs such as a wheelhouse."""
-    dst.mkdir(parents=True, exist_ok=True)
-    for item in sorted(src.iterdir()):
-        if item.is_file():
-            try:
-                os.link(item, dst / item.name)
-            except OSError:
-                shutil.copy2(item, dst / item.name)
-
-
 def write_tree(files: dict[str, RenderedFile], out: Path, force: bool = False,
-               links: dict[str, Path] | None = None) -> None:
-    """Write files into `out` atomically: all of them or, on any failure, none."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{out} exists and is not a directory", "choose another --out")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise UsageError(f"{out} is not empty",
-                         "choose an empty --out, or pass --force to replace it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        written: dict[tuple[str | bytes, int], Path] = {}  # large identical files (the validator,
-        made: set[Path] = {tmp}                      # peaks) are hard links: --all writes 2000 dirs
-        for rel, f in sorted(files.items()):
-            path = tmp / rel
-            if path.parent not in made:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                made.add(path.parent)
-            same = written.get((f.content, f.mode)) if len(f.content) > 4096 else None
-            if same is not None:
-                os.link(same, path)
-                continue
-            if isinstance(f.content, bytes):
-                path.write_bytes(f.content)
-            else:
-                path.write_text(f.content)
-            path.chmod(f.mode)
-            if len(f.content) > 4096:
-                written[(f.content, f.mode)] = path
-        for rel, src in (links or {}).items():
-            _link_tree(src, tmp / rel)
-        tmp.chmod(0o755)
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+               links: dict[str, Path] | None = None) -> Path:
+    """Write the rendered files into `out` (the only I/O of rendering): see envbuild.outputs
+    for what may be replaced (`force`: only a previous render, by its manifest)."""
+    from envbuild.outputs import write_tree as write
+
+    return write(files, out, force, links)

@@ -20,13 +20,15 @@ TARGETS = ("cuda", "rocm", "cpu", "mps")
 FLAVORS = ("base", "runtime", "devel")
 COMPONENTS = ("torch", "torchvision", "torchaudio")
 
-_CUDA = re.compile(r"^\d{1,2}\.\d{1,2}(\.\d{1,3})?$")
-_ROCM = re.compile(r"^\d{1,2}\.\d{1,2}(\.\d{1,3})?$")
-_PYTHON = re.compile(r"^3\.\d{1,2}$")
-_DRIVER = re.compile(r"^\d{3}(\.\d{1,3}){0,2}$")
-_SM = re.compile(r"^(?:sm_?|compute_?)(\d{1,2})(\d)$", re.IGNORECASE)
-_CC = re.compile(r"^(\d{1,2})\.(\d)$")
-_TORCH_BARE = re.compile(r"^\d+\.\d+(\.\d+)?$")
+# re.ASCII: `\d` would otherwise accept every Unicode digit (full-width ５３５, Arabic-Indic ٥٣٥),
+# which str.isdigit() and these patterns take but no NVIDIA tool or URL ever prints.
+_CUDA = re.compile(r"^\d{1,2}(\.\d{1,2}(\.\d{1,3})?)?$", re.ASCII)
+_ROCM = re.compile(r"^\d{1,2}\.\d{1,2}(\.\d{1,3})?$", re.ASCII)
+_PYTHON = re.compile(r"^3\.\d{1,2}$", re.ASCII)
+_DRIVER = re.compile(r"^\d{3}(\.\d{1,3}){0,2}$", re.ASCII)
+_SM = re.compile(r"^(?:sm_?|compute_?)(\d{1,2})(\d)$", re.IGNORECASE | re.ASCII)
+_CC = re.compile(r"^(\d{1,2})\.(\d)$", re.ASCII)
+_TORCH_BARE = re.compile(r"^\d+\.\d+(\.\d+)?$", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,8 @@ class Parsed:
     flavor: str
     components: tuple[str, ...]
     given: frozenset[str] = field(default_factory=frozenset)
+    cuda_major: int | None = None  # `--cuda 12`: any 12.x, the newest that fits
+    notes: tuple[str, ...] = ()  # how a loose input was read, for the trace
 
 
 def _close(word: str, options: list[str]) -> list[str]:
@@ -166,16 +170,27 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
         raise UsageError("the torch component cannot be left out")
 
     cuda_minor = None
+    cuda_major = None
+    notes: list[str] = []
     if req.cuda is not None:
         if not _CUDA.match(req.cuda):
             raise UsageError(f"--cuda {req.cuda!r} is not a CUDA version",
-                             "use X.Y or X.Y.Z, e.g. --cuda 12.2")
-        cuda_minor = ".".join(req.cuda.split(".")[:2])
-        if matrix.cuda_release(cuda_minor) is None:
-            known = [r.version for r in matrix.cuda]
-            raise UsageError(f"CUDA {cuda_minor} is not a CUDA release envbuild knows",
-                             f"known CUDA releases: {', '.join(known)}",
-                             _nearest_versions(cuda_minor, known))
+                             "use X, X.Y or X.Y.Z (ASCII digits), e.g. --cuda 12.2")
+        known = [r.version for r in matrix.cuda]
+        if "." not in req.cuda:
+            cuda_major = int(req.cuda)
+            if not any(k.split(".")[0] == str(cuda_major) for k in known):
+                raise UsageError(f"CUDA {cuda_major} is not a CUDA major envbuild knows",
+                                 f"known CUDA releases: {', '.join(known)}")
+        else:
+            cuda_minor = ".".join(req.cuda.split(".")[:2])
+            if matrix.cuda_release(cuda_minor) is None:
+                close = _close_versions(cuda_minor, known)
+                hint = (f"did you mean {' or '.join(close)}? " if close else "") + \
+                    f"known CUDA releases: {', '.join(known)}"
+                raise UsageError(f"CUDA {cuda_minor} is not a CUDA release envbuild knows", hint,
+                                 close + [v for v in _nearest_versions(cuda_minor, known)
+                                          if v not in close])
     if req.rocm is not None:
         if not _ROCM.match(req.rocm):
             raise UsageError(f"--rocm {req.rocm!r} is not a ROCm version",
@@ -188,10 +203,16 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
     spec = torch_specifier(req.torch) if req.torch is not None else None
     if req.python is not None and not _PYTHON.match(req.python):
         raise UsageError(f"--python {req.python!r} is not a CPython version",
-                         "use 3.X, e.g. --python 3.11")
-    if req.driver is not None and not _DRIVER.match(req.driver):
-        raise UsageError(f"--driver {req.driver!r} is not an NVIDIA driver version",
-                         "use the number nvidia-smi prints, e.g. --driver 535.104.05")
+                         "use 3.X (ASCII digits), e.g. --python 3.11")
+    driver = req.driver
+    if driver is not None:
+        if not _DRIVER.match(driver):
+            raise UsageError(f"--driver {driver!r} is not an NVIDIA driver version",
+                             "use the number nvidia-smi prints (ASCII digits), e.g. "
+                             "--driver 535.104.05, or a branch: --driver 535")
+        if "." not in driver:
+            driver, note = _driver_branch(driver, matrix)
+            notes.append(note)
     if req.os is not None and matrix.os_info(req.os) is None:
         ids = [o.id for o in matrix.oses]
         raise UsageError(f"--os {req.os!r} is not an operating system envbuild knows",
@@ -214,8 +235,9 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
         raise UsageError(f"--gpu does not apply to --target {target}")
     return Parsed(target=target, target_reason=why, cuda=req.cuda, cuda_minor=cuda_minor,
                   rocm=req.rocm, torch=spec, torch_text=req.torch, python=req.python,
-                  driver=req.driver, gpus=gpus, os=req.os, flavor=req.flavor or "base",
-                  components=tuple(c for c in COMPONENTS if c in req.components), given=given)
+                  driver=driver, gpus=gpus, os=req.os, flavor=req.flavor or "base",
+                  components=tuple(c for c in COMPONENTS if c in req.components), given=given,
+                  cuda_major=cuda_major, notes=tuple(notes))
 
 
 def _infer_target(req: Request, gpus: tuple[GpuRef, ...]) -> tuple[str, str]:
@@ -247,3 +269,32 @@ def _nearest_versions(want: str, known: list[str]) -> list[str]:
     lower = [k for k in known if version_key(k) < wk]
     higher = [k for k in known if version_key(k) > wk]
     return ([lower[-1]] if lower else []) + ([higher[0]] if higher else [])
+
+
+def known_drivers(matrix: Matrix) -> list[str]:
+    """Every Linux driver version the matrix names (GA, latest, compatibility floors)."""
+    from envbuild.versions import version_key
+
+    found = {d for r in matrix.cuda for d in (r.ga_driver_linux, r.driver_linux) if d}
+    found |= {c.min_driver_linux for c in matrix.cuda_compat if c.min_driver_linux}
+    return sorted(found, key=version_key)
+
+
+def _driver_branch(branch: str, matrix: Matrix) -> tuple[str, str]:
+    """`--driver 470`: the oldest 470.x the matrix knows (what the branch surely is, at least)."""
+    same = [d for d in known_drivers(matrix) if d.split(".")[0] == branch]
+    if same:
+        return same[0], (f"driver {branch}: a branch, read as {same[0]}, the oldest {branch}.x "
+                         "driver envbuild knows (give the full version nvidia-smi prints for an "
+                         "exact answer)")
+    return branch, (f"driver {branch}: a branch; envbuild knows no {branch}.x release, so the "
+                    "branch number alone is compared")
+
+
+def _close_versions(want: str, known: list[str]) -> list[str]:
+    """Likely typos: `12.22` -> 12.2 (a digit too many), `12.21` -> 12.2 (X.Y.Z without a dot)."""
+    import difflib
+
+    prefix = [k for k in known if want.startswith(k) and len(want) == len(k) + 1]
+    close = difflib.get_close_matches(want, known, n=2, cutoff=0.8)
+    return list(dict.fromkeys(prefix + close))

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from envbuild.errors import ConflictError
+from envbuild.gpu_window import FleetWindow, branch_of, fleet, window
 from envbuild.matrix import CudaImage, Matrix, OsInfo, TorchPatch, TorchRelease, Variant
 from envbuild.request import GpuRef, Parsed, Request, parse
 from envbuild.spec import Spec
@@ -166,7 +167,8 @@ def _check_gpus(v: Variant, gpus: tuple[GpuRef, ...], t: _Trace) -> None:
             t.add(f"{g.label} (sm_{g.cc.replace('.', '')}) runs the wheel's {how} cubin")
 
 
-def _min_driver(m: Matrix, image_minor: str, wheel_cuda: str, t: _Trace) -> str:
+def _min_driver(m: Matrix, image_minor: str, wheel_cuda: str, t: _Trace,
+                fw: FleetWindow | None = None) -> str:
     rel = m.cuda_release(image_minor)
     floor = m.compat_floor(major_of(wheel_cuda))
     assert rel is not None and floor is not None
@@ -177,32 +179,82 @@ def _min_driver(m: Matrix, image_minor: str, wheel_cuda: str, t: _Trace) -> str:
     t.add(f"the cu{wheel_cuda.replace('.', '')} wheel bundles its CUDA {wheel_cuda} libraries and "
           f"runs on any CUDA {major_of(wheel_cuda)}.x driver >= {need_wheel} through minor "
           "version compatibility")
-    return max(need_image, need_wheel, key=version_key)
+    needs = [need_image, need_wheel]
+    raising = fw.raising() if fw is not None else None
+    if raising is not None and raising.first_driver:
+        t.add(f"{raising.label} is driven from R{branch_of(raising.first_driver)} on (the CUDA "
+              f"{raising.min_cuda} GA driver {raising.first_driver} is the first that knows "
+              f"{raising.arch_name})")
+        needs.append(raising.first_driver)
+    return max(needs, key=version_key)
 
 
-def _image_minor_for_driver(m: Matrix, v: Variant, p: Parsed, t: _Trace) -> str:
-    """The base image's CUDA when only the driver is given: the wheel's own CUDA if the driver
-    supports it natively, else the newest image of the same major that it does (the wheel
-    bundles its CUDA libraries and runs there through minor version compatibility).
-    The devel flavor keeps nvcc equal to the wheel's CUDA, for building extensions."""
-    if p.driver is None or p.flavor == "devel":
+def _image_minor_for_driver(m: Matrix, v: Variant, p: Parsed, t: _Trace,
+                            cap: int | None = None) -> str:
+    """The base image's CUDA when only the driver is given (or a GPU caps the driver branch):
+    the wheel's own CUDA if the driver supports it natively, else the newest image of the same
+    major that it does (the wheel bundles its CUDA libraries and runs there through minor version
+    compatibility). The devel flavor keeps nvcc equal to the wheel's CUDA, for building
+    extensions."""
+    driver = p.driver
+    if driver is None and cap is not None:
+        driver = f"{cap}.999.999"
+    if driver is None or p.flavor == "devel":
         return v.version
     own = m.cuda_release(v.version)
-    if own is not None and version_key(own.ga_driver_linux) <= version_key(p.driver):
+    if own is not None and version_key(own.ga_driver_linux) <= version_key(driver):
         return v.version
     older = [r for r in m.cuda if major_of(r.version) == major_of(v.version) and r.image
              and version_key(r.version) < version_key(v.version)
-             and version_key(r.ga_driver_linux) <= version_key(p.driver)]
+             and version_key(r.ga_driver_linux) <= version_key(driver)]
     if not older:
         return v.version
     best = max(older, key=lambda r: version_key(r.version))
-    t.add(f"CUDA {best.version} base image: the newest the {p.driver} driver supports natively; "
+    who = f"the {p.driver} driver" if p.driver is not None else f"an R{cap} driver (the GPU's last)"
+    t.add(f"CUDA {best.version} base image: the newest {who} supports natively; "
           f"the {v.tag} wheel runs on it through minor version compatibility")
     return best.version
 
 
+def _gpu_fleet(m: Matrix, p: Parsed) -> FleetWindow:
+    return fleet(window(m, g.cc, f"{g.label} (sm_{g.cc.replace('.', '')})")
+                 for g in p.gpus if g.vendor == "nvidia" and g.cc)
+
+
+def _check_gpu_toolkit(v: Variant, fw: FleetWindow) -> None:
+    """PTX JIT does not carry a wheel across an architecture its toolkit predates: cuBLAS and
+    cuDNN in that toolkit have no kernels for it."""
+    for w in fw.windows:
+        if version_key(v.version) < version_key(w.min_cuda):
+            raise _Reject(f"{w.label} needs a CUDA >= {w.min_cuda} wheel (its architecture, "
+                          f"{w.arch_name}, is newer than the {v.tag} wheel's toolkit and "
+                          "libraries)")
+
+
+def check_host(m: Matrix, p: Parsed) -> None:
+    """An impossible host (a driver no requested GPU can run with, or GPUs no single driver
+    drives) is refused before any torch release is tried."""
+    fw = _gpu_fleet(m, p)
+    if fw.empty():
+        low, high = fw.raising(), fw.capping()
+        assert low is not None and high is not None
+        raise ConflictError(
+            f"no driver drives both {low.label} ({low.describe()}) and {high.label} "
+            f"({high.describe()})", "build one image per GPU generation (one --gpu each)")
+    if p.driver is None:
+        return
+    for w in fw.outside(p.driver):
+        side = "older than" if w.too_old(p.driver) else "newer than"
+        raise ConflictError(
+            f"driver {p.driver} (R{branch_of(p.driver)}) cannot drive {w.label}: it is {side} "
+            f"the {w.describe()} that drive {w.arch_name} GPUs",
+            "check `nvidia-smi` on that host; a GPU outside its driver window is not usable")
+
+
 def _resolve_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant,
                   t: _Trace) -> Spec:
+    fw = _gpu_fleet(m, p)
+    _check_gpu_toolkit(v, fw)
     if p.cuda_minor is not None:
         if major_of(v.version) != major_of(p.cuda_minor):
             raise _Reject(f"torch {rel.version} {v.tag} is a CUDA {major_of(v.version)}.x wheel",
@@ -212,7 +264,7 @@ def _resolve_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v:
                           narrow=True)
         image_minor = p.cuda_minor
     else:
-        image_minor = _image_minor_for_driver(m, v, p, t)
+        image_minor = _image_minor_for_driver(m, v, p, t, fw.last_branch)
     cuda_rel = m.cuda_release(image_minor)
     assert cuda_rel is not None
     image_version = cuda_rel.image
@@ -224,10 +276,21 @@ def _resolve_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v:
     if not image_version:
         raise _Reject(f"no nvidia/cuda image is known for CUDA {image_minor}")
     _check_gpus(v, p.gpus, t)
-    min_driver = _min_driver(m, image_minor, v.version, t)
+    min_driver = _min_driver(m, image_minor, v.version, t, fw)
     if p.driver is not None and version_key(p.driver) < version_key(min_driver):
         raise _Reject(f"driver {p.driver} is older than the {min_driver} that CUDA {image_minor} "
                       f"images need (torch {rel.version} {v.tag})")
+    max_driver = None
+    capping = fw.capping()
+    if capping is not None and capping.last_branch is not None:
+        if branch_of(min_driver) > capping.last_branch:
+            raise _Reject(f"CUDA {image_minor} images with the {v.tag} wheel need a driver >= "
+                          f"{min_driver}, but {capping.label} is driven only by "
+                          f"{capping.describe()}")
+        max_driver = str(capping.last_branch)
+        t.add(f"driver branch R{capping.last_branch} or older: {capping.label} is not driven by "
+              f"newer branches (R{capping.last_branch} is the last that supports "
+              f"{capping.arch_name})")
     images = [i for i in m.images_for(image_version) if p.flavor in i.flavors]
     what = f"nvidia/cuda:{image_version}-{p.flavor}"
     os_info = _pick_os(m, [i.os for i in images], rel, p, t, what)
@@ -244,7 +307,7 @@ def _resolve_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v:
               "from registries (mirror the base image, or choose a maintained CUDA)")
     return _spec(m, p, rel, patch, v, t, python=python, python_source=source, os_id=os_info.id,
                  base_image=f"{repo}:{image_version}-{p.flavor}-{os_info.id}",
-                 cuda_image=image_version, min_driver=min_driver,
+                 cuda_image=image_version, min_driver=min_driver, max_driver=max_driver,
                  verified=(img.verified and cuda_rel.verified))
 
 
@@ -307,6 +370,7 @@ def _resolve_mps(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: 
 def _spec(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant, t: _Trace,
           *, python: str, python_source: str, os_id: str, base_image: str | None,
           cuda_image: str | None = None, min_driver: str | None = None,
+          max_driver: str | None = None,
           min_macos: str | None = None, variant_tag: str | None = None,
           index_url: str | None = None, verified: bool = True) -> Spec:
     index_base = str(m.meta["torch"]["index_base"]).rstrip("/")
@@ -319,7 +383,9 @@ def _spec(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant
     flags = [(v.verified, f"the torch {rel.version} {v.tag} wheel facts (arch list, cuDNN, "
                           "NCCL)"), (rel.verified, f"the torch {rel.version} release facts"),
              (patch.verified, f"the torch {patch.torch} companions"),
-             (verified, "the base image facts")]
+             (verified, "the base image facts"),
+             (max_driver is None or bool(m.meta.get("gpus", {}).get("driver_window_verified")),
+              "the last driver branch of the GPU's architecture")]
     unverified = [f"not verified against a primary source: {what} (`envbuild matrix show`)"
                   for ok, what in flags if not ok]
     return Spec(
@@ -340,6 +406,7 @@ def _spec(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant
         base_image=base_image,
         index_url=index_url or f"{index_base}/{v.tag}",
         min_driver=min_driver,
+        max_driver=max_driver,
         min_macos=min_macos,
         archs=tuple(arch_list(v)) if v.kind in ("cuda", "rocm") else (),
         gpus=tuple(g.to_json() for g in p.gpus),
@@ -365,12 +432,26 @@ def _ordered_variants(m: Matrix, rel: TorchRelease, kind: str,
 
 
 def resolve_parsed(m: Matrix, p: Parsed) -> Spec:
-    kind = _KIND[p.target]
+    if p.target == "cuda":
+        check_host(m, p)
     releases = _releases(m, p)
     if not releases:
         known = [r.version for r in m.torch]
         raise ConflictError(f"no torch release envbuild knows matches {p.torch_text!r}",
                             f"known torch releases: {known[0]} … {known[-1]}")
+    _precheck(m, p, releases)
+    if p.cuda_major is not None and p.cuda_minor is None:
+        return _resolve_major(m, p)
+    found = _search(m, p, releases)
+    if isinstance(found, Spec):
+        return found
+    raise _conflict(m, p, releases, found)
+
+
+def _search(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatch]]
+            ) -> Spec | list[tuple[TorchRelease, Variant, str]]:
+    """The newest candidate that fits, or the rejections that explain why none does."""
+    kind = _KIND[p.target]
     rejections: list[tuple[TorchRelease, Variant, str]] = []
     narrow: set[tuple[str, str]] = set()
     for rel, patch in releases:
@@ -386,9 +467,72 @@ def resolve_parsed(m: Matrix, p: Parsed) -> Spec:
                     narrow.add((rel.version, v.tag))
                 continue
             reasons = _why_this(m, p, rel, patch, v, rejections, narrow)
-            return dataclasses.replace(spec, trace=(*spec.trace[:1], *reasons, *spec.trace[1:]))
+            return dataclasses.replace(
+                spec, trace=(*spec.trace[:1], *p.notes, *reasons, *spec.trace[1:]))
     relevant = [r for r in rejections if (r[0].version, r[1].tag) not in narrow]
-    raise _conflict(m, p, releases, relevant or rejections)
+    return relevant or rejections
+
+
+def _resolve_major(m: Matrix, p: Parsed) -> Spec:
+    """`--cuda 12`: the newest 12.x image that fits every other constraint."""
+    major = p.cuda_major
+    minors = sorted((r.version for r in m.cuda if major_of(r.version) == major and r.image),
+                    key=version_key, reverse=True)
+    tried: list[Parsed] = []
+    for minor in minors:
+        q = dataclasses.replace(p, cuda=minor, cuda_minor=minor)
+        tried.append(q)
+        releases = _releases(m, q)
+        found = _search(m, q, releases)
+        if isinstance(found, Spec):
+            skipped = minors[:minors.index(minor)]
+            why = (f"; newer {major}.x ({', '.join(skipped)}) do not fit" if skipped else "")
+            note = (f"CUDA {minor}: --cuda {major} means any CUDA {major}.x, and {minor} is the "
+                    f"newest that fits every other constraint{why}")
+            return dataclasses.replace(found, trace=(found.trace[0], note, *found.trace[1:]))
+    q = tried[0] if tried else p
+    err = _conflict(m, q, _releases(m, q), _search_rejections(m, q))
+    err.message = f"no CUDA {major}.x fits; with the newest, {q.cuda_minor}: {err.message}"
+    raise err
+
+
+def _search_rejections(m: Matrix, p: Parsed) -> list[tuple[TorchRelease, Variant, str]]:
+    found = _search(m, p, _releases(m, p))
+    return [] if isinstance(found, Spec) else found
+
+
+def _precheck(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatch]]) -> None:
+    """Conflicts one option alone decides, stated as such (not as the first candidate's
+    failure): a Python no torch release supports, a driver older than every CUDA image."""
+    if p.python is not None and not any(p.python in r.python for r, _ in releases):
+        all_py = sorted({x for r, _ in releases for x in r.python}, key=version_key)
+        scope = f"torch {p.torch_text}" if p.torch_text else "no torch release envbuild knows"
+        if p.torch_text:
+            msg = (f"{scope} has no wheels for Python {p.python} (it supports "
+                   f"{all_py[0]} … {all_py[-1]})")
+        else:
+            msg = (f"{scope} supports Python {p.python} (they support {all_py[0]} … "
+                   f"{all_py[-1]})")
+        with_py = [r.version for r in m.torch if p.python in r.python]
+        hint = (f"torch {with_py[0]} … {with_py[-1]} support Python {p.python}" if with_py
+                else f"use --python {all_py[0]} or newer" if version_key(p.python) <
+                version_key(all_py[0]) else f"use --python {all_py[-1]} or older")
+        raise ConflictError(msg, hint, _alternatives(m, p))
+    if p.target == "cuda" and p.driver is not None:
+        needs = []
+        for r in m.cuda:
+            floor = m.compat_floor(major_of(r.version))
+            if r.image and floor is not None:
+                needs.append((max(r.ga_driver_linux, floor.min_driver_linux, key=version_key),
+                              r))
+        if needs:
+            lowest, rel = min(needs, key=lambda x: version_key(x[0]))
+            if version_key(p.driver) < version_key(lowest):
+                raise ConflictError(
+                    f"driver {p.driver} is older than any CUDA image envbuild knows supports: "
+                    f"the oldest, CUDA {rel.version} (nvidia/cuda {rel.image}), needs >= {lowest}",
+                    f"upgrade the NVIDIA driver to >= {lowest}, or use --target cpu",
+                    _alternatives(m, p))
 
 
 def _why_this(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant,
@@ -467,13 +611,39 @@ def _conflict(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatc
     if not with_kind:
         label = {"cuda": "CUDA", "rocm": "ROCm", "cpu": "CPU"}[kind]
         return ConflictError(f"torch {p.torch_text} has no {label} wheels", "", alternatives)
-    first = rejections[0][2] if rejections else "no candidate fits"
+    first = _headline(m, p, releases, rejections)
     if p.rocm is not None and not any(r[1].version.startswith(p.rocm) for r in rejections):
         tags = sorted({v.tag for r, _ in releases for v in _ordered_variants(m, r, "rocm")})
         first = (f"no torch release{(' matching ' + repr(p.torch_text)) if p.torch_text else ''}"
                  f" has a ROCm {p.rocm} wheel (they offer {', '.join(tags)})")
     return ConflictError(first, "relax one option; the alternatives below each fit",
                          alternatives)
+
+
+def _headline(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatch]],
+              rejections: list[tuple[TorchRelease, Variant, str]]) -> str:
+    """The rejection that says what excludes the request: from a torch release that has the
+    requested Python, and not a gap in envbuild's data (an image it knows no tag of)."""
+    if not rejections:
+        return "no candidate fits"
+
+    def rank(r: tuple[TorchRelease, Variant, str]) -> tuple[bool, bool]:
+        py_ok = p.python is None or p.python in r[0].python
+        return (py_ok, not r[2].startswith("no nvidia/cuda image is known for CUDA"))
+
+    best = max(rejections, key=rank)  # max keeps the first (newest) of equals
+    newest_py = next((r.version for r, _ in releases
+                      if p.python is not None and p.python in r.python), None)
+    if newest_py is not None and not rank(best)[0]:  # only releases without that Python got far
+        wheel = (f"a CUDA {major_of(p.cuda_minor)}.x wheel <= {p.cuda_minor}" if p.cuda_minor
+                 else f"a ROCm {p.rocm} wheel" if p.rocm else "a wheel that fits the other "
+                 "options")
+        return (f"no torch release that supports Python {p.python} (torch <= {newest_py}) "
+                f"has {wheel}")
+    if newest_py is not None and newest_py != releases[0][0].version \
+            and best[0].version == newest_py:
+        return f"Python {p.python} needs torch <= {newest_py}, and there: {best[2]}"
+    return best[2]
 
 
 _RELAX = ("torch", "cuda", "rocm", "python", "driver", "gpus", "os", "flavor")
@@ -498,7 +668,7 @@ def _drop(p: Parsed, key: str) -> Parsed:
     if key == "torch":
         changes.update(torch=None, torch_text=None)
     elif key == "cuda":
-        changes.update(cuda=None, cuda_minor=None)
+        changes.update(cuda=None, cuda_minor=None, cuda_major=None)
     elif key == "gpus":
         changes.update(gpus=())
     elif key == "flavor":

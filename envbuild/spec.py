@@ -36,12 +36,15 @@ class Spec:
     components: tuple[str, ...]
     trace: tuple[str, ...]
     warnings: tuple[str, ...] = ()
+    max_driver: str | None = None  # newest driver BRANCH (e.g. "580") when a GPU caps it
 
     def identity(self) -> dict[str, Any]:
         """The fields that define the environment (the trace only explains it)."""
         d = asdict(self)
         d.pop("trace")
         d.pop("warnings")
+        if d["max_driver"] is None:  # absent unless a GPU caps the driver: hashes stay stable
+            d.pop("max_driver")
         return d
 
     @cached_property
@@ -56,6 +59,8 @@ class Spec:
         d["components"] = list(self.components)
         d["trace"] = list(self.trace)
         d["warnings"] = list(self.warnings)
+        if d["max_driver"] is None:
+            d.pop("max_driver")
         return {"schema": SPEC_SCHEMA, **d, "spec_hash": self.hash}
 
 

@@ -16,6 +16,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -356,3 +357,161 @@ def test_unreachable_base_image_fails_with_a_hint(fixtures: Path) -> None:
     assert "error: build failed at" in r.stderr and "hint: the base image cannot be pulled" in \
         r.stderr, r.stderr[-1500:]
     assert not image_exists(tag)
+
+
+def _registry_tags(registry: str, repo: str) -> list[str]:
+    try:
+        data = json.loads(urllib.request.urlopen(f"http://{registry}/v2/{repo}/tags/list",
+                                                 timeout=10).read())
+    except urllib.error.HTTPError as exc:  # the repository does not exist (yet)
+        assert exc.code == 404
+        return []
+    return list(data.get("tags") or [])
+
+
+def test_default_tags_differ_per_build_input(cpu_image: str, fixtures: Path) -> None:
+    """Two images that differ only in user packages get different default tags: the later
+    build never silently takes the earlier one's tag."""
+    first, a = make(fixtures, "--no-validate")
+    assert first.returncode == 0, first.stderr[-2000:]
+    second, b = make(fixtures, "--no-validate", "--pip", "six==1.16.0", "--ca-cert",
+                     str(SYSTEM_CA))
+    tag_a, tag_b = a["image"]["tag"], b["image"]["tag"]  # type: ignore[index]
+    try:
+        assert second.returncode == 0, second.stderr[-2000:]
+        assert tag_a != tag_b
+        for tag in (tag_a, tag_b):
+            assert tag.startswith("envbuild/cpu:torch2.13.0-py3.11-"), tag
+        ids = {t: docker("image", "inspect", t, "--format", "{{.Id}}").stdout.strip()
+               for t in (tag_a, tag_b)}
+        assert ids[tag_a] == a["image"]["image_id"]  # type: ignore[index]
+        assert ids[tag_b] == b["image"]["image_id"] != ids[tag_a]  # type: ignore[index]
+        # the same input again: the same tag, no build
+        again, c = make(fixtures, "--no-validate")
+        assert again.returncode == 0 and c["image"]["tag"] == tag_a  # type: ignore[index]
+        assert c["image"]["cached"] is True  # type: ignore[index]
+    finally:
+        docker("rmi", tag_a, tag_b, check=False)
+
+
+def test_push_only_a_validated_image(cpu_image: str, fixtures: Path, registry: str,
+                                     tmp_path: Path) -> None:
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    repo = "envbuild-test/cpu"
+    # validation fails (--require-gpu on a host without a GPU): nothing is pushed
+    tag = f"{repo}:push-gated"
+    r = run_cli("make", *cpu_args(fixtures, "--tag", tag, "--push", registry, "--require-gpu"),
+                "--json", env=env)
+    try:
+        assert r.returncode == 1, r.stderr[-2000:]
+        data = json.loads(r.stdout)
+        assert data["pushed"] is None and data["push_skipped"] == "validation failed"
+        assert data["validation"]["summary"]["fail"] > 0
+        assert "not pushed: validation failed" in r.stderr
+        assert "push-gated" not in _registry_tags(registry, repo)
+        # no validation, no push, unless asked for
+        r = run_cli("make", *cpu_args(fixtures, "--tag", tag, "--push", registry,
+                                      "--no-validate"), env=env)
+        assert r.returncode == 2 and "--push-unvalidated" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+        assert "push-gated" not in _registry_tags(registry, repo)
+        # a passing validation: validated first, then pushed, and said so
+        r = run_cli("make", *cpu_args(fixtures, "--tag", tag, "--push", registry), env=env)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert f"pushed    {registry}/{tag}  (validation passed)" in r.stdout
+        assert r.stdout.index("passed, 0 failed") < r.stdout.index("pushed ")
+        assert "push-gated" in _registry_tags(registry, repo)
+        # the opt-out
+        opt = f"{repo}:push-unvalidated"
+        r = run_cli("make", *cpu_args(fixtures, "--tag", opt, "--push", registry,
+                                      "--no-validate", "--push-unvalidated"), "--json", env=env)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert json.loads(r.stdout)["pushed"] == f"{registry}/{opt}"
+        assert "push-unvalidated" in _registry_tags(registry, repo)
+    finally:
+        docker("rmi", tag, f"{registry}/{tag}", f"{repo}:push-unvalidated",
+               f"{registry}/{repo}:push-unvalidated", check=False)
+
+
+def test_build_push_validates_first(cpu_image: str, fixtures: Path, registry: str,
+                                    tmp_path: Path) -> None:
+    ctx = tmp_path / "ctx"
+    assert run_cli("render", *cpu_args(fixtures)[:-2], "--out", str(ctx)).returncode == 0
+    r = run_cli("build", str(ctx), "--tag", cpu_image, "--push", registry, "--json",
+                env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["validation"]["summary"]["fail"] == 0 and data["validation"]["checks"]
+    assert data["pushed"] == f"{registry}/{cpu_image}"
+
+
+def test_warm_make_reuses_a_passing_validation(cpu_image: str, fixtures: Path,
+                                               tmp_path: Path) -> None:
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    args = cpu_args(fixtures, "--tag", cpu_image)
+    first = run_cli("make", *args, "--json", env=env)
+    assert first.returncode == 0, first.stderr[-2000:]
+    v1 = json.loads(first.stdout)["validation"]
+    assert v1["cached"] is False
+    second = run_cli("make", *args, "--json", env=env)
+    assert second.returncode == 0, second.stderr[-2000:]
+    data = json.loads(second.stdout)
+    v2 = data["validation"]
+    assert v2["cached"] is True and v2["validated_at"] == v1["validated_at"]
+    assert v2["checks"] == v1["checks"] and data["image"]["cached"] is True
+    text = run_cli("make", *args, env=env)
+    assert text.returncode == 0
+    assert "validation  cached pass (" in text.stdout and "same image and host" in text.stdout
+    forced = run_cli("make", *args, "--revalidate", "--json", env=env)
+    assert forced.returncode == 0
+    assert json.loads(forced.stdout)["validation"]["cached"] is False
+    # a failing report is never reused: both runs validate, both fail
+    for _ in range(2):
+        failing = run_cli("make", *args, "--require-gpu", "--json", env=env)
+        assert failing.returncode == 1
+        assert json.loads(failing.stdout)["validation"]["cached"] is False
+
+
+def test_make_without_target_builds_what_doctor_recommends(cpu_image: str,
+                                                           fixtures: Path) -> None:
+    doctor = run_cli("doctor", "--json")
+    rec = json.loads(doctor.stdout)["recommendation"]
+    assert rec["target"] == "cpu", "these tests run on a host without a GPU"
+    args = cpu_args(fixtures, "--tag", cpu_image, "--no-validate")
+    del args[0:2]  # no --target
+    r = run_cli("make", *args, "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    data = json.loads(r.stdout)
+    assert data["spec"]["target"] == "cpu" and data["target_reason"] == rec["reason"]
+    text = run_cli("make", *args)
+    assert text.returncode == 0
+    assert f"target    cpu: {rec['reason']}" in text.stdout and "doctor" in text.stdout
+
+
+def test_make_out_keeps_the_context(cpu_image: str, fixtures: Path, tmp_path: Path) -> None:
+    out = tmp_path / "kept"
+    r, data = make(fixtures, "--tag", cpu_image, "--no-validate", "--out", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert data["context"] == str(out)
+    assert (out / "Dockerfile").is_file() and (out / "spec.json").is_file()
+    assert list((out / "wheelhouse").glob("torch-2.13.0*.whl"))
+    # the kept context builds to the same image
+    b = run_cli("build", str(out), "--tag", cpu_image, "--json")
+    assert b.returncode == 0 and json.loads(b.stdout)["image_id"] == \
+        data["image"]["image_id"]  # type: ignore[index]
+
+
+def test_quiet_prints_only_the_result(cpu_image: str, fixtures: Path, tmp_path: Path) -> None:
+    for flag in ("--quiet", "-q"):
+        r = run_cli("make", *cpu_args(fixtures, "--tag", cpu_image, "--no-validate", flag))
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == f"{cpu_image}\n" and r.stderr == ""
+    ctx = tmp_path / "ctx"
+    assert run_cli("render", *cpu_args(fixtures)[:-2], "--out", str(ctx)).returncode == 0
+    b = run_cli("build", str(ctx), "--tag", cpu_image, "-q")
+    assert b.returncode == 0 and b.stdout == f"{cpu_image}\n" and b.stderr == "", b.stderr
+    v = run_cli("validate", cpu_image, "--quiet")
+    assert v.returncode == 0 and v.stdout == "" and v.stderr == "", v.stderr
+    failing = run_cli("validate", cpu_image, "--quiet", "--require-gpu")
+    assert failing.returncode == 1 and failing.stdout == ""
+    assert failing.stderr.startswith("fail  device.")

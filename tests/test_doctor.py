@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,7 +20,7 @@ from hypothesis import strategies as st
 
 from envbuild.doctor import compat, evaluate, model, parse, probes, record, report, view
 from envbuild.doctor.model import Cmd, HostFacts, Request, Severity
-from envbuild.errors import UsageError
+from envbuild.errors import MatrixError, UsageError
 from envbuild.matrix import Matrix, load
 from tests.conftest import run_cli
 
@@ -192,6 +199,207 @@ def test_hung_tools_are_not_mistaken_for_missing_ones(small: Matrix) -> None:
     assert ids["nvidia.smi_failed"].evidence == ("nvidia-smi did not finish within 10 s",)
     assert "docker did not finish" in ids["docker.daemon_unreachable"].evidence[0]
     assert "nvidia.smi_missing" not in ids and "docker.not_found" not in ids
+
+
+# ---------------------------------------------------------------- real GPU recordings
+
+RECORDED = {"h100-sxm-recorded": "NVIDIA H100 80GB HBM3", "h200-recorded": "NVIDIA H200"}
+
+
+@pytest.mark.parametrize("case", sorted(RECORDED))
+def test_recorded_gpu_hosts_replay_to_a_healthy_judgement(case: str, matrix: Matrix) -> None:
+    """`doctor --save` on a real H100 and H200 (no Docker there): nothing but docker.not_found
+    is wrong, and the recommendation is the image those hosts can run."""
+    findings, rec = evaluate.diagnose(record.load(FIXTURES / case), matrix)
+    bad = {f.id for f in findings if f.severity in (Severity.ERROR, Severity.WARN)}
+    assert bad == {"docker.not_found"}
+    gpus = next(f for f in findings if f.id == "nvidia.gpus")
+    assert f"1 x {RECORDED[case]} (compute capability 9.0" in gpus.message
+    assert rec.argv()[:6] == ["envbuild", "make", "--target", "cuda", "--cuda", "13.0"]
+    assert rec.driver == "580.159.04" and rec.gpus == ("sm_90",)
+
+
+def _as_other_user(facts: HostFacts) -> HostFacts:
+    """The same host seen by an ordinary user in no extra group: rw from the 'other' bits."""
+    devices = {p: replace(d, rw=d.mode & 0o006 == 0o006) for p, d in facts.devices.items()}
+    return replace(facts, devices=devices, groups=())
+
+
+@pytest.mark.parametrize("case", sorted(RECORDED))
+def test_recorded_hosts_as_an_ordinary_user(case: str, matrix: Matrix) -> None:
+    """On the H100 an ordinary user was told it cannot open /dev/nvidia-caps (the MIG capability
+    directory, root-only by design): no CUDA process opens it, so it is no finding."""
+    facts = _as_other_user(record.load(FIXTURES / case))
+    assert not facts.devices["/dev/nvidia-caps"].rw  # the recording's mode: 0o40755
+    findings = evaluate.evaluate(facts, matrix)
+    assert not [f for f in findings if f.id == "nvidia.device_permission"]
+    assert {f.id for f in findings if f.severity is Severity.ERROR} == {"docker.not_found"}
+
+
+@pytest.mark.parametrize("case", sorted(RECORDED))
+def test_cli_replays_the_recordings_as_root_and_as_an_ordinary_user(case: str,
+                                                                      tmp_path: Path) -> None:
+    """`envbuild doctor --facts` on the recordings, and on the same facts as an ordinary user
+    sees them (what doctor-nonroot.txt shows): only docker.not_found, which is true there."""
+    nonroot = tmp_path / "nonroot"
+    record.save(_as_other_user(record.load(FIXTURES / case)), nonroot)
+    for facts_dir in (FIXTURES / case, nonroot):
+        r = run_cli("doctor", "--json", "--facts", str(facts_dir))
+        assert r.returncode == 1, r.stderr  # docker.not_found: no Docker on those hosts
+        doc = json.loads(r.stdout)
+        assert [f["id"] for f in doc["findings"] if f["severity"] == "error"] == \
+            ["docker.not_found"]
+        text = run_cli("doctor", "--facts", str(facts_dir))
+        assert "nvidia.device_permission" not in text.stdout
+        assert "/dev/nvidia-caps" not in text.stdout + text.stderr
+        assert "--driver 580.159.04 --gpu sm_90" in text.stdout
+
+
+CUDA_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0")
+OTHER_NODES = ("/dev/nvidia-caps", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
+               "/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-caps/nvidia-cap2")
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(closed=st.sets(st.sampled_from(CUDA_NODES + OTHER_NODES)))
+def test_permission_is_judged_on_the_nodes_cuda_opens(closed: set[str], small: Matrix) -> None:
+    facts = record.load(FIXTURES / "h100-sxm-recorded")
+    devices = dict(facts.devices)
+    for p in OTHER_NODES:
+        devices.setdefault(p, model.DevNode(0, 0o20600, True))
+    devices = {p: replace(d, rw=p not in closed) for p, d in devices.items()}
+    findings = evaluate.evaluate(replace(facts, devices=devices), small)
+    found = [f for f in findings if f.id == "nvidia.device_permission"]
+    denied = sorted(closed & set(CUDA_NODES))
+    if not denied:
+        assert found == []
+        return
+    assert len(found) == 1 and found[0].severity is Severity.ERROR
+    assert found[0].message == ("this user cannot open " + ", ".join(denied)
+                                + ", which every CUDA process opens")
+    assert [e.split(":")[0] for e in found[0].evidence] == denied
+    assert "usermod -aG root" in found[0].remediation
+
+
+def test_device_permission_rules_are_data(small: Matrix) -> None:
+    """The nodes judged and the default mode come from signatures.toml [doctor]."""
+    from envbuild.explain import load_catalogue
+
+    table = dict(load_catalogue().doctor)
+    rules = evaluate.Rules.from_table(table)
+    assert rules.is_cuda_node("/dev/nvidia0") and not rules.is_cuda_node("/dev/nvidia-caps")
+    facts = record.load(FIXTURES / "h100-sxm-recorded")
+    devices = {p: replace(d, rw=False) for p, d in facts.devices.items()}
+    facts = replace(facts, devices=devices)
+    found = [f for f in evaluate.evaluate(facts, small, rules=rules)
+             if f.id == "nvidia.device_permission"]
+    assert found[0].message.startswith("this user cannot open /dev/nvidia-uvm, /dev/nvidia0, "
+                                       "/dev/nvidiactl,")
+    assert f"mode {table['nvidia_device_mode']} (NVreg_DeviceFileMode)" in found[0].remediation
+    only_ctl = evaluate.Rules.from_table({**table, "cuda_device_nodes": ["/dev/nvidiactl"],
+                                          "nvidia_device_mode": "0660"})
+    found = [f for f in evaluate.evaluate(facts, small, rules=only_ctl)
+             if f.id == "nvidia.device_permission"]
+    assert found[0].message.startswith("this user cannot open /dev/nvidiactl,")
+    assert "mode 0660" in found[0].remediation
+    with pytest.raises(MatrixError, match="cuda_device_nodes"):
+        evaluate.Rules.from_table({k: v for k, v in table.items() if k != "cuda_device_nodes"})
+
+
+def test_small_shm_threshold_is_data(small: Matrix) -> None:
+    from envbuild.explain import load_catalogue
+
+    table = dict(load_catalogue().doctor)
+    facts = replace(record.load(FIXTURES / "h100-sxm-recorded"), shm_bytes=512 << 20)
+    ids = {f.id for f in evaluate.evaluate(facts, small, rules=evaluate.Rules.from_table(table))}
+    assert "host.shm_small" in ids
+    lax = evaluate.Rules.from_table({**table, "shm_min_mb": 256})
+    assert "host.shm_small" not in {f.id for f in evaluate.evaluate(facts, small, rules=lax)}
+
+
+def _other_user() -> list[str]:
+    """argv prefix that runs a command as nobody/nogroup with no supplementary groups."""
+    setpriv = shutil.which("setpriv")
+    if os.name != "posix" or os.geteuid() != 0 or setpriv is None:
+        pytest.skip("needs root and setpriv to run a probe as another user")
+    prefix = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+    r = subprocess.run([*prefix, sys.executable, "-c", "import envbuild, typer"],
+                       capture_output=True, text=True, cwd="/",
+                       env={"PYTHONPATH": str(Path(__file__).parents[1])})
+    if r.returncode != 0:
+        pytest.skip(f"this Python cannot run as another user: {r.stderr.strip()[-200:]}")
+    return prefix
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A temporary directory an unprivileged user can read (pytest's tmp_path is 0700)."""
+    d = Path(tempfile.mkdtemp(prefix="envbuild-doctor-"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _node(path: Path, mode: int) -> None:
+    """A character device like the driver's (major 195), or a plain file where mknod is not
+    allowed: either way owned by root with `mode`, which is what os.access judges."""
+    try:
+        os.mknod(path, stat.S_IFCHR | mode, os.makedev(195, 255))
+    except OSError:
+        path.write_text("")
+    path.chmod(mode)
+
+
+def test_probe_detects_a_real_denial_as_an_ordinary_user(shared_tmp: Path, small: Matrix) -> None:
+    """Real os.access checks by an unprivileged process on root-owned nodes: the 0600 nodes a
+    CUDA process needs are reported, the root-only MIG caps directory is not."""
+
+    prefix = _other_user()
+    for name, mode in (("nvidiactl", 0o600), ("nvidia-uvm", 0o666), ("nvidia0", 0o600),
+                       ("nvidia1", 0o666), ("nvidia-uvm-tools", 0o600)):
+        _node(shared_tmp / name, mode)
+    (shared_tmp / "nvidia-caps").mkdir(mode=0o700)
+    code = ("import json, sys; from envbuild.doctor import probes; "
+            "print(json.dumps({p: [d.gid, d.mode, d.rw] "
+            "for p, d in probes.devices(sys.argv[1]).items()}))")
+    r = subprocess.run([*prefix, sys.executable, "-c", code, str(shared_tmp)],
+                       capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[1],
+                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).parents[1]),
+                            "HOME": str(shared_tmp)})
+    assert r.returncode == 0, r.stderr
+    seen = {p: model.DevNode(g, m, rw) for p, (g, m, rw) in json.loads(r.stdout).items()}
+    assert {p for p, d in seen.items() if not d.rw} == {
+        "/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia-uvm-tools", "/dev/nvidia-caps"}
+    facts = replace(record.load(FIXTURES / "h100-sxm-recorded"), devices=seen)
+    found = [f for f in evaluate.evaluate(facts, small) if f.id == "nvidia.device_permission"]
+    assert len(found) == 1
+    assert found[0].message.startswith("this user cannot open /dev/nvidia0, /dev/nvidiactl,")
+    assert [e.split(":")[0] for e in found[0].evidence] == ["/dev/nvidia0", "/dev/nvidiactl"]
+
+
+def test_doctor_runs_for_real_as_an_ordinary_user(shared_tmp: Path) -> None:
+    """The whole `envbuild doctor` as nobody on this host: no traceback, a report, and no
+    permission error (this host has no GPU; on a GPU host the same must hold)."""
+
+    prefix = _other_user()
+    root = Path(__file__).parents[1]
+    # `sudo -u user` keeps root's HOME: a home this user may not even search
+    (shared_tmp / "home" / ".cache" / "envbuild").mkdir(parents=True)
+    (shared_tmp / "home").chmod(0o700)
+    for args in (["--json"], []):
+        r = subprocess.run([*prefix, sys.executable, "-m", "envbuild", "doctor", *args],
+                           capture_output=True, text=True, timeout=300, cwd=shared_tmp,
+                           env={"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONPATH": str(root),
+                                "HOME": str(shared_tmp / "home")})
+        assert r.returncode in (0, 1), r.stderr
+        assert "Traceback" not in r.stderr + r.stdout
+        if args:
+            doc = json.loads(r.stdout)
+            ids = {f["id"]: f["severity"] for f in doc["findings"]}
+            assert not any(i.endswith("device_permission") for i in ids), ids
+            assert doc["recommendation"]["argv"][:2] == ["envbuild", "make"]
+        else:
+            assert "Recommended for this host" in r.stdout
 
 
 # ---------------------------------------------------------------- parsers

@@ -3,22 +3,32 @@ text through the matrix into the fix, the catalogue's integrity, and the CLI con
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import tomllib
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from envbuild.errors import MatrixError
 from envbuild.explain import (
     DERIVED,
+    MAX_LOG_BYTES,
     check_catalogue,
     default_path,
     explain,
+    extract,
     load_catalogue,
     parse_catalogue,
+    read_log,
 )
+from envbuild.logscan import SCAN_FROM, anchor
 from envbuild.matrix import Matrix, load
 from tests.conftest import run_cli
 
@@ -34,7 +44,14 @@ REQUIRED = {
     "devices_busy", "cdi_unresolvable", "driver_libs_in_image", "nvml_unknown_error",
     "rocm_kfd_permission", "triton_no_c_compiler", "wsl_no_adapters",
     "mps_unavailable_old_macos", "nccl_ib_no_device", "rendezvous_address_in_use",
+    "cuda_device_side_assert", "tensors_on_different_devices", "nvcc_unsupported_arch",
+    "nccl_duplicate_gpu", "cuda_illegal_memory_access", "extension_no_kernel_image",
+    "inductor_no_cxx_compiler", "python_headers_missing",
 }
+# the GPU errors of issue 8: at least three real wordings each
+GPU_ERRORS = ("cuda_device_side_assert", "tensors_on_different_devices", "nvcc_unsupported_arch",
+              "nccl_duplicate_gpu", "cuda_illegal_memory_access", "extension_no_kernel_image",
+              "inductor_no_cxx_compiler", "python_headers_missing", "triton_no_c_compiler")
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +82,7 @@ def test_every_signature_has_two_real_world_variants() -> None:
     assert set(ids) >= REQUIRED
     thin = {i: counts[i] for i in ids if counts[i] < 2}
     assert thin == {}
+    assert {i: counts[i] for i in GPU_ERRORS if counts[i] < 3} == {}
 
 
 def test_catalogue_integrity(matrix: Matrix) -> None:
@@ -188,7 +206,10 @@ def test_cli_json_shape() -> None:
     r = run_cli("explain", "--json", "--file", str(FIXTURES / "nccl_shm_segment__1.txt"))
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert list(doc) == ["matches"] and len(doc["matches"]) >= 2
+    assert list(doc) == ["matches", "input"] and len(doc["matches"]) >= 2
+    size = (FIXTURES / "nccl_shm_segment__1.txt").stat().st_size
+    assert doc["input"] == {"bytes": size, "cut": False, "kept_head_bytes": size,
+                            "kept_tail_bytes": 0}
     for m in doc["matches"]:
         assert list(m) == ["id", "title", "cause", "fix", "confidence"]
         assert isinstance(m["confidence"], float) and 0 < m["confidence"] <= 1
@@ -214,7 +235,7 @@ def test_cli_no_match_exits_1() -> None:
     assert r.returncode == 1 and r.stdout == ""
     assert r.stderr.startswith("no known failure signature matched; ")
     r = run_cli("explain", "--json", "everything is fine")
-    assert r.returncode == 1 and json.loads(r.stdout) == {"matches": []}
+    assert r.returncode == 1 and json.loads(r.stdout)["matches"] == []
 
 
 def test_cli_empty_input_is_a_usage_error(tmp_path: Path) -> None:
@@ -224,3 +245,309 @@ def test_cli_empty_input_is_a_usage_error(tmp_path: Path) -> None:
     assert r.returncode == 2
     r = run_cli("explain", "--file", str(tmp_path / "missing.log"))
     assert r.returncode == 2 and "cannot read" in r.stderr
+
+
+# ---------------------------------------------------------------- GPU errors (issue 8)
+
+
+@pytest.mark.parametrize(("log", "needles"), [
+    ("cuda_device_side_assert__1", ["num_embeddings", "CUDA_LAUNCH_BLOCKING=1", "on the CPU"]),
+    ("cuda_device_side_assert__2", ["labels.max()", "num_classes", "CUDA_LAUNCH_BLOCKING=1"]),
+    ("cuda_device_side_assert__5", ["BCEWithLogitsLoss"]),
+    ("tensors_on_different_devices__1", ["mat1 of wrapper_CUDA_addmm", "model.to(device)",
+                                         "x.to(device)"]),
+    ("tensors_on_different_devices__3", ["mat1 is on cpu while the other tensors of "
+                                         "wrapper_CUDA_addmm are on cuda:0"]),
+    ("tensors_on_different_devices__4", ["input is a torch.cuda.FloatTensor but its weight a "
+                                         "torch.FloatTensor", "model.to(device)"]),
+    ("nccl_duplicate_gpu__1", ["ranks 3 and 0", "torch.cuda.set_device(int(os.environ"
+                               "['LOCAL_RANK']))", "before `init_process_group`"]),
+    ("cuda_illegal_memory_access__1", ["CUDA_LAUNCH_BLOCKING=1", "compute-sanitizer"]),
+    ("extension_no_kernel_image__3", ["yolo_decode.cu", "TORCH_CUDA_ARCH_LIST"]),
+    ("extension_no_kernel_image__5", ["TORCH_CUDA_ARCH_LIST", "--force-reinstall"]),
+    ("inductor_no_cxx_compiler__2", ["g++", "CXX", "envbuild make"]),
+    ("triton_no_c_compiler__3", ["gcc", "CC", "python3-dev", "envbuild make"]),
+    ("python_headers_missing__1", ["python3-dev", "envbuild make"]),
+])
+def test_gpu_errors_get_their_concrete_fix(log: str, needles: list[str], matrix: Matrix) -> None:
+    first = explain((FIXTURES / f"{log}.txt").read_text(), matrix)[0]
+    for needle in needles:
+        assert needle in first.fix, (needle, first.fix)
+
+
+def test_nvcc_arch_facts_come_from_the_matrix(matrix: Matrix) -> None:
+    """Too new for the toolkit: its first CUDA from gpus.toml (and the nvcc version from the
+    log); dropped by the toolkit: the last CUDA that still had it."""
+    ampere = matrix.arch("8.6")
+    kepler = matrix.arch("3.5")
+    assert ampere is not None and kepler is not None and kepler.last_cuda
+    fix = _fix((FIXTURES / "nvcc_unsupported_arch__2.txt").read_text(), matrix,
+               "nvcc_unsupported_arch")
+    assert fix.startswith(f"nvcc 10.2 cannot compile for {ampere.name} (compute capability 8.6)")
+    assert f"CUDA >= {ampere.min_cuda}" in fix
+    fix = _fix((FIXTURES / "nvcc_unsupported_arch__3.txt").read_text(), matrix,
+               "nvcc_unsupported_arch")
+    assert f"dropped from nvcc after CUDA {kepler.last_cuda}" in fix
+    fix = _fix("nvcc fatal   : Unsupported gpu architecture 'compute_120a'", matrix,
+               "nvcc_unsupported_arch")
+    blackwell = matrix.arch("12.0")
+    assert blackwell is not None and f"CUDA >= {blackwell.min_cuda}" in fix
+
+
+@settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(arch=st.one_of(st.from_regex(r"(?:compute|sm|lto)_[0-9]{1,4}[a-z]?", fullmatch=True),
+                      st.text(alphabet=st.characters(blacklist_characters="'\n\r"),
+                              max_size=30)))
+def test_nvcc_any_arch_name_gets_a_complete_fix(arch: str, matrix: Matrix) -> None:
+    text = f"nvcc fatal   : Unsupported gpu architecture '{arch}'"
+    fix = _fix(text, matrix, "nvcc_unsupported_arch")
+    assert fix and "{" not in fix.replace(arch, "")
+
+
+@pytest.mark.parametrize("text", [
+    # torch itself says it lacks the arch: the wheel, not an extension
+    (FIXTURES / "no_kernel_image__2.txt").read_text(),
+    # a plain torch call from the user's script: nothing points at an extension
+    'Traceback (most recent call last):\n  File "demo.py", line 12, in <module>\n'
+    '    y = torch.ones(3, device="cuda") * 2\n'
+    "RuntimeError: CUDA error: no kernel image is available for execution on the device\n",
+    "THCudaCheck FAIL file=/pytorch/aten/src/THC/THCGeneral.cpp line=383 error=209 : "
+    "no kernel image is available for execution on the device\n",
+    # an extension in the log, but torch's own warning says torch lacks sm_61
+    (FIXTURES / "no_kernel_image__2.txt").read_text()
+    + (FIXTURES / "extension_no_kernel_image__3.txt").read_text(),
+])
+def test_torch_lacking_the_arch_is_not_blamed_on_an_extension(text: str, matrix: Matrix) -> None:
+    ids = [m.id for m in explain(text, matrix)]
+    assert ids[0] == "no_kernel_image" and "extension_no_kernel_image" not in ids
+
+
+def test_an_extension_lacking_the_arch_is_named_first(matrix: Matrix) -> None:
+    for p in sorted(FIXTURES.glob("extension_no_kernel_image__*.txt")):
+        ids = [m.id for m in explain(p.read_text(), matrix)]
+        assert ids[:2] == ["extension_no_kernel_image", "no_kernel_image"], p.name
+
+
+def test_all_of_and_unless_entries() -> None:
+    doc = {"signature": [{"id": "x", "title": "t", "cause": "c", "fix": ["f {a}", "f"],
+                          "source": ["s"], "unless": ["never here"],
+                          "patterns": [["first part", "second (?P<a>\\w+)"]]}]}
+    cat = parse_catalogue(doc)
+    assert explain("first part only", load(SMALL), cat) == []
+    hit = explain("second half\nand the first part", load(SMALL), cat)
+    assert [h.fix for h in hit] == ["f half"] and hit[0].line == "and the first part"
+    assert explain("first part, second half, never here", load(SMALL), cat) == []
+    with pytest.raises(MatrixError, match="empty"):
+        parse_catalogue({"signature": [{**doc["signature"][0], "patterns": [[]]}]})
+
+
+# ---------------------------------------------------------------- big logs
+
+
+def training_log(size: int, end: str, start: str = "") -> bytes:
+    """A training log of about `size` bytes (progress bars, loss lines, warnings) ending in
+    `end`, as users paste them."""
+    rows = [
+        "Epoch 3:  41%|####      | 4100/10000 [12:34<18:07,  5.43it/s, loss=0.412, v_num=7]\r",
+        "[2026-11-22 21:58:01] INFO step 4100: loss=0.4117 lr=3.0e-04 grad_norm=1.093",
+        "/opt/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py:665: UserWarning: "
+        "This DataLoader will create 16 worker processes in total.",
+        "  warnings.warn(_create_warning_msg(",
+    ]
+    block = ("\n".join(rows) + "\n").encode()
+    body = start.encode() + block * (max(0, size - len(start) - len(end)) // len(block) + 1)
+    return body[:max(0, size - len(end.encode()))] + b"\n" + end.encode()
+
+
+class _Pipe(io.RawIOBase):
+    """A non-seekable stream, as stdin is when a log is piped in."""
+
+    def __init__(self, data: bytes, chunk: int) -> None:
+        self._data, self._pos, self._chunk = data, 0, chunk
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = min(len(b), self._chunk, len(self._data) - self._pos)
+        b[:n] = self._data[self._pos:self._pos + n]
+        self._pos += n
+        return n
+
+
+@settings(max_examples=150, deadline=None)
+@given(size=st.integers(0, 3000), limit=st.integers(1, 1200), head=st.integers(0, 1200),
+       chunk=st.integers(1, 700), seekable=st.booleans())
+def test_read_log_keeps_head_and_tail(size: int, limit: int, head: int, chunk: int,
+                                      seekable: bool) -> None:
+    data = "".join(f"{i:05d}\n" for i in range(size // 6 + 1)).encode()[:size]
+    stream: Any = io.BytesIO(data) if seekable else io.BufferedReader(_Pipe(data, chunk), 64)
+    got = read_log(stream, limit=limit, head=head)
+    assert got.total_bytes == size
+    if size <= limit:
+        assert not got.cut and got.text == data.decode()
+        return
+    assert got.cut and got.head_bytes + got.tail_bytes <= limit
+    assert data.startswith(got.text[:got.head_bytes].encode())
+    assert data.endswith(got.text[len(got.text) - got.tail_bytes:].encode())
+    if got.tail_bytes:
+        assert got.text.endswith(data.decode()[-got.tail_bytes:])
+    assert f"[... envbuild explain: {size - got.head_bytes - got.tail_bytes} bytes" in got.text
+    assert json.loads(json.dumps(got.to_json()))["cut"] is True
+
+
+def test_read_log_never_splits_a_line_or_a_character() -> None:
+    data = ("é" * 50 + "\n").encode() * 400
+    for stream in (io.BytesIO(data), io.BufferedReader(_Pipe(data, 97), 64)):
+        got = read_log(stream, limit=4000, head=1000)
+        kept = got.text.split("\n[... envbuild explain:")
+        assert "\ufffd" not in got.text
+        assert all(line in ("é" * 50, "") for line in kept[0].split("\n"))
+
+
+BIG = MAX_LOG_BYTES + (1 << 20)
+
+
+@pytest.fixture(scope="module")
+def big_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """> 8 MiB: versions at the start, the error at the end."""
+    path = tmp_path_factory.mktemp("biglog") / "train.log"
+    path.write_bytes(training_log(
+        BIG, (FIXTURES / "nccl_duplicate_gpu__1.txt").read_text(),
+        start="| NVIDIA-SMI 470.182.03   Driver Version: 470.182.03   CUDA Version: 11.4 |\n"))
+    return path
+
+
+def test_cli_finds_the_error_at_the_end_of_a_big_log(big_log: Path) -> None:
+    data = big_log.read_bytes()
+    for args, stdin in ((["--file", str(big_log)], None), ([], data.decode())):
+        r = run_cli("explain", *args, input_text=stdin)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith("1. nccl_duplicate_gpu: ")
+        assert "ranks 3 and 0 both use the GPU at PCI bus f000" in r.stdout
+        assert r.stderr.startswith(f"note: the input is {len(data) / (1 << 20):.1f} MiB: read "
+                                   "its first 1.0 MiB and its last 7.0 MiB")
+        j = run_cli("explain", "--json", *args, input_text=stdin)
+        doc = json.loads(j.stdout)
+        assert doc["matches"][0]["id"] == "nccl_duplicate_gpu"
+        assert doc["input"]["cut"] is True and doc["input"]["bytes"] == len(data)
+        assert doc["input"]["kept_head_bytes"] + doc["input"]["kept_tail_bytes"] \
+            <= MAX_LOG_BYTES
+
+
+def test_the_head_of_a_big_log_still_feeds_versions(big_log: Path, small: Matrix) -> None:
+    with big_log.open("rb") as fh:
+        log = read_log(fh)
+    assert "Driver Version: 470.182.03" in log.text
+    fields = extract(log.text, load_catalogue())
+    assert fields["driver"] == "470.182.03"
+
+
+def test_big_texts_match_exactly_as_a_whole_text_search(matrix: Matrix,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The anchor scan only skips work: every fixture, buried in a log or all stacked
+    together, gives the same matches, lines and fixes as searching the whole text (the scan
+    threshold is lowered so the whole-text reference search stays quick)."""
+    from envbuild import logscan
+
+    monkeypatch.setattr(logscan, "SCAN_FROM", 4096)
+    cat = load_catalogue()
+    assert cat.scanner is not None and SCAN_FROM >= 4096
+    whole = replace(cat, scan=False)
+    texts = [training_log(12_000, p.read_text(), start=q.read_text()).decode()
+             for p, q in zip(LOGS, LOGS[1:] + LOGS[:1], strict=True)]
+    texts.append("\n".join(p.read_text() + training_log(700, "").decode() for p in LOGS))
+    multi_line = (">>> torch.cuda.is_available()\nFalse\n>>> torch.__version__\n'2.5.1+cpu'\n",
+                  "GPU0 Tesla K40c which is of cuda capability 3.5.\n    PyTorch no longer "
+                  "supports this GPU because it is too old.\n")
+    texts += [training_log(6000, m).decode() for m in multi_line]
+    for text in texts:
+        assert cat.scanner.haystack(text).lines is not None
+        assert explain(text, matrix, whole)
+        fast = [(m.id, m.fix, m.line, m.confidence) for m in explain(text, matrix, cat)]
+        slow = [(m.id, m.fix, m.line, m.confidence) for m in explain(text, matrix, whole)]
+        assert fast == slow
+
+
+@pytest.mark.parametrize(("pattern", "expected"), [
+    ("CUDA out of memory", {"cuda out of memory"}),
+    (r"\bdriver(?: version)?[ :=]+(?P<d>\d+)", {"driver"}),
+    (r"cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE", {"cudaerrornodevice", "cuda_error_no_device"}),
+    (r"(?:ab|cd)x", None),  # no literal of 3 characters every match has
+    (r"a+b*c?", None),
+    (r"Assertion .(?P<x>t >= 0 && t < n_classes). failed", {"t >= 0 && t < n_classes"}),
+])
+def test_anchor_is_a_literal_every_match_contains(pattern: str,
+                                                  expected: set[str] | None) -> None:
+    rx = re.compile(pattern, re.IGNORECASE | re.MULTILINE)
+    got = anchor(rx)
+    assert got == (frozenset(expected) if expected else None)
+
+
+def test_every_catalogue_regex_has_an_anchor() -> None:
+    doc = tomllib.loads(default_path().read_text())
+    doc["signature"][0] = {**doc["signature"][0], "patterns": [r"\d+\.\d+"]}
+    problems = check_catalogue(parse_catalogue(doc), set())
+    assert any("needs a literal" in p for p in problems)
+
+
+def test_invalid_usage_without_the_reason_points_to_the_duplicate_gpu(matrix: Matrix) -> None:
+    first = explain((FIXTURES / "nccl_invalid_usage__2.txt").read_text(), matrix)[0]
+    assert first.id == "nccl_invalid_usage" and "NCCL_DEBUG=WARN" in first.fix
+    assert "torch.cuda.set_device(int(os.environ['LOCAL_RANK']))" in first.fix
+    ids = [m.id for m in explain((FIXTURES / "nccl_duplicate_gpu__1.txt").read_text(), matrix)]
+    assert ids == ["nccl_duplicate_gpu"]
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(noise=st.lists(st.text(alphabet=st.sampled_from(
+    [*"aZ09 _-:.()[]{}*+?\\|^$'\"\t\r\x00", "ß", "İ", "ﬁ", "ſ", "K", "é", "\n", "…"]),
+    max_size=60), min_size=1, max_size=40),
+       picks=st.lists(st.sampled_from(LOGS), min_size=1, max_size=4))
+def test_hostile_big_logs_match_as_a_whole_text_search(noise: list[str], picks: list[Path],
+                                                       matrix: Matrix,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unicode that folds to several characters, control characters and regex syntax in
+    the noise: the scan never crashes, never loses a match and never invents one."""
+    from envbuild import logscan
+
+    monkeypatch.setattr(logscan, "SCAN_FROM", 1024)
+    cat = load_catalogue()
+    whole = replace(cat, scan=False)
+    parts = [p.read_text() for p in picks]
+    text = "\n".join(n + "\n" + parts[i % len(parts)] for i, n in enumerate(noise)) * 3
+    text = text if len(text) >= 1024 else text + "x\n" * 600
+    fast = [(m.id, m.fix, m.line) for m in explain(text, matrix, cat)]
+    slow = [(m.id, m.fix, m.line) for m in explain(text, matrix, whole)]
+    assert fast == slow
+
+
+def test_a_character_that_folds_to_two_keeps_the_scan(matrix: Matrix) -> None:
+    cat = load_catalogue()
+    assert cat.scanner is not None
+    text = training_log(SCAN_FROM + 1000, "Straße: CUDA out of memory. Tried to allocate 2 GiB",
+                        start="İstanbul\n").decode()
+    hay = cat.scanner.haystack(text)
+    assert hay.lines is not None
+    assert explain(text, matrix)[0].id == "cuda_out_of_memory"
+
+
+def test_extension_fix_names_the_gpus_arch_when_the_log_has_it(matrix: Matrix) -> None:
+    text = ("GPU 0: NVIDIA GeForce RTX 4090, compute capability: 8.9\n"
+            + (FIXTURES / "extension_no_kernel_image__3.txt").read_text())
+    fix = _fix(text, matrix, "extension_no_kernel_image")
+    assert fix.startswith("the kernel in yolo_decode.cu has no code for compute capability 8.9")
+    assert 'TORCH_CUDA_ARCH_LIST="8.9" pip install' in fix
+
+
+@pytest.mark.parametrize(("compiled", "runtime", "want"), [
+    ("8902", "8700", "built with cuDNN 8.9.2 but loaded cuDNN 8.7.0"),
+    ("90100", "8902", "built with cuDNN 9.1.0 but loaded cuDNN 8.9.2"),
+    ("91900", "90100", "built with cuDNN 9.19.0 but loaded cuDNN 9.1.0"),
+])
+def test_cudnn_version_codes_decode(compiled: str, runtime: str, want: str,
+                                    small: Matrix) -> None:
+    text = (f"RuntimeError: cuDNN version incompatibility: PyTorch was compiled against "
+            f"{compiled} but linked against {runtime}")
+    assert want in _fix(text, small, "cudnn_version_mismatch")

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from envbuild.errors import EXIT_FAILED, EXIT_USAGE, ConflictError, EnvbuildError, UsageError
 from envbuild.matrix import Matrix
-from envbuild.request import Request
+from envbuild.request import Request, known_drivers
 from envbuild.resolve import arch_covers, resolve
 from envbuild.versions import major_of, minor_of, version_key
 from tests.conftest import run_cli
@@ -76,7 +76,8 @@ ERRORS: list[tuple[dict[str, Any], type[EnvbuildError], str, list[str]]] = [
      "torch 2.8 has no CUDA 11.x wheel <= 11.8; torch 2.8 offers cu126, cu128, cu129",
      ["--torch 2.7"]),
     ({"cuda": "12.2", "driver": "470.82.01"}, ConflictError, "driver 470.82.01 is older", []),
-    ({"cuda": "12.2", "gpus": ("RTX 5090",)}, ConflictError, "no kernels for RTX 5090", []),
+    ({"cuda": "12.2", "gpus": ("RTX 5090",)}, ConflictError,
+     "RTX 5090 (sm_120) needs a CUDA >= 12.8 wheel", []),
     ({"torch": "2.5", "python": "3.14", "target": "cpu"}, ConflictError, "Python 3.14", []),
     ({"torch": ">=9"}, ConflictError, "no torch release", []),
     ({"cuda": "12.7"}, UsageError, "CUDA 12.7 is not a CUDA release", ["12.6", "12.8"]),
@@ -129,13 +130,17 @@ def test_arch_coverage(sass: list[str], ptx: list[str], cc: str, expected: str |
 # --- properties --------------------------------------------------------------------------
 
 def _requests(m: Matrix) -> st.SearchStrategy[Request]:
-    cudas = st.sampled_from([None, *[r.version for r in m.cuda], "12.7", "99.1", "x"])
+    cudas = st.sampled_from([None, *[r.version for r in m.cuda], "12.7", "99.1", "x",
+                             "11", "12", "13", "14", "12.22", "１２.２"])
     torches = st.sampled_from([None, *[r.version for r in m.torch],
                                *[p.torch for p in m.patches], ">=2.3,<2.6", ">=9", "~=2.4.0"])
     pythons = st.sampled_from([None, "3.9", "3.10", "3.11", "3.12", "3.13", "3.14", "3.99"])
-    gpus = st.lists(st.sampled_from([g.name for g in m.gpus] + ["sm_61", "sm_120", "gfx942"]),
+    gpus = st.lists(st.sampled_from([g.name for g in m.gpus] + ["sm_37", "sm_61", "sm_120",
+                                                                  "gfx942"]),
                     max_size=2).map(tuple)
-    drivers = st.sampled_from([None, "450.80.02", "525.60.13", "535.104.05", "580.65.06", "999"])
+    drivers = st.sampled_from([None, "450.80.02", "470.82.01", "525.60.13", "535.104.05",
+                               "560.35.03", "570.124.06", "580.65.06", "590.44.01", "999",
+                               "470", "535", "390.157", "390", "５３５.１０４.０５"])
     targets = st.sampled_from([None, "cuda", "rocm", "cpu", "mps"])
     oses = st.sampled_from([None, *[o.id for o in m.oses]])
     rocms = st.sampled_from([None, *[r.version for r in m.rocm]])
@@ -177,7 +182,9 @@ def test_every_spec_satisfies_the_matrix(matrix: Matrix, data: st.DataObject) ->
     if spec.target == "cuda":
         assert spec.torch_cuda == variant.version and spec.cuda_image and spec.min_driver
         image_minor = minor_of(spec.cuda_image)
-        if req.cuda:
+        if req.cuda and "." not in req.cuda:  # --cuda 12: any 12.x
+            assert major_of(image_minor) == major_of(variant.version) == int(req.cuda)
+        elif req.cuda:
             assert image_minor == minor_of(req.cuda)
             assert major_of(variant.version) == major_of(req.cuda)
             assert version_key(variant.version) <= version_key(image_minor)
@@ -187,14 +194,33 @@ def test_every_spec_satisfies_the_matrix(matrix: Matrix, data: st.DataObject) ->
         assert cuda_rel is not None and floor is not None
         assert version_key(spec.min_driver) >= version_key(cuda_rel.ga_driver_linux)
         assert version_key(spec.min_driver) >= version_key(floor.min_driver_linux)
-        if req.driver:
-            assert version_key(req.driver) >= version_key(spec.min_driver)
+        if req.driver:  # a bare branch reads as the oldest driver of it the matrix knows
+            same = [d for d in known_drivers(matrix) if major_of(d) == major_of(req.driver)]
+            driver = req.driver if "." in req.driver or not same else same[0]
+            assert version_key(driver) >= version_key(spec.min_driver)
         for g in spec.gpus:
             assert arch_covers(variant.sass, variant.ptx, g["cc"]) is not None
+        _assert_driver_window(matrix, spec, variant)
     if spec.target == "rocm":
         assert spec.rocm == variant.version
         for g in spec.gpus:
             assert g["gfx"] in variant.gfx
+
+
+def _assert_driver_window(matrix: Matrix, spec: Any, variant: Any) -> None:
+    """The resolved driver range is non-empty and inside every requested GPU's window."""
+    from envbuild.gpu_window import branch_of, window
+
+    assert spec.min_driver
+    if spec.max_driver is not None:
+        assert branch_of(spec.min_driver) <= int(spec.max_driver)
+    for g in spec.gpus:
+        w = window(matrix, g["cc"], g["name"])
+        assert w is not None
+        assert version_key(variant.version) >= version_key(w.min_cuda)
+        assert not w.too_old(spec.min_driver)
+        if w.last_branch is not None:
+            assert spec.max_driver is not None and int(spec.max_driver) <= w.last_branch
 
 
 def test_cli_json_error_shape() -> None:
@@ -224,3 +250,114 @@ def test_cli_resolve_json(matrix: Matrix) -> None:
                 "trace"):
         assert key in spec
     assert spec["archs"][:2] == ["sm_50", "sm_60"]
+
+
+# --- issue 9: inputs accepted today that break later; messages that point the wrong way -------
+
+UNICODE_DIGITS = [("driver", "５３５.１０４.０５"), ("driver", "٥٣٥.١٠٤.٠٥"),
+                  ("driver", "५३५.१०४.०५"), ("driver", "535.１04.05"),
+                  ("driver", "５３５"), ("driver", "𝟓𝟑𝟓.104.05"),
+                  ("cuda", "１２.２"), ("cuda", "1２"), ("cuda", "١٢.٢"), ("python", "3.１１"),
+                  ("python", "٣.١١"), ("rocm", "６.２"), ("gpus", ("sm_８６",)),
+                  ("torch", "２.５")]
+
+
+@pytest.mark.parametrize(("key", "value"), UNICODE_DIGITS, ids=[repr(v) for _, v in UNICODE_DIGITS])
+def test_non_ascii_digits_are_refused(matrix: Matrix, key: str, value: Any) -> None:
+    with pytest.raises(UsageError) as info:
+        resolve(Request(**{key: value}), matrix)
+    assert info.value.exit_code == EXIT_USAGE
+
+
+@pytest.mark.parametrize("driver", ["５３５.１０４.０５", "٥٣٥.١٠٤.٠٥", "５３５"])
+def test_cli_full_width_driver_exit_2(driver: str) -> None:
+    r = run_cli("resolve", "--driver", driver)
+    assert r.returncode == 2, r.stdout
+    assert r.stderr.startswith("error: ") and "hint: " in r.stderr and "ASCII" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+# (request, the message must contain each of these); none may blame "CUDA 13.2" (a data gap).
+WRONG_WAY: list[tuple[dict[str, Any], list[str]]] = [
+    ({"driver": "390.157"}, ["driver 390.157 is older than any CUDA image", ">= 470.42.01"]),
+    ({"driver": "390"}, ["driver 390 is older than any CUDA image", "CUDA 11.4"]),
+    ({"driver": "418.87.01"}, ["older than any CUDA image"]),
+    ({"driver": "465.19.01", "gpus": ("T4",)}, ["older than any CUDA image"]),
+    ({"driver": "390.157", "torch": "2.4"}, ["older than any CUDA image"]),
+    ({"python": "3.7"}, ["no torch release envbuild knows supports Python 3.7"]),
+    ({"python": "3.6", "target": "cpu"}, ["supports Python 3.6"]),
+    ({"python": "3.7", "target": "rocm"}, ["supports Python 3.7"]),
+    ({"python": "3.7", "target": "mps"}, ["supports Python 3.7"]),
+    ({"python": "3.99"}, ["supports Python 3.99"]),
+    ({"python": "3.8", "os": "ubuntu24.04"}, ["Python 3.8 needs torch <= 2.4",
+                                              "not published for ubuntu24.04"]),
+    ({"python": "3.8", "os": "ubuntu24.04", "flavor": "devel"}, ["Python 3.8 needs torch <= 2.4"]),
+    ({"cuda": "13", "python": "3.9"}, ["no CUDA 13.x fits",
+                                       "supports Python 3.9 (torch <= 2.8) has a CUDA 13.x"]),
+    ({"cuda": "13.0", "python": "3.8"}, ["Python 3.8"]),
+]
+
+
+@pytest.mark.parametrize(("req", "says"), WRONG_WAY, ids=[json.dumps(w[0]) for w in WRONG_WAY])
+def test_conflicts_name_what_excludes_the_request(matrix: Matrix, req: dict[str, Any],
+                                                  says: list[str]) -> None:
+    with pytest.raises(ConflictError) as info:
+        resolve(Request(**req), matrix)
+    for text in says:
+        assert text in info.value.message, info.value.message
+    assert "CUDA 13.2" not in info.value.message
+
+
+@pytest.mark.parametrize(("branch", "reads_as"), [
+    ("470", "470.42.01"), ("535", "535.54.03"), ("580", "580.65.06"), ("525", "525.60.13"),
+])
+def test_bare_driver_branch_is_its_oldest_known_driver(matrix: Matrix, branch: str,
+                                                       reads_as: str) -> None:
+    spec = resolve(Request(driver=branch), matrix)
+    assert f"read as {reads_as}, the oldest {branch}.x driver" in "\n".join(spec.trace)
+    assert version_key(spec.min_driver or "") <= version_key(reads_as)
+    full = resolve(Request(driver=reads_as), matrix)
+    assert (spec.torch, spec.variant, spec.cuda_image) == (full.torch, full.variant,
+                                                           full.cuda_image)
+
+
+def test_unknown_driver_branch_says_so(matrix: Matrix) -> None:
+    spec = resolve(Request(driver="999"), matrix)
+    assert "knows no 999.x release" in "\n".join(spec.trace)
+
+
+@pytest.mark.parametrize(("req", "major"), [
+    ({"cuda": "12"}, 12), ({"cuda": "11"}, 11), ({"cuda": "13"}, 13),
+    ({"cuda": "12", "torch": "2.4"}, 12), ({"cuda": "12", "driver": "535.104.05"}, 12),
+    ({"cuda": "11", "python": "3.8"}, 11), ({"cuda": "12", "os": "rockylinux9"}, 12),
+])
+def test_cuda_major_means_the_newest_minor_that_fits(matrix: Matrix, req: dict[str, Any],
+                                                     major: int) -> None:
+    spec = resolve(Request(**req), matrix)
+    assert spec.cuda_image and major_of(spec.cuda_image) == major
+    image = minor_of(spec.cuda_image)
+    assert f"--cuda {major} means any CUDA {major}.x, and {image} is the newest" in \
+        "\n".join(spec.trace)
+    newer = [r.version for r in matrix.cuda if major_of(r.version) == major and r.image
+             and version_key(r.version) > version_key(image)]
+    for minor in newer:  # every newer minor of that major really does not fit
+        with pytest.raises(ConflictError):
+            resolve(Request(**{**req, "cuda": minor}), matrix)
+    if "driver" in req:
+        assert image == "12.2"
+
+
+@pytest.mark.parametrize(("cuda", "suggest"), [
+    ("12.22", "12.2"), ("11.88", "11.8"), ("12.44", "12.4"), ("12.21", "12.2"), ("13.00", "13.0"),
+    ("12.66", "12.6"),
+])
+def test_cuda_typo_suggests_the_close_release(matrix: Matrix, cuda: str, suggest: str) -> None:
+    with pytest.raises(UsageError) as info:
+        resolve(Request(cuda=cuda), matrix)
+    assert info.value.alternatives[0] == suggest
+    assert f"did you mean {suggest}" in info.value.hint
+
+
+def test_cuda_unknown_major(matrix: Matrix) -> None:
+    with pytest.raises(UsageError, match="not a CUDA major"):
+        resolve(Request(cuda="14"), matrix)

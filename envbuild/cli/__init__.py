@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from click import exceptions as click_exc
@@ -56,9 +57,28 @@ def run(argv: list[str]) -> int:
     except click_exc.ClickException as err:
         return _fail(EnvbuildError(err.format_message(), "", [], err.exit_code), as_json)
     except BrokenPipeError:
+        _stdout_gone()
         return 0
+    except SystemExit as exc:  # typer turns EPIPE into sys.exit(1)
+        if isinstance(exc.__context__, BrokenPipeError):
+            _stdout_gone()
+            return 0
+        raise
     return 0
 
 
+def _stdout_gone() -> None:
+    """The reader left (`envbuild matrix show torch | head`): that is not an error. Point stdout
+    at /dev/null so the interpreter's final flush cannot fail ("Exception ignored ...")."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def main() -> None:
-    sys.exit(run(sys.argv[1:]))
+    rc = run(sys.argv[1:])
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _stdout_gone()
+    sys.exit(rc)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -12,10 +12,27 @@ app = typer.Typer(
     name="envbuild",
     help="Resolve, render, build and validate GPU/ML environments (CUDA, ROCm, CPU, Apple MPS).",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion [bash|zsh|fish|powershell]
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from envbuild import __version__
+
+        sys.stdout.write(f"envbuild {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option(
+        "--version", "-V", help="Print the envbuild version and exit.", is_eager=True,
+        callback=_print_version)] = False,
+) -> None:
+    """Resolve, render, build and validate GPU/ML environments (CUDA, ROCm, CPU, Apple MPS)."""
 
 
 def emit_json(obj: Any) -> None:

@@ -13,13 +13,15 @@ from envbuild.request import COMPONENTS, Request
 Target = Annotated[str | None, typer.Option(
     "--target", help="cuda | rocm | cpu | mps (inferred: --cuda implies cuda, --rocm rocm).")]
 Cuda = Annotated[str | None, typer.Option(
-    "--cuda", help="CUDA toolkit of the environment, X.Y or X.Y.Z (e.g. 12.2).")]
+    "--cuda", help="CUDA toolkit of the environment, X.Y or X.Y.Z (e.g. 12.2); X alone: the "
+    "newest X.y that fits.")]
 Rocm = Annotated[str | None, typer.Option("--rocm", help="ROCm release, X.Y (e.g. 6.2).")]
 Torch = Annotated[str | None, typer.Option(
     "--torch", help="torch version or specifier: 2.4, 2.4.1, '>=2.3,<2.6'.")]
 Python = Annotated[str | None, typer.Option("--python", help="CPython version, 3.X.")]
 Driver = Annotated[str | None, typer.Option(
-    "--driver", help="Oldest NVIDIA driver the image must run on (e.g. 535.104.05).")]
+    "--driver", help="Oldest NVIDIA driver the image must run on (e.g. 535.104.05); a branch "
+    "alone (535) means its oldest release envbuild knows.")]
 Gpu = Annotated[list[str] | None, typer.Option(
     "--gpu", help="GPU the image must run on: a name (H100, 'RTX 4090'), sm_XY or gfxNNN. "
     "Repeat for a fleet.")]
@@ -35,8 +37,10 @@ def make_request(target: str | None, cuda: str | None, rocm: str | None, torch: 
                  python: str | None, driver: str | None, gpu: list[str] | None,
                  os: str | None, flavor: str | None, without: list[str] | None) -> Request:
     left_out = set(without or ())
-    return Request(target=target, cuda=cuda, rocm=rocm, torch=torch, python=python,
-                   driver=driver, gpus=tuple(gpu or ()), os=os, flavor=flavor,
+    # Target names are case-insensitive (--target CPU); the resolver checks the value.
+    return Request(target=target.strip().lower() if target else target, cuda=cuda, rocm=rocm,
+                   torch=torch, python=python, driver=driver, gpus=tuple(gpu or ()), os=os,
+                   flavor=flavor,
                    components=tuple(c for c in COMPONENTS if c not in left_out)
                    + tuple(sorted(left_out - set(COMPONENTS))))
 

@@ -8,6 +8,8 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -19,7 +21,9 @@ from envbuild.errors import EXIT_FAILED, UsageError
 
 if TYPE_CHECKING:
     from envbuild.build import BuildResult
+    from envbuild.matrix import Matrix
     from envbuild.pipeline import Secrets
+    from envbuild.request import Request
     from envbuild.validate import Validation
 
 Tag = Annotated[str | None, typer.Option(
@@ -33,6 +37,15 @@ Push = Annotated[str | None, typer.Option(
 RequireGpu = Annotated[bool, typer.Option(
     "--require-gpu", help="Fail (not skip) the device checks when no GPU is visible.")]
 Timeout = Annotated[float, typer.Option("--timeout", help="Validation time limit, seconds.")]
+PushUnvalidated = Annotated[bool, typer.Option(
+    "--push-unvalidated", help="With --push: push without validating (or despite a failed "
+    "validation). By default only an image that passed validation is pushed.")]
+Revalidate = Annotated[bool, typer.Option(
+    "--revalidate", help="Run validation even when a passing report for the same image, "
+    "validator and host is cached.")]
+Quiet = Annotated[bool, typer.Option(
+    "--quiet", "-q", help="No progress and no report: print only the image reference (errors "
+    "and failed checks still go to stderr).")]
 Netrc = Annotated[Path | None, typer.Option(
     "--netrc", help="netrc file with index credentials (a BuildKit secret).")]
 
@@ -84,14 +97,12 @@ def _context_parent(wheelhouse: Path | None) -> str | None:
 
 
 def _secrets(ca_cert: Path | None, netrc: Path | None) -> Secrets:
-    from envbuild.pipeline import Secrets
+    from envbuild.pipeline import Secrets, secret_file
 
     s = Secrets()
     for sid, path, flag in (("ca", ca_cert, "--ca-cert"), ("netrc", netrc, "--netrc")):
         if path is not None:
-            if not path.is_file():
-                raise UsageError(f"{flag} {path}: no such file")
-            s.files[sid] = path.resolve()
+            s.files[sid] = secret_file(path, flag)
     return s
 
 
@@ -111,30 +122,125 @@ def _build_json(r: BuildResult) -> dict[str, Any]:
             "builder": r.builder}
 
 
+@dataclass(frozen=True)
+class Checked:
+    """A validation outcome, run now or reused from the cache (created: when it ran)."""
+
+    validation: Validation
+    cached: bool
+    created: datetime
+
+    @property
+    def passed(self) -> bool:
+        return self.validation.exit_code == 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.validation.report, "cached": self.cached,
+                "validated_at": self.created.isoformat(timespec="seconds")}
+
+
+def _validate(ref: str, image_id: str, *, require_gpu: bool, timeout: float, revalidate: bool,
+              show: bool) -> Checked:
+    """Validate the image, or reuse a passing report for the same image, validator and host."""
+    import platform
+
+    from envbuild import engine
+    from envbuild import validation_cache as vc
+    from envbuild.validate import Validation, validate_image
+
+    validator = vc.validator_version()
+    host = vc.host_fingerprint(vc.gpu_files(), platform.release(), engine.runtime_facts())
+    options = {"require_gpu": str(require_gpu)}
+    key = vc.cache_key(image_id, validator, host, options)
+    parts = {"image": image_id, "validator": validator, "host": host, "options": options}
+    if not revalidate:
+        hit = vc.load(key)
+        if hit is not None:
+            return Checked(Validation(report=hit.report, exit_code=0,
+                                      gpus_passed=hit.gpus_passed, note=hit.note),
+                           True, hit.created)
+    with _status(f"validating {ref} (up to {timeout:.0f} s)", not show):
+        v = validate_image(ref, require_gpu=require_gpu, timeout=timeout)
+    now = datetime.now(UTC)
+    vc.store(key, v.report, v.exit_code, v.note, v.gpus_passed, parts, now=now)
+    return Checked(v, False, now)
+
+
+def _counts(v: Validation) -> str:
+    s = v.report.get("summary", {})
+    return (f"{s.get('pass', 0)} passed, {s.get('fail', 0)} failed, {s.get('warn', 0)} warned, "
+            f"{s.get('skip', 0)} skipped")
+
+
+def _gate(push: str | None, checked: Checked | None, push_unvalidated: bool) -> str:
+    """Why the image is not pushed ('' = push it): only a validated image leaves this host."""
+    if not push or push_unvalidated:
+        return ""
+    if checked is None:
+        return "not validated"
+    return "" if checked.passed else "validation failed"
+
+
+def _say_failed_checks(v: Validation) -> None:
+    for c in v.report.get("checks", []):
+        if c.get("status") == "fail":
+            extra = c.get("reason") or c.get("remediation") or ""
+            warn(f"fail  {c.get('id', '?')}  {c.get('title', '')}"
+                 + (f"  ({extra})" if extra else ""))
+
+
 @app.command()
 def build(
     context: Annotated[Path, typer.Argument(help="A directory made by `envbuild render`.")],
     tag: Tag = None, rebuild: Rebuild = False, progress: Progress = "auto", push: Push = None,
-    ca_cert: o.CaCert = None, netrc: Netrc = None, json: o.Json = False,
+    push_unvalidated: PushUnvalidated = False, revalidate: Revalidate = False,
+    ca_cert: o.CaCert = None, netrc: Netrc = None, json: o.Json = False, quiet: Quiet = False,
 ) -> None:
-    """Build a rendered context with BuildKit; tag only on success."""
+    """Build a rendered context with BuildKit; tag only on success. With --push, the image is
+    validated first (or a cached pass reused) and pushed only if it passes."""
     from envbuild.build import build as do_build
 
     secrets = _secrets(ca_cert, netrc)
-    with _progress(progress, json) as sink:
+    with _progress(progress, json or quiet) as sink:
         result = do_build(context, tag=tag, rebuild=rebuild, secrets=secrets, on_line=sink)
-    pushed = _push(result.tag, push) if push else None
+    checked = None
+    if push and not push_unvalidated:
+        checked = _validate(result.tag, result.image_id, require_gpu=False, timeout=600,
+                            revalidate=revalidate, show=not (json or quiet))
+    held = _gate(push, checked, push_unvalidated)
+    pushed = _push(result.tag, push) if push and not held else None
     if json:
-        emit_json({**_build_json(result), "pushed": pushed})
-        return
-    if result.cached:
-        say(f"{result.tag}: an image with this spec and context exists; skipped "
-            "(--rebuild forces a build)")
+        emit_json({**_build_json(result), "pushed": pushed,
+                   "push_skipped": held or None,
+                   "validation": checked.to_json() if checked else None})
+    elif quiet:
+        say(pushed or result.tag)
     else:
-        say(f"built {result.tag} in {result.seconds:.1f} s ({result.builder}); log: "
-            f"{result.log_path}")
-    if pushed:
-        say(f"pushed {pushed}")
+        if result.cached:
+            say(f"{result.tag}: an image with this spec and context exists; skipped "
+                "(--rebuild forces a build)")
+        else:
+            say(f"built {result.tag} in {result.seconds:.1f} s ({result.builder}); log: "
+                f"{result.log_path}")
+        if checked is not None:
+            say(f"validation  {_validation_line(checked)}")
+        if pushed:
+            say(f"pushed {pushed}" + (" (unvalidated: --push-unvalidated)"
+                                      if push_unvalidated else " (validated)"))
+    if held:
+        if checked is not None:
+            _say_failed_checks(checked.validation)
+        warn(f"not pushed: {held} (only a validated image is pushed; --push-unvalidated "
+             "pushes anyway)")
+        raise typer.Exit(checked.validation.exit_code or EXIT_FAILED if checked else EXIT_FAILED)
+
+
+def _validation_line(c: Checked) -> str:
+    if c.cached:
+        local = c.created.astimezone().strftime("%Y-%m-%d %H:%M")
+        return (f"cached pass ({local}, same image and host); {_counts(c.validation)}; "
+                "--revalidate runs it again")
+    return ("pass" if c.passed else "FAIL") + f"; {_counts(c.validation)}"
 
 
 def _print_report(v: Validation) -> None:
@@ -155,6 +261,9 @@ def validate(
     host: Annotated[bool, typer.Option("--host", help="Validate this host's Python.")] = False,
     spec: Annotated[Path | None, typer.Option("--spec", help="With --host: spec.json.")] = None,
     require_gpu: RequireGpu = False, timeout: Timeout = 600, json: o.Json = False,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", "-q", help="Print only failed checks (stderr); the exit code says the rest.")
+    ] = False,
 ) -> None:
     """Run the validator in a container (or with --host here). 0 pass, 1 a check failed, 3 could
     not run."""
@@ -162,17 +271,33 @@ def validate(
 
     if host == (image is not None):
         raise UsageError("give an IMAGE or --host (one of them)")
-    with _status(f"validating {image or 'this host'} (up to {timeout:.0f} s)", json):
+    with _status(f"validating {image or 'this host'} (up to {timeout:.0f} s)", json or quiet):
         if image is not None:
             v = validate_image(image, require_gpu=require_gpu, timeout=timeout)
         else:
             v = validate_host(spec=spec, require_gpu=require_gpu, timeout=timeout)
     if json:
         emit_json(v.report)
+    elif quiet:
+        _say_failed_checks(v)
     else:
         _print_report(v)
     if v.exit_code:
         raise typer.Exit(v.exit_code)
+
+
+def _recommended(req: Request, m: Matrix, quiet: bool) -> tuple[Request, str]:
+    """What `envbuild doctor` recommends for this host, when make was not told the hardware."""
+    from envbuild.doctor import probes
+    from envbuild.doctor.model import Request as Ask
+    from envbuild.doctor.recommend import recommend
+    from envbuild.doctor.view import build_view
+    from envbuild.pipeline import apply_recommendation
+
+    with _status("no --target: asking the doctor what this host runs", quiet):
+        facts = probes.collect()
+    rec = recommend(build_view(facts, m), m, Ask())
+    return apply_recommendation(req, rec), rec.reason
 
 
 @app.command()
@@ -186,74 +311,105 @@ def make(
     ca_cert: o.CaCert = None, wheelhouse: o.Wheelhouse = None, base_image: o.BaseImage = None,
     python_source: o.PythonSource = None,
     tag: Tag = None, rebuild: Rebuild = False, progress: Progress = "auto", push: Push = None,
+    push_unvalidated: PushUnvalidated = False,
     no_validate: Annotated[bool, typer.Option("--no-validate", help="Skip validation.")] = False,
+    revalidate: Revalidate = False,
     require_gpu: RequireGpu = False, timeout: Timeout = 600, json: o.Json = False,
-    mps_out: Annotated[Path | None, typer.Option(
-        "--out", help="--target mps only: where to write the native macOS environment.")] = None,
+    quiet: Quiet = False,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="Keep the rendered build context in DIR (a new or empty directory); with "
+        "--target mps, where the native macOS environment goes.")] = None,
 ) -> None:
     """Resolve, render, build and validate in one go, with one summary at the end.
 
+    Without --target/--cuda/--rocm/--driver/--gpu it builds what `envbuild doctor` recommends for
+    this host. A passing validation of the same image on the same host is reused
+    (--revalidate runs it again). --push pushes only an image that passed validation.
     --target mps writes the native macOS environment instead of an image."""
     from envbuild import engine
     from envbuild.build import build as do_build
     from envbuild.matrix import load
-    from envbuild.pipeline import prepare
+    from envbuild.pipeline import prepare, wants_recommendation
     from envbuild.render import write_tree
-    from envbuild.validate import validate_image
 
+    if push and no_validate and not push_unvalidated:
+        raise UsageError("--push with --no-validate would push an image nobody validated",
+                         "drop --no-validate (the image is pushed only if it passes), or add "
+                         "--push-unvalidated")
+    show = not (json or quiet)
     times: dict[str, float] = {}
     t0 = time.monotonic()
     req = o.make_request(target, cuda, rocm, torch, python, driver, gpu, os, flavor, without)
     ci = o.context_inputs(pip, apt, conda, allow_url, user, pip_index_url, pip_extra_index_url,
                           torch_index_url, ca_cert, wheelhouse, base_image, python_source)
-    prepared = prepare(req, ci, load())
+    m = load()
+    chosen = ""
+    if wants_recommendation(req):
+        req, chosen = _recommended(req, m, not show)
+    prepared = prepare(req, ci, m)
     spec = prepared.spec
     times["resolve+render"] = time.monotonic() - t0
+    why = (f"{spec.target}: {chosen} (what `envbuild doctor` recommends here; "
+           "--target chooses)") if chosen else ""
     if spec.target == "mps":  # macOS GPUs are not reachable from containers: a native env
-        out = mps_out or Path(f"envbuild-mps-{spec.hash}")
-        write_tree(prepared.files, out)
+        mps_dir = out or Path(f"envbuild-mps-{spec.hash}")
+        write_tree(prepared.files, mps_dir)
         if json:
-            emit_json({"spec": spec.to_json(), "out": str(out),
-                       "next": f"{out}/setup-macos.sh"})
+            emit_json({"spec": spec.to_json(), "out": str(mps_dir),
+                       "next": f"{mps_dir}/setup-macos.sh", "target_reason": chosen or None})
+        elif quiet:
+            say(str(mps_dir))
         else:
+            if why:
+                say(f"target    {why}")
             say(f"spec      torch {spec.torch} (MPS), Python {spec.python}, macOS >= "
                 f"{spec.min_macos}, hash {spec.hash}")
-            say(f"rendered  {out} (no image: macOS GPUs cannot be reached from a container)")
-            say(f"next      {out}/setup-macos.sh   (on the Mac: checks arm64, Rosetta and the "
-                "macOS floor, creates the venv, runs the validator)")
+            say(f"rendered  {mps_dir} (no image: macOS GPUs cannot be reached from a container)")
+            say(f"next      {mps_dir}/setup-macos.sh   (on the Mac: checks arm64, Rosetta and "
+                "the macOS floor, creates the venv, runs the validator)")
         return
+    links = {"wheelhouse": prepared.wheelhouse} if prepared.wheelhouse else {}
     with tempfile.TemporaryDirectory(prefix="envbuild-ctx-",
                                      dir=_context_parent(prepared.wheelhouse)) as tmp:
-        ctx = Path(tmp) / "context"
-        links = {"wheelhouse": prepared.wheelhouse} if prepared.wheelhouse else {}
+        ctx = out if out is not None else Path(tmp) / "context"
         write_tree(prepared.files, ctx, links=links)
         t1 = time.monotonic()
-        with _progress(progress, json) as sink:
+        with _progress(progress, not show) as sink:
             result = do_build(ctx, tag=tag, rebuild=rebuild, secrets=prepared.secrets,
                               on_line=sink)
         times["build"] = time.monotonic() - t1
+    checked = None
+    if not no_validate:
+        t3 = time.monotonic()
+        checked = _validate(result.tag, result.image_id, require_gpu=require_gpu,
+                            timeout=timeout, revalidate=revalidate, show=show)
+        times["validate"] = time.monotonic() - t3
+    held = _gate(push, checked, push_unvalidated)
     pushed = None
-    if push:
+    if push and not held:
         t2 = time.monotonic()
         pushed = _push(result.tag, push)
         times["push"] = time.monotonic() - t2
-    validation = None
-    if not no_validate:
-        t3 = time.monotonic()
-        with _status(f"validating {result.tag}", json):
-            validation = validate_image(result.tag, require_gpu=require_gpu, timeout=timeout)
-        times["validate"] = time.monotonic() - t3
     size = engine.image_size(result.tag)
     times["total"] = time.monotonic() - t0
     summary = {
-        "spec": spec.to_json(), "image": {**_build_json(result), "size_bytes": size},
-        "pushed": pushed, "seconds": {k: round(v, 2) for k, v in times.items()},
-        "validation": validation.report if validation else None,
+        "spec": spec.to_json(), "target_reason": chosen or None,
+        "image": {**_build_json(result), "size_bytes": size},
+        "context": str(out) if out is not None else None,
+        "pushed": pushed, "push_skipped": held or None,
+        "seconds": {k: round(v, 2) for k, v in times.items()},
+        "validation": checked.to_json() if checked else None,
     }
-    failed = bool(validation and validation.exit_code)
+    failed = bool(checked and not checked.passed)
     if json:
         emit_json(summary)
+    elif quiet:
+        if failed and checked is not None:
+            _say_failed_checks(checked.validation)
+        say(pushed or result.tag)
     else:
+        if why:
+            say(f"target    {why}")
         say(f"spec      torch {spec.torch} ({spec.variant}), Python {spec.python}, {spec.os}, "
             f"hash {spec.hash}")
         say(f"image     {result.tag}  {size / 1e6:.0f} MB"
@@ -261,12 +417,20 @@ def make(
         if not result.cached:
             say(f"builder   {result.builder}")
             say(f"log       {result.log_path}")
-        if pushed:
-            say(f"pushed    {pushed}")
+        if out is not None:
+            say(f"context   {out} (kept)")
         say("time      " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
-        if validation:
-            _print_report(validation)
+        if checked is None:
+            say("validation  skipped (--no-validate)")
+        elif checked.cached:
+            say(f"validation  {_validation_line(checked)}")
         else:
-            say("validate  skipped (--no-validate)")
-    if failed:
-        raise typer.Exit(validation.exit_code if validation else EXIT_FAILED)
+            _print_report(checked.validation)
+        if pushed:
+            say(f"pushed    {pushed}" + ("  (unvalidated: --push-unvalidated)"
+                                         if push_unvalidated else "  (validation passed)"))
+    if held:
+        warn(f"not pushed: {held} (only a validated image is pushed; --push-unvalidated "
+             "pushes anyway)")
+    if failed and checked is not None:
+        raise typer.Exit(checked.validation.exit_code or EXIT_FAILED)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -12,7 +12,8 @@ from envbuild import matrix as matrix_mod
 from envbuild.cli._app import app, emit_json, say, warn
 from envbuild.errors import EXIT_FAILED, UsageError
 
-MAX_LOG_BYTES = 8 << 20
+if TYPE_CHECKING:
+    from envbuild.explain import LogText
 
 
 def _matrix(directory: Path | None) -> matrix_mod.Matrix:
@@ -48,23 +49,24 @@ def doctor(
         raise typer.Exit(EXIT_FAILED)
 
 
-def _read_input(text: str | None, file: Path | None) -> str:
+def _read_input(text: str | None, file: Path | None) -> LogText:
+    from envbuild.explain import LogText, read_log
+
     if text is not None and file is not None:
         raise UsageError("give the error text or --file, not both")
     if file is not None:
         try:
             with file.open("rb") as fh:
-                data = fh.read(MAX_LOG_BYTES)
+                return read_log(fh)
         except OSError as exc:
             raise UsageError(f"cannot read {file}: {exc.strerror}",
                              "give a readable log file") from exc
-        return data.decode("utf-8", errors="replace")
     if text is not None:
-        return text
+        return LogText(text, len(text.encode("utf-8", errors="replace")))
     if sys.stdin.isatty():
         raise UsageError("no error text given",
                          "pass it as an argument, with --file LOG, or on stdin")
-    return sys.stdin.read(MAX_LOG_BYTES)
+    return read_log(sys.stdin.buffer)
 
 
 @app.command(help="Name the cause and the fix of an error message or log (TEXT, --file, or stdin).")
@@ -79,13 +81,15 @@ def explain(
 ) -> None:
     from envbuild.explain import explain as match
 
-    body = _read_input(text, file)
-    if not body.strip():
+    log = _read_input(text, file)
+    if not log.text.strip():
         raise UsageError("the error text is empty",
                          "pass the message as an argument, with --file LOG, or on stdin")
-    matches = match(body, _matrix(matrix_dir))
+    matches = match(log.text, _matrix(matrix_dir))
+    if log.cut and not json_out:
+        warn("note: " + log.note())
     if json_out:
-        emit_json({"matches": [m.to_json() for m in matches]})
+        emit_json({"matches": [m.to_json() for m in matches], "input": log.to_json()})
     elif matches:
         for i, m in enumerate(matches, 1):
             say(f"{i}. {m.id}: {m.title} (confidence {m.confidence:.2f})")

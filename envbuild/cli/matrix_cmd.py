@@ -19,23 +19,38 @@ Dir = Annotated[Path | None, typer.Option(
 
 
 @matrix_app.command("check")
-def check_cmd(directory: Dir = None, json: Json = False) -> None:
-    """Validate schema and cross references; report ALL problems with file and row."""
-    from envbuild.matrix import check
+def check_cmd(
+    directory: Dir = None, json: Json = False,
+    show_unverified: Annotated[bool, typer.Option(
+        "--unverified", help="Also list every row not verified against a primary source.")] = False,
+) -> None:
+    """Validate schema, cross references and the semantic rules; report ALL problems with file and
+    row, and count the rows not verified against a primary source."""
+    from envbuild.matrix import check, parse
+    from envbuild.matrix_rules import unverified
     from envbuild.resources import matrix_dir
 
     d = directory or matrix_dir()
     if not d.is_dir():
         raise UsageError(f"{d} is not a directory", "give --dir the folder with the *.toml files")
     problems = check(d)
+    debt = unverified(parse(d)[0])
     if json:
-        emit_json({"directory": str(d), "ok": not problems,
-                   "problems": [{"file": p.file, "row": p.row, "message": p.message}
-                                for p in problems]})
+        out: dict[str, object] = {
+            "directory": str(d), "ok": not problems,
+            "problems": [{"file": p.file, "row": p.row, "message": p.message} for p in problems],
+            "unverified_count": len(debt)}
+        if show_unverified:
+            out["unverified"] = [{"file": f, "row": r, "source": list(s)} for f, r, s in debt]
+        emit_json(out)
     else:
         for p in problems:
             say(str(p))
+        if show_unverified:
+            for f, r, s in debt:
+                say(f"unverified  {f}: {r}  ({', '.join(s)})")
         say(f"{len(problems)} problem(s) in {d}" if problems else f"matrix ok: {d}")
+        say(f"{len(debt)} unverified row(s) (list them with --unverified)")
     if problems:
         raise typer.Exit(EXIT_FAILED)
 
@@ -73,3 +88,43 @@ def _cell(value: object) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     return "" if value is None else str(value)
+
+
+Source = Annotated[str, typer.Option(
+    "--source", help="pypi | pytorch-index | nvidia-tags | all.")]
+
+
+@matrix_app.command("refresh")
+def refresh_cmd(
+    source: Source = "all",
+    write: Annotated[bool, typer.Option(
+        "--write", help="Apply the applicable changes to the TOML files (comments and sources "
+        "kept; edited rows cite the refresh source).")] = False,
+    json: Json = False, directory: Dir = None,
+    pypi_url: Annotated[str, typer.Option("--pypi-url", help="PyPI root.")] = "https://pypi.org",
+    index_url: Annotated[str | None, typer.Option(
+        "--index-url", help="PyTorch wheel index root (default: torch.toml index_base).")] = None,
+    registry_url: Annotated[str, typer.Option(
+        "--registry-url", help="Registry (HTTP API v2) holding the CUDA images.")
+    ] = "https://registry-1.docker.io",
+    timeout: Annotated[float, typer.Option("--timeout", min=0.01, help="Seconds per request.")
+                       ] = 20.0,
+    retries: Annotated[int, typer.Option("--retries", min=1, max=10,
+                                         help="Tries per request (backoff 0.5 s, doubling).")] = 3,
+) -> None:
+    """Read facts from PyPI, the PyTorch wheel index and the nvidia/cuda tag list and print how they
+    differ from the matrix; exit 1 while differences remain (0 = the matrix agrees)."""
+    from envbuild.refresh import run_refresh
+
+    if source not in ("pypi", "pytorch-index", "nvidia-tags", "all"):
+        raise UsageError(f"unknown source {source!r}",
+                         "choose one of: pypi, pytorch-index, nvidia-tags, all")
+    result = run_refresh(source, directory, write=write, pypi_url=pypi_url, index_url=index_url,
+                         registry_url=registry_url, timeout=timeout, retries=retries)
+    if json:
+        emit_json(result.to_json())
+    else:
+        for line in result.lines():
+            say(line)
+    if result.remaining:
+        raise typer.Exit(EXIT_FAILED)

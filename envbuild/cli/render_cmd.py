@@ -14,7 +14,8 @@ from envbuild.errors import UsageError
 
 @app.command()
 def render(
-    out: Annotated[Path, typer.Option("--out", help="Directory to write (must be empty).")],
+    out: Annotated[Path, typer.Option(
+        "--out", help="Directory to write: new or empty (or a previous render, with --force).")],
     target: o.Target = None, cuda: o.Cuda = None, rocm: o.Rocm = None, torch: o.Torch = None,
     python: o.Python = None, driver: o.Driver = None, gpu: o.Gpu = None, os: o.Os = None,
     flavor: o.Flavor = None, without: o.Without = None,
@@ -28,7 +29,10 @@ def render(
     all_: Annotated[bool, typer.Option(
         "--all", help="One directory per valid torch x variant x Python x OS combination.")]
     = False,
-    force: Annotated[bool, typer.Option("--force", help="Replace a non-empty --out.")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace a previous render in --out: only the files its "
+        ".envbuild-manifest.json lists, unchanged since; other files are never touched.")]
+    = False,
     json: o.Json = False,
 ) -> None:
     """Render Dockerfile, environment.yml, pinned requirements, spec.json and the validator."""

@@ -30,7 +30,9 @@ def format_spec(d: dict[str, object]) -> str:
             ("variant", d["variant"]), ("torch CUDA", d["torch_cuda"]), ("ROCm", d["rocm"]),
             ("CUDA image", d["cuda_image"]), ("cuDNN", d["cudnn"]), ("NCCL", d["nccl"]),
             ("OS", d["os"]), ("base image", d["base_image"]), ("index", d["index_url"]),
-            ("min driver", d["min_driver"]), ("min macOS", d["min_macos"]),
+            ("min driver", d["min_driver"]),
+            ("max driver", f"R{d['max_driver']} or older" if d.get("max_driver") else None),
+            ("min macOS", d["min_macos"]),
             ("archs", " ".join(d["archs"]) if d["archs"] else None),  # type: ignore[arg-type]
             ("spec hash", d["spec_hash"])]
     lines = [f"{k:<12} {v}" for k, v in rows if v not in (None, "")]

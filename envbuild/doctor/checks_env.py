@@ -3,6 +3,7 @@ torch (pure functions of the View, the Matrix and the host Rules)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from envbuild.doctor import compat, model, parse
 from envbuild.doctor.model import HostFacts
 from envbuild.doctor.view import ERROR, INFO, OK, WARN, Out, View, minor, tail, torch_probe
+from envbuild.errors import MatrixError
 from envbuild.matrix import Matrix, Variant
 
 
@@ -22,12 +24,23 @@ class Rules:
     docker_default_shm_mb: int
     podman_cdi_min: str
     shm_advice: str
+    shm_min_mb: int = 1024  # a container /dev/shm below this is reported
+    cuda_device_nodes: tuple[str, ...] = ()  # regexes: the /dev nodes a CUDA process opens
+    nvidia_device_mode: str = ""  # the driver's default mode for them (NVreg_DeviceFileMode)
 
     @classmethod
     def from_table(cls, t: Mapping[str, Any]) -> Rules:
-        return cls(str(t["buildkit_classic_min"]), str(t["buildx_required_from"]),
-                   int(t["docker_default_shm_mb"]), str(t["podman_cdi_min"]),
-                   str(t["shm_advice"]))
+        try:
+            return cls(str(t["buildkit_classic_min"]), str(t["buildx_required_from"]),
+                       int(t["docker_default_shm_mb"]), str(t["podman_cdi_min"]),
+                       str(t["shm_advice"]), int(t["shm_min_mb"]),
+                       tuple(str(x) for x in t["cuda_device_nodes"]),
+                       str(t["nvidia_device_mode"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MatrixError(f"signatures.toml [doctor]: missing or bad key {exc}") from exc
+
+    def is_cuda_node(self, path: str) -> bool:
+        return any(re.fullmatch(rx, path) for rx in self.cuda_device_nodes)
 
 
 def check_docker(v: View, m: Matrix, rules: Rules, o: Out) -> None:
@@ -70,7 +83,7 @@ def check_docker(v: View, m: Matrix, rules: Rules, o: Out) -> None:
         check_buildkit(v, rules, o)
     if podman is not None:
         check_podman(v, rules, o)
-    if f.container and f.shm_bytes and f.shm_bytes < 1 << 30:
+    if f.container and f.shm_bytes and f.shm_bytes < rules.shm_min_mb << 20:
         o.add("host.shm_small", WARN,
               f"this {f.container} container has a {f.shm_bytes >> 20} MB /dev/shm",
               f"restart it with --shm-size={rules.shm_advice} or --ipc=host")

@@ -7,6 +7,7 @@ import re
 from collections import Counter
 
 from envbuild.doctor import compat, model, parse
+from envbuild.doctor.checks_env import Rules
 from envbuild.doctor.model import Request
 from envbuild.doctor.view import (
     ERROR,
@@ -78,7 +79,7 @@ def check_wsl(v: View, m: Matrix, o: Out) -> None:
                   "(set by `memory=` in %UserProfile%\\.wslconfig)")
 
 
-def check_nvidia(v: View, m: Matrix, o: Out) -> None:
+def check_nvidia(v: View, m: Matrix, rules: Rules, o: Out) -> None:
     f = v.facts
     if not v.nvidia and not (v.wsl and v.smi_text):
         return
@@ -143,7 +144,7 @@ def check_nvidia(v: View, m: Matrix, o: Out) -> None:
                          for (name, cc, mem), n in counts.items())
         o.add("nvidia.gpus", OK, desc)
     check_nvidia_gpu_state(v, o)
-    check_nvidia_nodes(v, o)
+    check_nvidia_nodes(v, rules, o)
 
 
 def check_nvidia_gpu_state(v: View, o: Out) -> None:
@@ -171,7 +172,9 @@ def check_nvidia_gpu_state(v: View, o: Out) -> None:
                   "reset the GPU (pending) or drain the node and RMA the GPU (failed)")
 
 
-def check_nvidia_nodes(v: View, o: Out) -> None:
+def check_nvidia_nodes(v: View, rules: Rules, o: Out) -> None:
+    """Missing nodes, and permission on the nodes a CUDA process opens ([doctor]
+    cuda_device_nodes): not /dev/nvidia-caps (MIG capabilities, root-only by design)."""
     f = v.facts
     if v.wsl or not v.kernel_driver:
         return
@@ -184,11 +187,17 @@ def check_nvidia_nodes(v: View, o: Out) -> None:
         o.add("nvidia.uvm_missing", WARN,
               "/dev/nvidia-uvm is missing: CUDA inside containers cannot start",
               "`sudo nvidia-modprobe -u -c 0` (or run any CUDA program once on the host)")
-    denied = [p for p, d in f.devices.items() if p.startswith("/dev/nvidia") and not d.rw]
+    denied = sorted(p for p, d in f.devices.items() if rules.is_cuda_node(p) and not d.rw)
     if denied:
+        group = {p: f.group_names.get(f.devices[p].gid, str(f.devices[p].gid)) for p in denied}
         o.add("nvidia.device_permission", ERROR,
-              "this user cannot open " + ", ".join(sorted(denied)),
-              "check the device modes (normally 0666) and the udev rules of the driver")
+              "this user cannot open " + ", ".join(denied) + ", which every CUDA process opens",
+              f"the driver's default is mode {rules.nvidia_device_mode} (NVreg_DeviceFileMode); "
+              "with a restricted mode "
+              f"add the user to the owning group (`sudo usermod -aG "
+              f"{','.join(sorted(set(group.values())))} $USER`, then log in again), or fix the "
+              "udev rule / modprobe options that set it",
+              [f"{p}: mode {f.devices[p].mode & 0o7777:04o}, group {group[p]}" for p in denied])
 
 
 def check_request(v: View, m: Matrix, req: Request, o: Out) -> None:

@@ -32,7 +32,7 @@ def diagnose(facts: HostFacts, matrix: Matrix, request: Request | None = None,
     o = Out()
     checks_host.check_macos(v, matrix, o)
     checks_host.check_wsl(v, matrix, o)
-    checks_host.check_nvidia(v, matrix, o)
+    checks_host.check_nvidia(v, matrix, rules, o)
     checks_host.check_request(v, matrix, req, o)
     checks_host.check_libs(v, matrix, o)
     checks_host.check_rocm(v, matrix, o)

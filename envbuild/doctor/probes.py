@@ -82,17 +82,19 @@ def _first_on_path(name: str, extra: tuple[str, ...] = ()) -> str | None:
     return next((p for p in extra if os.access(p, os.X_OK)), None)
 
 
-def _devices() -> dict[str, DevNode]:
-    paths = [p for p in _listdir("/dev") or () if p.startswith("nvidia") or p in ("dxg", "kfd")]
-    cands = [f"/dev/{p}" for p in paths]
-    cands += [f"/dev/dri/{p}" for p in _listdir("/dev/dri", re.compile(r"^renderD\d+$")) or ()]
+def devices(root: str = "/dev") -> dict[str, DevNode]:
+    """The GPU device nodes under root, keyed as /dev/... paths, with whether this user may
+    open them read-write (root is a parameter so tests can point it at nodes they made)."""
+    names = [p for p in _listdir(root) or () if p.startswith("nvidia") or p in ("dxg", "kfd")]
+    names += [f"dri/{p}" for p in _listdir(f"{root}/dri", re.compile(r"^renderD\d+$")) or ()]
     out = {}
-    for path in cands:
+    for name in names:
+        path = f"{root}/{name}"
         try:
             st = os.stat(path)
         except OSError:
             continue
-        out[path] = DevNode(st.st_gid, st.st_mode, os.access(path, os.R_OK | os.W_OK))
+        out[f"/dev/{name}"] = DevNode(st.st_gid, st.st_mode, os.access(path, os.R_OK | os.W_OK))
     return out
 
 
@@ -232,15 +234,15 @@ def collect() -> HostFacts:
         outputs[model.TORCH_PROBE] = Cmd(model.OUTPUTS[model.TORCH_PROBE], r.returncode,
                                          r.stdout, r.stderr, r.error)
     dirs = _lib_dirs(env)
-    devices = _devices()
+    nodes = devices()
     groups = tuple(sorted(set(os.getgroups()))) if hasattr(os, "getgroups") else ()
     modules = tuple(m for m in WATCHED_MODULES if os.path.isdir(f"/sys/module/{m}"))
     container = ("docker" if os.path.exists("/.dockerenv")
                  else "podman" if os.path.exists("/run/.containerenv") else "")
     return HostFacts(
         system=system, machine=machine, outputs=outputs, files=files, env=env,
-        groups=groups, group_names=_group_names({*groups, *(d.gid for d in devices.values())}),
-        devices=devices, dirs=dirs, resolved=_resolved(outputs.get(model.LDCONFIG), dirs),
+        groups=groups, group_names=_group_names({*groups, *(d.gid for d in nodes.values())}),
+        devices=nodes, dirs=dirs, resolved=_resolved(outputs.get(model.LDCONFIG), dirs),
         modules=modules, pci=_pci() if system == "Linux" else (),
         docker_clients=_docker_clients(), python=python, shm_bytes=_shm_bytes(),
         container=container, kfd_gfx=_kfd_gfx() if system == "Linux" else (),
