@@ -34,7 +34,8 @@ GPU_OK = {"device": "cuda:0", "backend": "inductor Triton", "rel_err": 1e-7, "gr
     (_tc(), [CPU_OK], "pass", "match eager"),
     (_tc(), [CPU_OK, GPU_OK], "pass", "cuda:0"),
     (_tc(cxx=None), [CPU_OK], "fail", "C++ compiler"),
-    (_tc(cc=None, python_h=None), [CPU_OK], "pass", "match eager"),  # CPU needs neither
+    (_tc(cc=None), [CPU_OK], "pass", "match eager"),  # Inductor C++ needs no C compiler
+    (_tc(python_h=None), [CPU_OK], "fail", "Python's C headers"),  # its pybind loader does
     (_tc(cc=None), [CPU_OK, GPU_OK], "fail", "C compiler for Triton"),
     (_tc(python_h=None), [CPU_OK, GPU_OK], "fail", "Python's C headers"),
     (_tc(), [{**CPU_OK, "rel_err": 0.3}], "fail", "differ"),

@@ -1019,7 +1019,7 @@ def toolchain_missing(tc: dict[str, Any], gpu: bool) -> list[str]:
         missing.append(f"a C++ compiler (CXX / {tc.get('cxx_wanted')} not found)")
     if gpu and not tc.get("cc"):
         missing.append(f"a C compiler for Triton ({tc.get('cc_wanted')} not found)")
-    if gpu and not tc.get("python_h"):
+    if not tc.get("python_h"):  # Inductor loads its CPU kernels through Python bindings too
         missing.append(f"Python's C headers (no Python.h in {tc.get('python_include')})")
     return missing
 
