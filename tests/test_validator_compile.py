@@ -121,17 +121,15 @@ def test_real_inductor_error_is_recognised(tmp_path: Path) -> None:
     """Bypass the pre-check: real torch.compile with CXX pointing nowhere raises an error whose
     wording compiler_error() recognises (so a torch upgrade that rewords it is caught here)."""
     pytest.importorskip("torch")
-    code = (
-        "import importlib.util, json, sys\n"
-        f"spec = importlib.util.spec_from_file_location('v', {str(VALIDATOR_PATH)!r})\n"
-        "v = importlib.util.module_from_spec(spec); sys.modules['v'] = v\n"
-        "spec.loader.exec_module(v)\n"
-        "import torch\n"
-        "print(json.dumps(v._compile_once(torch, 'cpu')))\n")
+    code = (f"import json, sys; sys.path.insert(0, {str(VALIDATOR_PATH)!r})\n"
+            "import torch\n"
+            "from envbuild.validator import checks\n"
+            "print(json.dumps(checks._compile_once(torch, 'cpu')))\n")
     env = {**os.environ, "CXX": str(tmp_path / "no-such-g++"),
            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                        timeout=600, check=False)
+    assert r.stdout.strip(), r.stderr[-2000:]
     run = json.loads(r.stdout.strip().splitlines()[-1])
     assert "error" in run, run
     assert V.compiler_error(run["error"]) is not None, run["error"][:500]
