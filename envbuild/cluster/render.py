@@ -20,9 +20,10 @@ from envbuild.resources import templates_dir
 
 RUNTIMES = ("docker", "apptainer", "enroot", "host")
 WORKER_NAME = "envbuild_cluster_worker.py"
-_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$")
+_IMAGE = re.compile(r"^/?[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _CHECKS = re.compile(r"^[a-z0-9_.]+(,[a-z0-9_.]+)*$")
+_PATH = re.compile(r"^/[A-Za-z0-9._/+-]{0,400}$")
 _CONSTRAINT = re.compile(r"^[A-Za-z0-9_.&|!*\[\]():-]{1,200}$")
 
 
@@ -80,8 +81,9 @@ def check_options(o: ClusterOptions) -> ClusterOptions:
     if not 0 < o.timeout <= 7 * 24 * 3600:
         raise UsageError(f"--timeout {o.timeout} is out of range", "seconds, > 0")
     text = str(o.out)
-    if any(c in text for c in "\n\r\0") or not o.out.is_absolute():
-        raise UsageError(f"bad --out {text[:60]!r}", "an absolute directory path")
+    if not _PATH.match(text) or not o.out.is_absolute():
+        raise UsageError(f"bad --out {text[:60]!r}", "an absolute directory path of letters, "
+                         "digits and . _ - + / (it goes into #SBATCH lines unquoted)")
     return o
 
 
