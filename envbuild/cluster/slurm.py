@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import time
 from collections.abc import Callable
@@ -67,6 +68,40 @@ def expected_nodes(lines: list[dict[str, Any]]) -> list[str]:
     return []
 
 
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+            "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+
+
+def _submit(script: Path, env: dict[str, str], cwd: Path) -> str:
+    r = proc.run(["sbatch", "--parsable", str(script)], timeout=120, check=False, env=env,
+                 cwd=cwd)
+    job_id = r.stdout.strip().split(";")[0]
+    if not r.ok or not job_id.isdigit():
+        raise EnvironmentProblem(
+            f"sbatch could not submit the job: {(r.stderr.strip() or r.stdout.strip() or '?')}"
+            [-300:], "check the partition/account/constraint, and that slurmctld answers (sinfo)")
+    return job_id
+
+
+def job_state(scontrol_show_job: str) -> str | None:
+    m = re.search(r"\bJobState=(\S+)", scontrol_show_job)
+    return m.group(1) if m else None
+
+
+def _wait(job_id: str, deadline: float) -> None:
+    """Like `sbatch --wait`, without its backoff (it polls ever more slowly, up to half a
+    minute): the job state every half second until it ends; a ProcessError at the deadline."""
+    while True:
+        r = proc.run(["scontrol", "show", "job", "-o", job_id], timeout=30, check=False)
+        state = job_state(r.stdout) if r.ok else None
+        if state is None or state in TERMINAL:  # gone from the controller: ended long ago
+            return
+        if time.monotonic() > deadline:
+            raise proc.ProcessError(f"job {job_id} did not finish within the time limit",
+                                    exit_code=EXIT_CANNOT_RUN)
+        time.sleep(0.5)
+
+
 def _gone(name: str, wait: float) -> bool:
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
@@ -118,7 +153,8 @@ def validate(o: ClusterOptions, *, on_event: Callable[[str], None] = lambda s: N
             for step in ("node", "allreduce"):
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise proc.ProcessError("timeout", exit_code=EXIT_CANNOT_RUN)
+                    raise proc.ProcessError("step did not finish in time",
+                                            exit_code=EXIT_CANNOT_RUN)
                 on_event(f"srun step {step}")
                 step_env = dict(env)
                 if step == "allreduce":
@@ -135,16 +171,11 @@ def validate(o: ClusterOptions, *, on_event: Callable[[str], None] = lambda s: N
             script = o.out / "validate.sbatch"
             text = sbatch_script(o, script)
             _write(script, text, 0o755)
-            on_event(f"sbatch --wait {script} (job name {name})")
-            r = proc.run(["sbatch", "--wait", "--parsable", str(script)], timeout=o.timeout,
-                         check=False, env=env, cwd=o.out)
-            if not r.stdout.strip() and not r.ok:
-                raise EnvironmentProblem(
-                    f"sbatch could not submit the job: {(r.stderr.strip() or '?')[-200:]}",
-                    "check the partition/account/constraint, and that slurmctld answers "
-                    "(sinfo)")
+            job_id = _submit(script, env, o.out)
+            on_event(f"sbatch {script}: job {job_id} ({name})")
+            _wait(job_id, deadline)
     except proc.ProcessError as exc:
-        if "did not finish" not in exc.message and exc.message != "timeout":
+        if "did not finish" not in exc.message:
             raise
         note = (f"timed out after {o.timeout:.0f} s: job {name} cancelled, nodes that had not "
                 "reported are missing")
