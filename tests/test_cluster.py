@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import shlex
 from pathlib import Path
@@ -25,6 +26,7 @@ from envbuild.cluster.render import (
     sbatch_script,
     srun_argv,
     task_argv,
+    worker_source,
 )
 from envbuild.cluster.slurm import load_rules
 from envbuild.errors import EXIT_USAGE, UsageError
@@ -320,7 +322,7 @@ def test_k8s_indexed_job_is_valid_against_current_kubernetes(gpus: int) -> None:
     assert shm["emptyDir"]["medium"] == "Memory"
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
     assert env["MASTER_ADDR"] == f"{job['metadata']['name']}-0.{svc['metadata']['name']}"
-    assert "def allreduce" in docs[0]["data"]["worker.py"]
+    assert docs[0]["data"]["worker.py"] == worker_source()  # the ConfigMap ships it verbatim
 
 
 def test_k8s_jobset_variant_embeds_a_valid_job() -> None:
@@ -388,3 +390,25 @@ def test_cli_collect_pod_logs(tmp_path: Path) -> None:
     r = run_cli("cluster", "collect", "-", input_text="\n".join(pods[:2]) + "\n")
     assert r.returncode == 1  # 2 pods of a world of 2 ranks... their all-reduce said world 4
     assert re.search(r"gpu1\s+0\s+pass", r.stdout)
+
+
+GOLDEN = ROOT / "tests" / "golden" / "cluster"
+
+
+def _golden_renders() -> dict[str, str]:
+    gpu = opts(nodes=4, ntasks_per_node=8, gpus_per_node=8, partition="gpu", time_min=20)
+    k8s = k8s_manifests(opts(nodes=4, gpus_per_node=8))
+    return {"gpu-docker.sbatch": sbatch_script(gpu, Path("/shared/ev/validate.sbatch")),
+            "cpu-enroot.sbatch": sbatch_script(opts(runtime="enroot"),
+                                               Path("/shared/ev/validate.sbatch")),
+            "job.yaml": k8s["job.yaml"], "jobset.yaml": k8s["jobset.yaml"]}
+
+
+@pytest.mark.parametrize("name", sorted(_golden_renders()))
+def test_cluster_golden(name: str) -> None:
+    text = _golden_renders()[name]
+    if os.environ.get("ENVBUILD_UPDATE_GOLDEN") == "1":
+        GOLDEN.mkdir(parents=True, exist_ok=True)
+        (GOLDEN / name).write_text(text)
+    assert text == (GOLDEN / name).read_text(), f"{name} differs: regenerate with " \
+        "ENVBUILD_UPDATE_GOLDEN=1 pytest tests/test_cluster.py -k golden, and review the diff"
