@@ -190,3 +190,41 @@ def test_inside_an_allocation_uses_srun(slurm: dict[str, str], image: str,
             break
         time.sleep(0.1)
     assert ours_in_queue(slurm) == [] and cluster_containers() == []
+
+
+def test_host_runtime_uses_the_nodes_own_python(slurm: dict[str, str], tmp_path: Path) -> None:
+    pytest.importorskip("torch")  # the venv of `make install` has it (TORCH_PIN)
+    r, data = validate(slurm, tmp_path, "--runtime", "host", *FAST, "--timeout", "240")
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-2000:])
+    assert [n["status"] for n in data["nodes"]] == ["pass", "pass"]
+    assert all(n["report"]["host"]["in_image"] is False for n in data["nodes"])
+    assert data["allreduce"]["status"] == "pass" and data["allreduce"]["world_size"] == 2
+
+
+def test_pod_lines_from_real_containers_collect_into_a_report(image: str,
+                                                              tmp_path: Path) -> None:
+    """What each Kubernetes pod runs (the worker in `pod` mode, rank from the indexed Job's
+    JOB_COMPLETION_INDEX), run as two real containers; `cluster collect` reads their logs."""
+    from envbuild.cluster.render import worker_source
+
+    procs = []
+    for index in range(2):
+        procs.append(subprocess.Popen(
+            [DOCKER, "run", "--rm", "--network", "host", "--label", "io.envbuild.role=cluster",
+             "-e", f"JOB_COMPLETION_INDEX={index}", "-e", "ENVBUILD_NODES=2", "-e",
+             "MASTER_ADDR=127.0.0.1", "-e", f"MASTER_PORT={29400 + os.getpid() % 500}", "-e",
+             f"ENVBUILD_NODE_NAME=pod{index}", "-e",
+             "ENVBUILD_VALIDATOR_FAULT=crash:facts.torch@pod1",
+             image, "python", "-c", worker_source(), "pod", "--timeout", "120", "--max-bytes",
+             str(1 << 20), "--validator-arg=--only", "--validator-arg=facts.torch"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+    logs = [p.communicate(timeout=240)[0] for p in procs]
+    log = tmp_path / "pods.log"
+    log.write_text("".join(logs))
+    r = run_cli("cluster", "collect", str(log), "--nodes", "pod[0-1]", "--json")
+    assert r.returncode == 1, (r.stdout[-2000:], r.stderr[-2000:])
+    data = json.loads(r.stdout)
+    assert {n["node"]: n["status"] for n in data["nodes"]} == {"pod0": "pass", "pod1": "fail"}
+    assert data["allreduce"]["status"] == "pass" and data["allreduce"]["world_size"] == 2
+    assert data["failed_hostlist"] == "pod1"
+    assert cluster_containers() == []
