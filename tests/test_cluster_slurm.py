@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -228,3 +229,15 @@ def test_pod_lines_from_real_containers_collect_into_a_report(image: str,
     assert data["allreduce"]["status"] == "pass" and data["allreduce"]["world_size"] == 2
     assert data["failed_hostlist"] == "pod1"
     assert cluster_containers() == []
+
+
+@pytest.mark.parametrize("args", [["--partition", "nosuchpartition"], ["--nodes", "3"],
+                                  ["--exclude", "n2"]])
+def test_unsatisfiable_jobs_are_exit_3_and_leave_nothing(slurm: dict[str, str], tmp_path: Path,
+                                                         args: list[str]) -> None:
+    r = run_cli("cluster", "validate", IMAGE, "--slurm", "--out", str(tmp_path), *args,
+                "--timeout", "60", env=slurm, timeout=120)
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    assert re.search(r"^error: (sbatch could not submit the job|job \d+ can never start)",
+                     r.stderr, re.MULTILINE) and "\nhint: " in r.stderr
+    assert ours_in_queue(slurm) == []

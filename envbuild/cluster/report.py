@@ -41,6 +41,7 @@ class ClusterRules:
     iters: int = 5
     warmup: int = 2
     fabrics: tuple[Fabric, ...] = field(default_factory=tuple)
+    never_start_reasons: tuple[str, ...] = ()
 
 
 def rules_from_toml(doc: Mapping[str, Any]) -> ClusterRules:
@@ -51,7 +52,9 @@ def rules_from_toml(doc: Mapping[str, Any]) -> ClusterRules:
                     for f in doc.get("fabric", []))
     return ClusterRules(float(judge["straggler_fraction"]), int(judge["min_nodes_for_median"]),
                         tuple(str(k) for k in judge["drift_keys"]), int(ar["min_bytes"]),
-                        int(ar["max_bytes"]), int(ar["iters"]), int(ar["warmup"]), fabrics)
+                        int(ar["max_bytes"]), int(ar["iters"]), int(ar["warmup"]), fabrics,
+                        tuple(str(r) for r in doc.get("slurm", {}).get("never_start_reasons",
+                                                                         [])))
 
 
 # ---------------------------------------------------------------------------------------------

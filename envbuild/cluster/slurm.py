@@ -83,19 +83,27 @@ def _submit(script: Path, env: dict[str, str], cwd: Path) -> str:
     return job_id
 
 
-def job_state(scontrol_show_job: str) -> str | None:
+def job_state(scontrol_show_job: str) -> tuple[str | None, str | None]:
+    """(JobState, Reason) from `scontrol show job -o ID`."""
     m = re.search(r"\bJobState=(\S+)", scontrol_show_job)
-    return m.group(1) if m else None
+    why = re.search(r"\bReason=(\S+)", scontrol_show_job)
+    return (m.group(1) if m else None), (why.group(1) if why else None)
 
 
-def _wait(job_id: str, deadline: float) -> None:
+def _wait(job_id: str, deadline: float, never: tuple[str, ...]) -> None:
     """Like `sbatch --wait`, without its backoff (it polls ever more slowly, up to half a
-    minute): the job state every half second until it ends; a ProcessError at the deadline."""
+    minute): the job state every half second until it ends; a ProcessError at the deadline;
+    a pending job that can never start is an EnvironmentProblem (the caller cancels it)."""
     while True:
         r = proc.run(["scontrol", "show", "job", "-o", job_id], timeout=30, check=False)
-        state = job_state(r.stdout) if r.ok else None
+        state, reason = job_state(r.stdout) if r.ok else (None, None)
         if state is None or state in TERMINAL:  # gone from the controller: ended long ago
             return
+        if state == "PENDING" and reason in never:
+            raise EnvironmentProblem(
+                f"job {job_id} can never start ({reason}): cancelled",
+                "the request does not fit the partition or account: check --nodes, "
+                "--exclude, --partition, --constraint, --time (sinfo shows what exists)")
         if time.monotonic() > deadline:
             raise proc.ProcessError(f"job {job_id} did not finish within the time limit",
                                     exit_code=EXIT_CANNOT_RUN)
@@ -173,7 +181,7 @@ def validate(o: ClusterOptions, *, on_event: Callable[[str], None] = lambda s: N
             _write(script, text, 0o755)
             job_id = _submit(script, env, o.out)
             on_event(f"sbatch {script}: job {job_id} ({name})")
-            _wait(job_id, deadline)
+            _wait(job_id, deadline, rules.never_start_reasons)
     except proc.ProcessError as exc:
         if "did not finish" not in exc.message:
             raise
