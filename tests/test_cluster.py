@@ -358,6 +358,7 @@ def test_cli_render_k8s_and_slurm(tmp_path: Path) -> None:
     ["validate", "img:1"], ["render", "img:1"], ["render", "--k8s", "--slurm", "img:1"],
     ["validate", "--slurm", "bad image"], ["validate", "--slurm", "img", "--max-bytes", "lots"],
     ["validate", "--slurm", "img", "--exclude", "n[1-"], ["collect", "/nonexistent/log"],
+    ["validate", "--slurm", "img", "--fabric", "infiniband"], ["collect", "-", "--fabric", "x"],
 ])
 def test_cli_usage_errors(args: list[str]) -> None:
     r = run_cli("cluster", *args)
@@ -412,3 +413,13 @@ def test_cluster_golden(name: str) -> None:
         (GOLDEN / name).write_text(text)
     assert text == (GOLDEN / name).read_text(), f"{name} differs: regenerate with " \
         "ENVBUILD_UPDATE_GOLDEN=1 pytest tests/test_cluster.py -k golden, and review the diff"
+
+
+def test_job_state_and_reason() -> None:
+    from envbuild.cluster.slurm import job_state
+
+    out = "JobId=26 JobName=x JobState=PENDING Reason=PartitionConfig Dependency=(null)"
+    assert job_state(out) == ("PENDING", "PartitionConfig")
+    assert job_state("slurm_load_jobs error: Invalid job id specified") == (None, None)
+    assert "PartitionConfig" in RULES.never_start_reasons and "Resources" not in \
+        RULES.never_start_reasons

@@ -97,7 +97,9 @@ def validate(
                          "Kubernetes: `envbuild cluster render --k8s IMAGE`, then `envbuild "
                          "cluster collect` on the pods' logs")
     from envbuild.cluster import slurm as slurm_mod
+    from envbuild.cluster.report import check_fabric
 
+    check_fabric(slurm_mod.load_rules(), fabric)
     o = _options(image, out, nodes=nodes, ntasks_per_node=ntasks_per_node,
                  gpus_per_node=gpus_per_node, partition=partition, account=account,
                  time_min=time_min, constraint=constraint, exclude=exclude, runtime=runtime,
@@ -172,6 +174,8 @@ def collect(
         except OSError as exc:
             raise UsageError(f"cannot read {log}: {exc.strerror}", "give readable log files") \
                 from None
+    rules = load_rules()
+    rep.check_fabric(rules, fabric)
     lines = rep.parse_lines("\n".join(text))
     if not lines:
         raise UsageError("no envbuild cluster report lines in the logs",
@@ -179,7 +183,7 @@ def collect(
     expected = expand(nodes) if nodes else expected_nodes(lines)
     if world_size is not None and not 1 <= world_size <= 1 << 20:
         raise UsageError(f"--world-size {world_size} is out of range")
-    report = rep.build(expected, lines, rules=load_rules(), world_size=world_size,
+    report = rep.build(expected, lines, rules=rules, world_size=world_size,
                        fabric=fabric, gpus_per_node=gpus_per_node)
     _emit(report, json_out)
 

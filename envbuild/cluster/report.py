@@ -42,6 +42,7 @@ class ClusterRules:
     warmup: int = 2
     fabrics: tuple[Fabric, ...] = field(default_factory=tuple)
     never_start_reasons: tuple[str, ...] = ()
+    fabric_names: tuple[str, ...] = ()
 
 
 def rules_from_toml(doc: Mapping[str, Any]) -> ClusterRules:
@@ -54,7 +55,8 @@ def rules_from_toml(doc: Mapping[str, Any]) -> ClusterRules:
                         tuple(str(k) for k in judge["drift_keys"]), int(ar["min_bytes"]),
                         int(ar["max_bytes"]), int(ar["iters"]), int(ar["warmup"]), fabrics,
                         tuple(str(r) for r in doc.get("slurm", {}).get("never_start_reasons",
-                                                                         [])))
+                                                                         [])),
+                        tuple(str(f) for f in judge.get("fabrics", [])))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,6 +209,15 @@ def algbw_gbs(nbytes: int, seconds: float) -> float:
 def busbw_gbs(algbw: float, world_size: int) -> float:
     """nccl-tests, all_reduce: busbw = algbw x 2(n-1)/n; 0 for a single rank (no traffic)."""
     return algbw * 2 * (world_size - 1) / world_size if world_size > 0 else 0.0
+
+
+def check_fabric(rules: ClusterRules, fabric: str | None) -> str | None:
+    from envbuild.errors import UsageError
+
+    if fabric is not None and fabric not in rules.fabric_names:
+        raise UsageError(f"unknown --fabric {fabric[:40]!r}",
+                         f"one of {', '.join(rules.fabric_names)} (matrix/cluster.toml)")
+    return fabric
 
 
 def fabric_floor(rules: ClusterRules, fabric: str | None, gpu: str | None, gpus_per_node: int,
