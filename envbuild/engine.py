@@ -48,14 +48,10 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 
 def _buildkit_rules() -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(first classic CLI with DOCKER_BUILDKIT=1, first CLI that needs buildx): matrix data."""
-    import tomllib
+    from envbuild.compat import host_rules
 
-    from envbuild.resources import matrix_dir
-
-    with (matrix_dir() / "signatures.toml").open("rb") as fh:
-        rules = tomllib.load(fh)["doctor"]
-    return (_version_tuple(str(rules["buildkit_classic_min"])),
-            _version_tuple(str(rules["buildx_required_from"])))
+    rules = host_rules()
+    return _version_tuple(rules.buildkit_classic_min), _version_tuple(rules.buildx_required_from)
 
 
 def _candidates() -> list[str]:
