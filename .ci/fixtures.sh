@@ -2,6 +2,10 @@
 # Test fixtures that need the outside world once, then are reused:
 #   - local/debian:bookworm: a minimal Debian base image made with debootstrap (no image registry here)
 #   - $WORK/wheelhouse: torch==2.13.0 (CPU) and its dependencies for offline builds
+# Stand-in bases for the real base images (ubuntu:24.04's uid-1000 user, odd uid/gid 1000 states,
+# python3 without venv, the dnf family) are built FROM local/debian:bookworm by tests/test_bases.py
+# itself, with BuildKit so that re-runs come from its cache; they need Debian's mirror like the
+# rendered Dockerfiles do.
 set -euo pipefail
 work=${1:-.work}
 mkdir -p "$work"

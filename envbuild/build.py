@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from envbuild import engine
-from envbuild.errors import EnvbuildError, UsageError
+from envbuild.errors import EnvbuildError, EnvironmentProblem, UsageError
 from envbuild.pipeline import Secrets
+from envbuild.redact import redact
 from envbuild.render import image_reference
 from envbuild.spec import Spec, from_json
 
@@ -115,6 +119,42 @@ def _hint(step: str, tail: list[str]) -> str:
     return "see the full log; fix the input and run again (nothing was tagged)"
 
 
+def default_log_dir() -> Path:
+    """Per user: $XDG_STATE_HOME/envbuild/logs, by default ~/.local/state/envbuild/logs."""
+    state = os.environ.get("XDG_STATE_HOME", "")
+    base = Path(state) if state and Path(state).is_absolute() else Path.home() / ".local/state"
+    return base / "envbuild" / "logs"
+
+
+def open_log(directory: Path, stem: str) -> tuple[Path, TextIO]:
+    """A new log file in a 0700 directory of this user's: created exclusively (O_EXCL), never
+    through a symlink (O_NOFOLLOW), 0600. A name already taken (by anything) gets a suffix."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        info = directory.stat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            raise EnvironmentProblem(f"build log directory {directory} is not a directory of "
+                                     "this user's", "set XDG_STATE_HOME to a directory you own")
+        if stat.S_IMODE(info.st_mode) != 0o700:
+            directory.chmod(0o700)
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot create the build log directory {directory}: "
+                                 f"{exc.strerror}",
+                                 "set XDG_STATE_HOME to a writable directory") from None
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for n in range(1000):
+        path = directory / (f"{stem}.log" if n == 0 else f"{stem}-{n}.log")
+        try:
+            fd = os.open(path, flags, 0o600)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise EnvironmentProblem(f"cannot create the build log {path}: {exc.strerror}",
+                                     "set XDG_STATE_HOME to a writable directory") from None
+        return path, os.fdopen(fd, "w")
+    raise EnvironmentProblem(f"no free build log name in {directory}", "remove old logs there")
+
+
 def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
           progress: str = "plain", secrets: Secrets | None = None,
           log_dir: Path | None = None, on_line: Callable[[str], None] | None = None,
@@ -139,9 +179,8 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
                 engine.tag(image.id, ref)
             return BuildResult(ref, image.id, True, time.monotonic() - start, None, "cache")
     builder = engine.find_builder()
-    log_dir = log_dir or Path(tempfile.gettempdir()) / "envbuild-logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"build-{spec.hash}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    log_path, log = open_log(log_dir or default_log_dir(),
+                             f"build-{spec.hash}-{time.strftime('%Y%m%d-%H%M%S')}")
     work = Path(tempfile.mkdtemp(prefix="envbuild-build-"))
     lines: list[str] = []
     try:
@@ -154,11 +193,11 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
             secret_files[sid] = p
         iidfile = work / "iid"
         argv = engine.build_argv(builder, context, iidfile, labels, secret_files, "plain")
-        with log_path.open("w") as log:
-            log.write(f"# {builder.reason}\n# {' '.join(argv)}\n")
+        with log:
+            log.write(redact(f"# {builder.reason}\n# {' '.join(argv)}\n"))
 
             def sink(line: str) -> None:
-                clean = secrets.redact(line) if secrets else line
+                clean = redact(secrets.redact(line) if secrets else line)
                 lines.append(clean)
                 log.write(clean + "\n")
                 if on_line is not None:
@@ -175,4 +214,5 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
         return BuildResult(ref, image_id, False, time.monotonic() - start, log_path,
                            builder.reason)
     finally:
+        log.close()
         shutil.rmtree(work, ignore_errors=True)

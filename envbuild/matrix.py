@@ -153,6 +153,14 @@ class OsInfo:
     package_manager: str
     python: str
     image: str
+    # What the rendered Dockerfile depends on in the stock image (see os.toml's header).
+    shell: str
+    uid_1000: str
+    gid_1000: str
+    python_in_base: bool
+    venv_suffix: str
+    headers_suffix: str
+    compiler_packages: tuple[str, ...]
     extra_python: tuple[str, ...] = ()
     glibc: str = ""
     verified: bool = False

@@ -7,23 +7,30 @@ field and the rule named. Valid entries are written into files in the build cont
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 
 from envbuild.errors import UsageError
+from envbuild.redact import redact
 
 MAX_LEN = 200
 # Debian policy: package names are lower case a-z 0-9 + - . , at least two characters,
 # starting with an alphanumeric. Versions: [epoch:]upstream[-revision].
-_APT_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
-_APT_VERSION = re.compile(r"^(\d+:)?[0-9][A-Za-z0-9.+~:-]*$")
+# A trailing `-` is apt's "remove this package" modifier (`python3-` removes python3), so a name
+# may not end with one; a trailing `+` (install) stays allowed: g++ and c++ are real names.
+_APT_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]*[a-z0-9+.]$", re.ASCII)
+_APT_VERSION = re.compile(r"^([0-9]+:)?[0-9]([A-Za-z0-9.+~:-]*[A-Za-z0-9.+~])?$", re.ASCII)
+# pip's own direct-URL fragments (a hash pin, egg=, subdirectory=); anything else may be a token
+_URL_FRAGMENT = re.compile(
+    r"(?:(?:egg|subdirectory|sha1|sha224|sha256|sha384|sha512|md5)=[A-Za-z0-9._/-]+&?)+")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _common(field: str, value: str) -> str:
     if _CONTROL.search(value):
-        raise UsageError(f"{field} {value[:40]!r}: control characters (newline, NUL, ...) are "
-                         "not allowed", f"give one package per {field}")
+        raise UsageError(f"{field} {redact(value)[:40]!r}: control characters (newline, NUL, "
+                         "...) are not allowed", f"give one package per {field}")
     if len(value) > MAX_LEN:
         raise UsageError(f"{field} entry is {len(value)} characters long (limit {MAX_LEN})",
                          "package names are short; check what was pasted")
@@ -31,7 +38,7 @@ def _common(field: str, value: str) -> str:
     if not v:
         raise UsageError(f"{field} entry is empty")
     if v.startswith("-"):
-        raise UsageError(f"{field} {v[:40]!r}: options are not packages",
+        raise UsageError(f"{field} {redact(v)[:40]!r}: options are not packages",
                          "index URLs have their own flags (--pip-index-url); "
                          "requirement files are not read")
     return v
@@ -40,15 +47,24 @@ def _common(field: str, value: str) -> str:
 def pip_requirement(value: str, allow_url: bool = False) -> str:
     """A PEP 508 requirement; direct URLs only with allow_url."""
     v = _common("--pip", value)
+    shown = redact(v)[:60]
     try:
         req = Requirement(v)
     except InvalidRequirement as exc:
-        reason = str(exc).splitlines()[0]
-        raise UsageError(f"--pip {v[:40]!r} is not a PEP 508 requirement: {reason}",
+        reason = redact(str(exc).splitlines()[0])
+        raise UsageError(f"--pip {shown!r} is not a PEP 508 requirement: {reason}",
                          "examples: --pip 'numpy<2', --pip 'transformers==4.44.2'") from None
     if req.url and not allow_url:
-        raise UsageError(f"--pip {v[:40]!r} installs from a direct URL",
+        raise UsageError(f"--pip {shown!r} installs from a direct URL",
                          "direct URLs bypass the index; pass --allow-url if you mean it")
+    if req.url:
+        parts = urlsplit(req.url)
+        if "@" in parts.netloc or parts.query or (
+                parts.fragment and not _URL_FRAGMENT.fullmatch(parts.fragment)):
+            raise UsageError(f"--pip {shown!r}: a direct URL with credentials or a query would be "
+                             "stored in the image (user-requirements.txt)",
+                             "serve the package from an index: --pip-index-url "
+                             "https://USER:TOKEN@host/simple (a build secret, never the image)")
     if req.name.lower() in ("torch", "torchvision", "torchaudio"):
         raise UsageError(f"--pip {req.name}: torch and its companions come from the spec",
                          "choose their versions with --torch (and --without to leave one out)")
@@ -59,9 +75,13 @@ def apt_package(value: str) -> str:
     """`name` or `name=version`, full-match Debian package-name rules."""
     v = _common("--apt", value)
     name, sep, version = v.partition("=")
+    if name.endswith("-"):
+        raise UsageError(f"--apt {v[:40]!r}: a trailing '-' tells apt to remove the package",
+                         f"to install it, give --apt {name.rstrip('-')}")
     if not _APT_NAME.fullmatch(name):
         raise UsageError(f"--apt {v[:40]!r}: {name[:40]!r} is not a Debian package name",
-                         "names are lower-case letters, digits and + - . (at least 2 characters)")
+                         "names are lower-case letters, digits and + - . (at least 2 characters, "
+                         "not ending in -)")
     if sep and not _APT_VERSION.fullmatch(version):
         raise UsageError(f"--apt {v[:40]!r}: {version[:40]!r} is not a Debian version",
                          "e.g. --apt curl=7.88.1-10+deb12u5")
@@ -69,18 +89,13 @@ def apt_package(value: str) -> str:
 
 
 def conda_spec(value: str) -> str:
-    """A conda MatchSpec (validated offline by py-rattler when installed, else a strict subset)."""
+    """A conda MatchSpec, checked by py-rattler (the conda MatchSpec grammar, offline).
+
+    The value is only ever written, YAML-quoted, into environment.yml: it never reaches a shell.
+    """
+    from rattler import MatchSpec  # a runtime dependency: the exact conda rules, no regex guess
+
     v = _common("--conda", value)
-    if re.search(r"[;&|`$\\'\"#{}:]", v.replace("::", "")):
-        raise UsageError(f"--conda {v[:40]!r} is not a conda MatchSpec",
-                         "e.g. --conda 'numpy>=1.26', --conda conda-forge::ffmpeg")
-    try:
-        from rattler import MatchSpec  # optional: exact conda rules
-    except ImportError:
-        if not re.fullmatch(r"([a-z0-9_.-]+::)?[a-z0-9_.-]+( ?[=<>!~,.*0-9a-z_+ ]*)", v):
-            raise UsageError(f"--conda {v[:40]!r} is not a conda MatchSpec",
-                             "e.g. --conda 'numpy>=1.26'") from None
-        return v
     try:
         MatchSpec(v, strict=True)
     except Exception as exc:  # rattler raises its own exception family

@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from envbuild.errors import ConflictError, UsageError
 
@@ -90,8 +90,9 @@ def _netrc(urls: list[str]) -> str:
     for u in urls:
         p = urlsplit(u)
         if p.username or p.password:
-            lines.append(f"machine {p.hostname} login {p.username or ''} "
-                         f"password {p.password or ''}")
+            # netrc holds the decoded values (index_url refused whitespace in them)
+            lines.append(f"machine {p.hostname} login {unquote(p.username or '')} "
+                         f"password {unquote(p.password or '')}")
     return "\n".join(lines) + ("\n" if lines else "")
 
 

@@ -69,7 +69,7 @@ class Ref:
 
 def parse_ref(text: str) -> Ref:
     """Parse an image reference the way docker does (docker.io/library for bare names)."""
-    value = text.strip()
+    value = text  # no stripping: whitespace is refused like any other stray character
     digest = ""
     if "@" in value:
         value, digest = value.split("@", 1)

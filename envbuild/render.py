@@ -7,33 +7,39 @@ previous render.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+import shlex
+import tomllib
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import jinja2
 
 from envbuild import __version__, targets
 from envbuild.errors import UsageError
 from envbuild.matrix import Matrix, OsInfo
-from envbuild.resources import templates_dir
+from envbuild.redact import redact
+from envbuild.resources import matrix_dir, templates_dir
 from envbuild.spec import Spec
 
 VENV = "/opt/venv"
 WHEELHOUSE_MOUNT = "/run/envbuild/wheelhouse"
 _IMAGE_REF = re.compile(
     r"^(?:[a-z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
-    r"(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
-_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+    r"(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$", re.ASCII)
+_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$", re.ASCII)
+# `FROM scratch` (Docker's empty image) has no shell, no package manager and no libc.
+_NO_SHELL = re.compile(r"^(?:(?:docker\.io/)?library/)?scratch(?::latest)?$")
 
 
 @dataclass(frozen=True)
 class RenderedFile:
-    content: str
+    content: str | bytes
     mode: int = 0o644
 
 
@@ -60,32 +66,149 @@ class RenderOptions:
 
 def image_reference(value: str, flag: str = "--base-image") -> str:
     if len(value) > 255 or not _IMAGE_REF.fullmatch(value):
-        raise UsageError(f"{flag} {value[:60]!r} is not an image reference",
+        raise UsageError(f"{flag} {redact(value)[:60]!r} is not an image reference",
                          "e.g. ubuntu:22.04, registry.example.com:5000/mirror/ubuntu:22.04")
+    if flag == "--base-image" and _NO_SHELL.fullmatch(value):
+        raise UsageError(f"--base-image {value}: the empty image has no shell, package manager "
+                         "or C library, and every build step runs bash",
+                         "give a distribution image (ubuntu:24.04, debian:bookworm-slim) or "
+                         "its mirror")
     return value
 
 
+# RFC 3986 characters less every one a shell treats specially ($ & ' ( ) ; and, outside RFC 3986,
+# ` | < > { } " \ whitespace, control and non-ASCII characters).
+_URL_CHARS = re.compile(r"[A-Za-z0-9._~:/?#\[\]@!*+,=%-]+")
+_PCT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_URL_HINT = "e.g. https://pypi.example.com/simple (credentials: https://USER:TOKEN@host/simple)"
+
+
 def index_url(value: str, flag: str) -> tuple[str, bool]:
-    """(URL without credentials, whether it had credentials). Credentials go in a secret."""
+    """(URL without credentials, whether it had credentials). Credentials go in a build secret.
+
+    Refused (UsageError, exit 2): anything but http(s) with a host; any character outside
+    RFC 3986 or special to a shell; a query or fragment (a token there would be written into the
+    Dockerfile, so into the image history: the hint says to move it into the user:token@ part).
+    """
+    shown = redact(value)[:80]
+    if len(value) > 2000:
+        raise UsageError(f"{flag} is {len(value)} characters long (limit 2000)", _URL_HINT)
+    if "?" in value or "#" in value:
+        raise UsageError(
+            f"{flag} {shown!r} has a query or fragment, which would be stored in the image "
+            "history", "give a token as the URL's user part instead: "
+            "https://__token__:TOKEN@host/simple (it goes into a build secret, never the image)")
+    bad = next((c for c in value if not _URL_CHARS.fullmatch(c)), None)
+    if bad is not None:
+        what = "whitespace" if bad.isspace() else f"the character {bad!a}"
+        raise UsageError(f"{flag} {shown!r} contains {what}, which a URL may not hold here",
+                         "percent-encode it (%XX); " + _URL_HINT)
+    if _PCT.search(value):
+        raise UsageError(f"{flag} {shown!r} has a % that is not a %XX escape", _URL_HINT)
     parts = urlsplit(value)
-    if parts.scheme not in ("https", "http") or not parts.hostname or re.search(r"\s", value):
-        raise UsageError(f"{flag} {value[:60]!r} is not an http(s) URL",
-                         "e.g. https://pypi.example.com/simple")
-    has_creds = bool(parts.username or parts.password)
-    netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, "")), has_creds
+    try:
+        port = parts.port
+    except ValueError:
+        raise UsageError(f"{flag} {shown!r} has an invalid port", _URL_HINT) from None
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise UsageError(f"{flag} {shown!r} is not an http(s) URL with a host", _URL_HINT)
+    user, password = unquote(parts.username or ""), unquote(parts.password or "")
+    if re.search(r"[\s\x00-\x1f\x7f]", user + password):
+        raise UsageError(f"{flag} {shown!r}: its credentials hold whitespace or control "
+                         "characters", "a netrc secret cannot carry them; use a token without")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    netloc = host + (f":{port}" if port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", "")), bool(user or password)
+
+
+@cache
+def system_users() -> frozenset[str]:
+    """Names of the system accounts of the base images' OS families (matrix/system-users.toml)."""
+    with (matrix_dir() / "system-users.toml").open("rb") as fh:
+        doc = tomllib.load(fh)
+    return frozenset(u for fam in doc.get("family", []) for u in fam.get("users", []))
 
 
 def user_name(value: str) -> str:
     if not _USER.fullmatch(value):
         raise UsageError(f"--user {value[:40]!r} is not a valid user name",
                          "lower-case letters, digits, _ and -, e.g. --user envbuild, --user root")
+    if value in system_users():
+        raise UsageError(f"--user {value}: a system account of that name already exists in "
+                         "the base images (useradd would fail, or the image would run as a "
+                         "service account)", "choose another name, e.g. --user envbuild "
+                         "(or --user root to run as root)")
     return value
+
+
+# Characters no rendered value may hold: a newline would start a new Dockerfile instruction or
+# requirements line whatever the quoting (the validators refuse them first; this is the wall).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# A bare word outside a shell (FROM, WORKDIR, a mount target, an xargs list): nothing to quote.
+_WORD = re.compile(r"[A-Za-z0-9._:/@+=~-]+")
+
+
+def _finalize(value: Any) -> Any:
+    if isinstance(value, str) and _CONTROL.search(value):
+        raise UsageError(f"refusing to render {redact(value)[:40]!r}: it holds a control "
+                         "character", "check the values given on the command line")
+    return value
+
+
+def _no_control(value: Any) -> None:
+    """Refuse a control character anywhere in a template context (strings, lists, dataclasses)."""
+    if isinstance(value, str):
+        _finalize(value)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _no_control(v)
+    elif isinstance(value, list | tuple | set | frozenset):
+        for v in value:
+            _no_control(v)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            _no_control(getattr(value, f.name))
+
+
+def _sh(value: Any) -> str:
+    """One shell word, whatever the value holds (POSIX single quotes)."""
+    return shlex.quote(_finalize(str(value)))
+
+
+def _shjoin(values: Any) -> str:
+    return " ".join(_sh(v) for v in values)
+
+
+def _word(value: Any) -> str:
+    text = str(value)
+    if not _WORD.fullmatch(text):
+        raise UsageError(f"refusing to render {redact(text)[:40]!r} where only a plain word "
+                         "(letters, digits, . _ : / @ + = ~ -) may stand",
+                         "check the values given on the command line")
+    return text
+
+
+def _yaml(value: Any) -> str:
+    """A YAML double-quoted scalar: any string survives (': ', ' #', quotes, non-ASCII)."""
+    out = []
+    for ch in str(value):
+        code = ord(ch)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif 0x20 <= code < 0x7F:
+            out.append(ch)
+        elif code <= 0xFF:
+            out.append(f"\\x{code:02x}")
+        elif code <= 0xFFFF:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    return '"' + "".join(out) + '"'
 
 
 @cache
 def _env() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -93,6 +216,8 @@ def _env() -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
+    env.filters.update(sh=_sh, shjoin=_shjoin, word=_word, yaml=_yaml)
+    return env
 
 
 def _template(name: str, **ctx: Any) -> str:
@@ -109,33 +234,45 @@ class _Python:
 
 
 def _python_plan(spec: Spec, os_info: OsInfo, source: str, m: Matrix) -> _Python:
+    """The OS packages for the image's Python, named from os.toml's per-OS package properties.
+
+    Every final image also gets the C/C++ compilers and the Python headers torch.compile needs
+    (Inductor's C++ backend on CPU, Triton's launcher on GPUs); a standalone CPython brings its own
+    headers. The python-build-standalone bootstrap stage needs only a Python with venv.
+    """
     py = spec.python
     apt = os_info.package_manager == "apt"
     minor = py.split(".")[1]
-    system: tuple[str, ...]
-    named: tuple[str, ...]
-    if apt:
-        system = ("python3", "python3-venv", "ca-certificates")
-        named = (f"python{py}", f"python{py}-venv", "ca-certificates")
-    else:
-        system = ("python3",)
-        named = (f"python{py}" if int(minor) >= 11 else f"python3{minor}",)
+    certs: tuple[str, ...] = ("ca-certificates",) if apt else ()
+    # The OS's own package for the default python3, and for another version it ships.
+    named = f"python{py}" if apt or int(minor) >= 11 else f"python3{minor}"
+
+    def packages(pkg: str, headers: bool) -> tuple[str, ...]:
+        out = [pkg]
+        if os_info.venv_suffix:
+            out.append(pkg + os_info.venv_suffix)
+        if headers:
+            out.append(pkg + os_info.headers_suffix)
+        return (*out, *certs)
+
+    compilers = os_info.compiler_packages
     uv = str(m.meta.get("os", {}).get("uv_version", ""))
     uv_req = f"uv=={uv}" if uv else "uv"
     if source == "standalone":
-        return _Python("standalone", ("ca-certificates",), system, f"/opt/python/python{py}",
-                       uv_req)
+        return _Python("standalone", ("ca-certificates", *compilers),
+                       packages("python3", False), f"/opt/python/python{py}", uv_req)
     if py == os_info.python:
-        return _Python("os", system, (), "python3", uv_req)
+        return _Python("os", (*packages("python3", True), *compilers), (), "python3", uv_req)
     if py in os_info.extra_python:
-        return _Python("os", named, (), f"python{py}", uv_req)
+        return _Python("os", (*packages(named, True), *compilers), (), f"python{py}", uv_req)
     raise UsageError(f"--python-source os: {os_info.id} does not ship Python {py}",
                      "drop --python-source to use a standalone CPython build")
 
 
 def secret_mounts(opts: RenderOptions, uid: int, home: str) -> list[str]:
     """BuildKit secret mounts: a CA bundle and index credentials, never in a layer."""
-    out = []
+    out: list[str] = []
+    home = _word(home)
     if opts.ca_cert:
         out.append(f"--mount=type=secret,id=ca,target=/run/secrets/ca.pem,uid={uid}")
     if opts.index_credentials:
@@ -173,14 +310,20 @@ def peaks_json(m: Matrix) -> str:
 
 
 @cache
-def validator_source() -> str:
-    return (Path(__file__).parent / "validator.py").read_text()
+def validator_source() -> bytes:
+    """The validator package as one deterministic zipapp (envbuild/validator/zipapp.py)."""
+    from envbuild.validator import zipapp
+
+    return zipapp.build()
 
 
 def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile]:
     torch_index = opts.torch_index_url or spec.index_url
     pypi = str(m.meta["torch"].get("pypi_index", "https://pypi.org/simple"))
     user_index = opts.pip_index_url or pypi
+    # No value reaching a template may hold a control character (a newline would start a new
+    # Dockerfile instruction or requirements line whatever the quoting): checked once, here.
+    _no_control((spec, opts, pypi))
     pins = _pins(spec)
     common: dict[str, Any] = {
         "envbuild_version": __version__, "spec": spec, "spec_hash": spec.hash, "pins": pins,
@@ -197,7 +340,7 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
            if opts.team_pip else {}),
         "spec.json": RenderedFile(json.dumps(spec.to_json(), indent=2) + "\n"),
         "peaks.json": RenderedFile(peaks_json(m)),
-        "validator.py": RenderedFile(validator_source()),
+        "validator.pyz": RenderedFile(validator_source()),
     }
     native = not targets.get(spec.target).container  # mps: a native macOS environment
     conda_platform = "osx-arm64" if native else "linux-64"

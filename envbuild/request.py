@@ -100,7 +100,7 @@ def torch_specifier(text: str) -> SpecifierSet:
     if not t or len(t) > 100:
         raise UsageError(f"--torch {text!r} is not a version or specifier",
                          "examples: --torch 2.4, --torch 2.4.1, --torch '>=2.3,<2.6'")
-    if _TORCH_BARE.match(t):
+    if _TORCH_BARE.fullmatch(t):
         t = f"=={t}.*" if t.count(".") == 1 else f"=={t}"
     try:
         spec = SpecifierSet(t)
@@ -131,10 +131,10 @@ def gpu_index(matrix: Matrix) -> dict[str, Gpu]:
 
 def parse_gpu(text: str, matrix: Matrix) -> GpuRef:
     raw = text.strip()
-    if not raw or len(raw) > 80 or not re.match(r"^[\w .+()/-]+$", raw):
+    if not raw or len(raw) > 80 or not re.fullmatch(r"[\w .+()/-]+", raw):
         raise UsageError(f"--gpu {text[:40]!r} is not a GPU name or compute capability",
                          "examples: --gpu H100, --gpu 'RTX 4090', --gpu sm_86, --gpu gfx942")
-    m = _SM.match(raw) or _CC.match(raw)
+    m = _SM.fullmatch(raw) or _CC.fullmatch(raw)
     if m:
         cc = f"{int(m.group(1))}.{m.group(2)}"
         if matrix.arch(cc) is None:
@@ -142,7 +142,7 @@ def parse_gpu(text: str, matrix: Matrix) -> GpuRef:
             raise UsageError(f"compute capability {cc} is not a known NVIDIA architecture",
                              "known: " + ", ".join(known))
         return GpuRef(label=f"sm_{cc.replace('.', '')}", vendor="nvidia", cc=cc)
-    if re.match(r"^gfx[0-9a-f]{3,4}$", raw, re.IGNORECASE):
+    if re.fullmatch(r"gfx[0-9a-f]{3,4}", raw, re.IGNORECASE):
         return GpuRef(label=raw.lower(), vendor="amd", gfx=raw.lower())
     index = gpu_index(matrix)
     g = index.get(raw.casefold()) or index.get(_norm_gpu(raw))
@@ -174,7 +174,7 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
     cuda_major = None
     notes: list[str] = []
     if req.cuda is not None:
-        if not _CUDA.match(req.cuda):
+        if not _CUDA.fullmatch(req.cuda):
             raise UsageError(f"--cuda {req.cuda!r} is not a CUDA version",
                              "use X, X.Y or X.Y.Z (ASCII digits), e.g. --cuda 12.2")
         known = [r.version for r in matrix.cuda]
@@ -193,7 +193,7 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
                                  close + [v for v in _nearest_versions(cuda_minor, known)
                                           if v not in close])
     if req.rocm is not None:
-        if not _ROCM.match(req.rocm):
+        if not _ROCM.fullmatch(req.rocm):
             raise UsageError(f"--rocm {req.rocm!r} is not a ROCm version",
                              "use X.Y or X.Y.Z, e.g. --rocm 6.2")
         known_rocm = [r.version for r in matrix.rocm]
@@ -202,12 +202,12 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
                              f"known ROCm releases: {', '.join(known_rocm)}",
                              _nearest_versions(req.rocm, known_rocm))
     spec = torch_specifier(req.torch) if req.torch is not None else None
-    if req.python is not None and not _PYTHON.match(req.python):
+    if req.python is not None and not _PYTHON.fullmatch(req.python):
         raise UsageError(f"--python {req.python!r} is not a CPython version",
                          "use 3.X (ASCII digits), e.g. --python 3.11")
     driver = req.driver
     if driver is not None:
-        if not _DRIVER.match(driver):
+        if not _DRIVER.fullmatch(driver):
             raise UsageError(f"--driver {driver!r} is not an NVIDIA driver version",
                              "use the number nvidia-smi prints (ASCII digits), e.g. "
                              "--driver 535.104.05, or a branch: --driver 535")

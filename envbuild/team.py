@@ -68,8 +68,8 @@ def layer_keys(p: Prepared) -> dict[str, str]:
     o = p.options
     os_key = _h(p.spec.os, p.spec.python, o.base_image or p.spec.base_image, o.python_source,
                 list(o.apt), o.user, o.ca_cert)
-    torch_key = _h(os_key, p.files["requirements.txt"].content,
-                   p.files["constraints.txt"].content, o.torch_index_url,
+    torch_key = _h(os_key, _text(p.files["requirements.txt"].content),
+                   _text(p.files["constraints.txt"].content), o.torch_index_url,
                    list(o.pip_extra_index_urls), _wheels(p.wheelhouse))
     team_key = _h(torch_key, list(o.team_pip), o.pip_index_url)
     image_key = _h(team_key, list(o.pip), list(o.conda))
@@ -80,7 +80,8 @@ def inputs_hash(p: Prepared) -> str:
     """Every build input: the rendered files and the wheelhouse's wheel names and sizes."""
     h = hashlib.sha256()
     for name, f in sorted(p.files.items()):
-        h.update(name.encode() + b"\0" + f.content.encode() + b"\0" + str(f.mode).encode())
+        data = f.content if isinstance(f.content, bytes) else f.content.encode()
+        h.update(name.encode() + b"\0" + data + b"\0" + str(f.mode).encode())
     h.update(json.dumps(_wheels(p.wheelhouse)).encode())
     return h.hexdigest()[:12]
 
@@ -379,6 +380,10 @@ def build(planned: list[Planned], m: Matrix, *, push: bool, jobs: int = 1, rebui
     return sorted(done, key=lambda b: order[b.planned.name])
 
 
+def _text(content: str | bytes) -> str:
+    return content.decode() if isinstance(content, bytes) else content
+
+
 def lock_entry(b: Built) -> dict[str, Any]:
     p = b.planned
     s = p.prepared.spec
@@ -391,7 +396,7 @@ def lock_entry(b: Built) -> dict[str, Any]:
         "torchvision": s.torchvision or "", "torchaudio": s.torchaudio or "",
         "variant": s.variant, "python": s.python, "os": s.os,
         "base_image": p.base_image, "base_digest": b.base_digest,
-        "pins": [ln for ln in p.prepared.files["requirements.txt"].content.splitlines()
+        "pins": [ln for ln in _text(p.prepared.files["requirements.txt"].content).splitlines()
                  if ln and not ln.startswith("#")],
         "pip": list(p.prepared.options.team_pip) + list(p.prepared.options.pip),
         "packages": b.freeze,

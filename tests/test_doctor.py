@@ -18,7 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envbuild.doctor import compat, evaluate, model, parse, probes, record, report, view
+from envbuild import compat
+from envbuild.doctor import evaluate, model, parse, probes, record, report, view
 from envbuild.doctor.model import Cmd, HostFacts, Request, Severity
 from envbuild.errors import MatrixError, UsageError
 from envbuild.matrix import Matrix, load
@@ -286,7 +287,7 @@ def test_device_permission_rules_are_data(small: Matrix) -> None:
     from envbuild.explain import load_catalogue
 
     table = dict(load_catalogue().doctor)
-    rules = evaluate.Rules.from_table(table)
+    rules = evaluate.HostRules.from_table(table)
     assert rules.is_cuda_node("/dev/nvidia0") and not rules.is_cuda_node("/dev/nvidia-caps")
     facts = record.load(FIXTURES / "h100-sxm-recorded")
     devices = {p: replace(d, rw=False) for p, d in facts.devices.items()}
@@ -296,14 +297,14 @@ def test_device_permission_rules_are_data(small: Matrix) -> None:
     assert found[0].message.startswith("this user cannot open /dev/nvidia-uvm, /dev/nvidia0, "
                                        "/dev/nvidiactl,")
     assert f"mode {table['nvidia_device_mode']} (NVreg_DeviceFileMode)" in found[0].remediation
-    only_ctl = evaluate.Rules.from_table({**table, "cuda_device_nodes": ["/dev/nvidiactl"],
+    only_ctl = evaluate.HostRules.from_table({**table, "cuda_device_nodes": ["/dev/nvidiactl"],
                                           "nvidia_device_mode": "0660"})
     found = [f for f in evaluate.evaluate(facts, small, rules=only_ctl)
              if f.id == "nvidia.device_permission"]
     assert found[0].message.startswith("this user cannot open /dev/nvidiactl,")
     assert "mode 0660" in found[0].remediation
     with pytest.raises(MatrixError, match="cuda_device_nodes"):
-        evaluate.Rules.from_table({k: v for k, v in table.items() if k != "cuda_device_nodes"})
+        evaluate.HostRules.from_table({k: v for k, v in table.items() if k != "cuda_device_nodes"})
 
 
 def test_small_shm_threshold_is_data(small: Matrix) -> None:
@@ -311,9 +312,10 @@ def test_small_shm_threshold_is_data(small: Matrix) -> None:
 
     table = dict(load_catalogue().doctor)
     facts = replace(record.load(FIXTURES / "h100-sxm-recorded"), shm_bytes=512 << 20)
-    ids = {f.id for f in evaluate.evaluate(facts, small, rules=evaluate.Rules.from_table(table))}
+    rules = evaluate.HostRules.from_table(table)
+    ids = {f.id for f in evaluate.evaluate(facts, small, rules=rules)}
     assert "host.shm_small" in ids
-    lax = evaluate.Rules.from_table({**table, "shm_min_mb": 256})
+    lax = evaluate.HostRules.from_table({**table, "shm_min_mb": 256})
     assert "host.shm_small" not in {f.id for f in evaluate.evaluate(facts, small, rules=lax)}
 
 
@@ -574,3 +576,50 @@ def test_recommendation_is_a_command_make_accepts(case: str, matrix: Matrix) -> 
         from envbuild.versions import version_key
         assert spec.min_driver is not None
         assert version_key(spec.min_driver) <= version_key(rec.driver)
+
+
+def _with_driver(tmp_path: Path, case: str, old: str, new: str) -> HostFacts:
+    """A recorded host whose driver is replaced everywhere it appears (module, NVML, smi)."""
+    d = tmp_path / case
+    shutil.copytree(FIXTURES / case, d)
+    for p in d.rglob("*"):
+        if p.is_file():
+            try:
+                text = p.read_text()
+            except UnicodeDecodeError:
+                continue
+            if old in text:
+                p.write_text(text.replace(old, new))
+    return record.load(d)
+
+
+@pytest.mark.parametrize(("case", "old", "new", "finding", "says"), [
+    ("pascal-gtx1080", "580.95.05", "590.44.01", "nvidia.driver_too_new_for_gpu",
+     "branches up to R580"),
+    ("h100-sxm-recorded", "580.159.04", "515.65.01", "nvidia.driver_too_old_for_gpu",
+     "branches from R520"),
+])
+def test_doctor_uses_the_resolvers_driver_window(tmp_path: Path, case: str, old: str, new: str,
+                                                  finding: str, says: str) -> None:
+    """A Pascal host on R590, or an H100 on a driver older than R520, cannot exist: the doctor
+    says so with the same window the resolver uses."""
+    m = load()
+    findings, _ = evaluate.diagnose(_with_driver(tmp_path, case, old, new), m, Request())
+    hit = [f for f in findings if f.id == finding]
+    assert hit and hit[0].severity == Severity.ERROR and says in hit[0].message, findings
+    healthy, _ = evaluate.diagnose(record.load(FIXTURES / case), m, Request())
+    assert not [f for f in healthy if f.id.startswith("nvidia.driver_too_")]
+
+
+def test_host_rules_load_once_as_typed_data() -> None:
+    """The [doctor] table is read once (cached) and typed; the engine's BuildKit thresholds and
+    the doctor's device rules come from the same object."""
+    compat.host_rules.cache_clear()
+    first = compat.host_rules()
+    assert first is compat.host_rules()
+    assert isinstance(first.docker_default_shm_mb, int) and first.cuda_device_nodes
+    from envbuild import engine
+
+    classic, buildx = engine._buildkit_rules()
+    assert classic == tuple(int(x) for x in first.buildkit_classic_min.split(".")[:2])
+    assert buildx == tuple(int(x) for x in first.buildx_required_from.split(".")[:2])

@@ -16,8 +16,10 @@ COMMANDS: dict[str, str] = {
     "resolve": "resolve_cmd", "render": "render_cmd", "build": "build_cmd",
     "validate": "build_cmd", "make": "build_cmd", "doctor": "doctor_cmd",
     "explain": "doctor_cmd", "matrix": "matrix_cmd", "team": "team_cmd",
+    "cluster": "cluster_cmd",
 }
-_MODULE_ORDER = ("build_cmd", "doctor_cmd", "matrix_cmd", "render_cmd", "resolve_cmd", "team_cmd")
+_MODULE_ORDER = ("build_cmd", "cluster_cmd", "doctor_cmd", "matrix_cmd", "render_cmd",
+                 "resolve_cmd", "team_cmd")
 
 
 def _command_name(argv: list[str]) -> str | None:
@@ -45,6 +47,10 @@ def _wants_json(argv: list[str]) -> bool:
 
 
 def _fail(err: EnvbuildError, as_json: bool) -> int:
+    from envbuild.redact import redact  # every error passes here: no URL credential is echoed
+
+    err = EnvbuildError(redact(err.message), redact(err.hint),
+                        [redact(a) for a in err.alternatives], err.exit_code)
     if as_json:
         emit_json({"error": {"message": err.message, "hint": err.hint,
                              "alternatives": err.alternatives}})

@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from envbuild.doctor import compat, model, parse
-from envbuild.doctor.checks_env import Rules
+from envbuild import compat
+from envbuild.compat import HostRules
+from envbuild.doctor import model, parse
 from envbuild.doctor.model import Request
 from envbuild.doctor.view import (
     ERROR,
@@ -21,6 +22,7 @@ from envbuild.doctor.view import (
     stdout_of,
     tail,
 )
+from envbuild.gpu_window import branch_of, window
 from envbuild.matrix import Matrix
 
 WSL_DRIVER_PKG = re.compile(
@@ -79,7 +81,7 @@ def check_wsl(v: View, m: Matrix, o: Out) -> None:
                   "(set by `memory=` in %UserProfile%\\.wslconfig)")
 
 
-def check_nvidia(v: View, m: Matrix, rules: Rules, o: Out) -> None:
+def check_nvidia(v: View, m: Matrix, rules: HostRules, o: Out) -> None:
     f = v.facts
     if not v.nvidia and not (v.wsl and v.smi_text):
         return
@@ -138,6 +140,8 @@ def check_nvidia(v: View, m: Matrix, rules: Rules, o: Out) -> None:
                   f"GPU {g.index} ({g.name}): compute capability unknown (not in gpus.toml, "
                   "and this nvidia-smi has no compute_cap field)",
                   "the recommendation below does not check arch coverage for it")
+    if driver and not v.wsl:
+        check_driver_window(v, m, driver, o)
     if v.gpus:
         counts = Counter((g.name, g.cc, round(g.memory_mib / 1024)) for g in v.gpus)
         desc = "; ".join(f"{n} x {name} (compute capability {cc or '?'}, {mem} GiB)"
@@ -145,6 +149,29 @@ def check_nvidia(v: View, m: Matrix, rules: Rules, o: Out) -> None:
         o.add("nvidia.gpus", OK, desc)
     check_nvidia_gpu_state(v, o)
     check_nvidia_nodes(v, rules, o)
+
+
+def check_driver_window(v: View, m: Matrix, driver: str, o: Out) -> None:
+    """The resolver's GPU <-> driver window: a driver outside a GPU's window cannot drive it
+    (a Pascal GPU on R590, a Blackwell GPU on R560)."""
+    seen: set[str] = set()
+    for g in v.gpus:
+        if not g.cc or g.cc in seen:
+            continue
+        seen.add(g.cc)
+        w = window(m, g.cc, f"{g.name} (sm_{g.cc.replace('.', '')})")
+        if w is None or w.admits(driver):
+            continue
+        if w.too_new(driver):
+            o.add("nvidia.driver_too_new_for_gpu", ERROR,
+                  f"driver {driver} (R{branch_of(driver)}) does not drive {w.label}: "
+                  f"{w.arch_name} GPUs are driven by {w.describe()}",
+                  f"install an R{w.last_branch} driver (the last branch for {w.arch_name})")
+        else:
+            o.add("nvidia.driver_too_old_for_gpu", ERROR,
+                  f"driver {driver} (R{branch_of(driver)}) is older than the first branch that "
+                  f"knows {w.label}: {w.arch_name} GPUs are driven by {w.describe()}",
+                  f"install a driver >= {w.first_driver}")
 
 
 def check_nvidia_gpu_state(v: View, o: Out) -> None:
@@ -172,7 +199,7 @@ def check_nvidia_gpu_state(v: View, o: Out) -> None:
                   "reset the GPU (pending) or drain the node and RMA the GPU (failed)")
 
 
-def check_nvidia_nodes(v: View, rules: Rules, o: Out) -> None:
+def check_nvidia_nodes(v: View, rules: HostRules, o: Out) -> None:
     """Missing nodes, and permission on the nodes a CUDA process opens ([doctor]
     cuda_device_nodes): not /dev/nvidia-caps (MIG capabilities, root-only by design)."""
     f = v.facts

@@ -17,6 +17,7 @@ from pathlib import Path
 from envbuild import proc
 from envbuild.doctor import model
 from envbuild.doctor.model import Cmd, DevNode, DockerClient, HostFacts
+from envbuild.redact import redact
 
 TIMEOUT = 10.0
 TORCH_TIMEOUT = 60.0
@@ -194,7 +195,8 @@ def _kfd_gfx() -> tuple[int, ...]:
 def collect() -> HostFacts:
     """Probe this host. Every command is time-limited; missing tools are recorded, not errors."""
     system, machine = platform.system(), platform.machine()
-    env = {k: os.environ[k] for k in ENV_KEYS if k in os.environ}
+    # DOCKER_HOST may be tcp://user:password@host: recorded and reported without credentials
+    env = {k: redact(os.environ[k]) for k in ENV_KEYS if k in os.environ}
     outputs: dict[str, Cmd] = {}
     files: dict[str, str] = {}
     for name, path in model.FILES.items():

@@ -5,8 +5,10 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 venv="${1:-$here/.venv-envbuild}"
-need_macos="14.0"
-python="python3.13"
+need_macos=14.0
+python_version=3.13
+torch_version=2.9.1
+python="python$python_version"
 
 fail() { echo "envbuild: $1" >&2; [ -n "${2:-}" ] && echo "hint: $2" >&2; exit 1; }
 
@@ -20,11 +22,11 @@ fi
   "Intel Macs: torch ended macOS x86_64 wheels after 2.2.2; use --target cpu on Linux"
 have="$(sw_vers -productVersion)"
 if [ "$(printf '%s\n%s\n' "$need_macos" "$have" | sort -t. -k1,1n -k2,2n -k3,3n | head -1)" != "$need_macos" ]; then
-  fail "macOS $have is older than $need_macos, the oldest macOS on which torch 2.9.1 supports MPS" \
+  fail "macOS $have is older than $need_macos, the oldest macOS on which torch $torch_version supports MPS" \
     "update macOS, or render with an older --torch"
 fi
 command -v "$python" >/dev/null || fail "$python not found" \
-  "install it (e.g. brew install python@3.13, or use environment.yml with conda)"
+  "install it (e.g. brew install python@$python_version, or use environment.yml with conda)"
 arch="$("$python" -c 'import platform; print(platform.machine())')"
 [ "$arch" = "arm64" ] || fail "$python is an $arch build (Rosetta)" "install a native arm64 Python"
 "$python" -m venv "$venv"
@@ -32,5 +34,5 @@ arch="$("$python" -c 'import platform; print(platform.machine())')"
 if grep -qv '^#' "$here/user-requirements.txt"; then
   "$venv/bin/pip" install -r "$here/user-requirements.txt" -c "$here/constraints.txt"
 fi
-"$venv/bin/python" "$here/validator.py" --spec "$here/spec.json" --peaks "$here/peaks.json" || true
+"$venv/bin/python" "$here/validator.pyz" --spec "$here/spec.json" --peaks "$here/peaks.json" || true
 echo "ready: source $venv/bin/activate"

@@ -1,0 +1,126 @@
+"""Build logs: per user (XDG state dir, 0700), created exclusively, never through a symlink,
+and redacted: a pre-planted symlink or another user's directory cannot capture a log."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from envbuild import build as build_mod
+from envbuild import engine
+from envbuild.build import BuildFailed, default_log_dir, open_log
+from envbuild.errors import EnvironmentProblem
+from tests.conftest import run_cli
+
+
+def test_default_log_dir_is_per_user(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert default_log_dir() == tmp_path / "state" / "envbuild" / "logs"
+    for value in ("", "relative/state"):  # the spec says: ignore a relative XDG path
+        monkeypatch.setenv("XDG_STATE_HOME", value)
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        assert default_log_dir() == tmp_path / "home" / ".local/state/envbuild/logs"
+    assert not str(default_log_dir()).startswith("/tmp/envbuild-logs")
+
+
+@pytest.mark.parametrize("existing_mode", [None, 0o755, 0o777, 0o700])
+def test_log_dir_is_0700_and_file_0600(tmp_path: Path, existing_mode: int | None) -> None:
+    d = tmp_path / "logs"
+    if existing_mode is not None:
+        d.mkdir()
+        d.chmod(existing_mode)
+    path, fh = open_log(d, "build-x")
+    fh.close()
+    assert stat.S_IMODE(d.stat().st_mode) == 0o700
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("kind", ["to-file", "dangling", "to-dir", "loop"])
+def test_a_planted_symlink_is_never_followed(tmp_path: Path, kind: str) -> None:
+    d = tmp_path / "logs"
+    d.mkdir(mode=0o700)
+    victim = tmp_path / "victim"
+    if kind == "to-file":
+        victim.write_text("precious\n")
+    elif kind == "to-dir":
+        victim.mkdir()
+    planted = [d / "build-x.log", d / "build-x-1.log"]
+    for p in planted:
+        os.symlink(p if kind == "loop" else victim, p)
+    path, fh = open_log(d, "build-x")
+    fh.write("log line\n")
+    fh.close()
+    assert path not in planted and not path.is_symlink() and path.read_text() == "log line\n"
+    if kind == "to-file":
+        assert victim.read_text() == "precious\n"
+    elif kind == "dangling":
+        assert not victim.exists()
+    elif kind == "to-dir":
+        assert list(victim.iterdir()) == []
+    assert all(p.is_symlink() for p in planted)
+
+
+def test_an_existing_log_is_never_overwritten(tmp_path: Path) -> None:
+    d = tmp_path / "logs"
+    paths = []
+    for _ in range(5):
+        path, fh = open_log(d, "build-same-second")
+        fh.write(str(path))
+        fh.close()
+        paths.append(path)
+    assert len(set(paths)) == 5 and all(p.read_text() == str(p) for p in paths)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to make a directory someone else's")
+def test_another_users_log_dir_is_refused(tmp_path: Path) -> None:
+    d = tmp_path / "logs"
+    d.mkdir(mode=0o777)
+    os.chown(d, 65534, 65534)
+    with pytest.raises(EnvironmentProblem, match="not a directory of this user's"):
+        open_log(d, "build-x")
+    assert list(d.iterdir()) == []
+
+
+def test_log_dir_that_is_a_file_is_a_clean_error(tmp_path: Path) -> None:
+    (tmp_path / "state").write_text("not a dir")
+    with pytest.raises(EnvironmentProblem):
+        open_log(tmp_path / "state" / "logs", "build-x")
+
+
+def test_build_writes_its_log_per_user_redacted(monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path) -> None:
+    """The whole build() path with a stand-in engine: where the log goes and what it holds."""
+    ctx = tmp_path / "ctx"
+    r = run_cli("render", "--target", "cpu", "--out", str(ctx))
+    assert r.returncode == 0, r.stderr
+    state = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    monkeypatch.setattr(engine, "find_images", lambda labels: [])
+    monkeypatch.setattr(engine, "find_builder", lambda: SimpleNamespace(reason="fake builder"))
+    monkeypatch.setattr(engine, "build_argv",
+                        lambda *a: ["docker", "build", "https://bob:SECRET@p.example/x"])
+
+    def run_build(builder: object, argv: list[str], sink: object, timeout: float) -> int:
+        for line in ("#1 [1/2] FROM x", "#2 pip install --index-url https://bob:SECRET@h/s",
+                     "#2 GET https://h/simple?token=SECRET", "#2 ERROR: failed"):
+            sink(line)  # type: ignore[operator]
+        return 1
+
+    monkeypatch.setattr(engine, "run_build", run_build)
+    before = set(Path("/tmp/envbuild-logs").glob("*")) if Path("/tmp/envbuild-logs").exists() \
+        else set()
+    with pytest.raises(BuildFailed) as info:
+        build_mod.build(ctx)
+    logs = list((state / "envbuild" / "logs").iterdir())
+    assert len(logs) == 1
+    text = logs[0].read_text()
+    assert "fake builder" in text and "SECRET" not in text and "bob" not in text
+    assert "SECRET" not in " ".join([info.value.message, *info.value.alternatives])
+    assert stat.S_IMODE(logs[0].stat().st_mode) == 0o600
+    after = set(Path("/tmp/envbuild-logs").glob("*")) if Path("/tmp/envbuild-logs").exists() \
+        else set()
+    assert after == before
