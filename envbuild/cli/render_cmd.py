@@ -73,7 +73,9 @@ def render(
         f"into {out} (spec {spec.hash})")
     for name in sorted(prepared.files):
         say(f"  {name}")
-    if spec.target == "mps":
+    from envbuild import targets
+
+    if not targets.get(spec.target).container:  # mps: a native macOS environment
         say(f"next, on the Mac: {out}/setup-macos.sh")
     else:
         say(f"next: envbuild build {out}")
