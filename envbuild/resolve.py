@@ -328,13 +328,27 @@ def _resolve_rocm(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v:
     rocm_rel = m.rocm_release(v.version)
     assert rocm_rel is not None
     _check_gpus(v, p.gpus, t)
-    images = rocm_images(rocm_rel.base_image, rocm_rel.os)
-    matrix_os = next(iter(images), None)  # the image the matrix names leads; siblings follow
-    os_info = _pick_os(m, sorted(images), rel, p, t, f"the ROCm {v.version} base image",
-                       first=matrix_os)
-    python, source = _pick_python(m, rel, os_info, p, t)
-    base = images[os_info.id]
-    t.add(f"base image {base}: AMD's ROCm {v.version} development image for {os_info.id}")
+    dev_images = rocm_images(rocm_rel.base_image, rocm_rel.os)
+    matrix_os = next(iter(dev_images), None)  # the image the matrix names leads; siblings follow
+    meta = m.meta.get("rocm", {})
+    if p.flavor == "devel":
+        os_info = _pick_os(m, sorted(dev_images), rel, p, t,
+                           f"the ROCm {v.version} development image", first=matrix_os)
+        python, source = _pick_python(m, rel, os_info, p, t)
+        base = dev_images[os_info.id]
+        t.add(f"base image {base}: AMD's ROCm {v.version} development image for {os_info.id}, as "
+              f"requested (--flavor devel: hipcc and headers for HIP extensions); it costs "
+              f"{meta.get('devel_image_gb', 'gigabytes')} and stores the ROCm userspace a second "
+              "time, next to the copy in the torch wheel")
+    else:
+        plain = [o for o in rocm_rel.os if m.os_info(o) is not None]
+        os_info = _pick_os(m, plain, rel, p, t, f"ROCm {v.version}", first=matrix_os)
+        python, source = _pick_python(m, rel, os_info, p, t)
+        base = os_info.image
+        t.add(f"base image {base}: the plain {os_info.id} image; the torch {v.tag} wheel bundles "
+              "the ROCm userspace (HIP runtime, rocBLAS/hipBLASLt kernels, the OS libraries they "
+              "link), the host gives only the kernel driver (/dev/kfd, /dev/dri). "
+              "--flavor devel builds on AMD's dev image instead (hipcc)")
     return _spec(m, p, rel, patch, v, t, python=python, python_source=source, os_id=os_info.id,
                  base_image=base, verified=rocm_rel.verified)
 
@@ -412,7 +426,7 @@ def _spec(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant
         cudnn=(v.cudnn or None) if v.kind == "cuda" else None,
         nccl=(v.nccl or None) if v.kind in ("cuda", "rocm") else None,
         os=os_id,
-        flavor=p.flavor if p.target in ("cuda",) else None,
+        flavor=p.flavor if p.target in ("cuda", "rocm") else None,
         base_image=base_image,
         index_url=index_url or f"{index_base}/{v.tag}",
         min_driver=min_driver,

@@ -40,6 +40,7 @@ CASES: dict[str, list[str]] = {
                            "/etc/ssl/certs/ca-certificates.crt", "--pip-index-url",
                            "https://user:s3cret@pypi.example.com/simple"],
     "rocm-ubuntu22.04": ["--rocm", "6.2", "--torch", "2.5.1"],
+    "rocm-devel-ubuntu22.04": ["--rocm", "6.2", "--torch", "2.5.1", "--flavor", "devel"],
     "cpu-debian12": ["--target", "cpu", "--torch", "2.13.0", "--os", "debian12"],
     "cpu-ubuntu24.04-root": ["--target", "cpu", "--torch", "2.9.1", "--os", "ubuntu24.04",
                              "--user", "root"],

@@ -27,7 +27,8 @@ Gpu = Annotated[list[str] | None, typer.Option(
     "Repeat for a fleet.")]
 Os = Annotated[str | None, typer.Option("--os", help="Container OS, e.g. ubuntu22.04.")]
 Flavor = Annotated[str | None, typer.Option(
-    "--flavor", help="CUDA base image flavor: base (default) | runtime | devel.")]
+    "--flavor", help="Base image flavor: base (default; ROCm: the plain OS) | runtime (CUDA) | "
+    "devel (nvcc / hipcc).")]
 Without = Annotated[list[str] | None, typer.Option(
     "--without", help="Leave out a companion: torchvision or torchaudio. Repeatable.")]
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
