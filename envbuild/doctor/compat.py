@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from envbuild.matrix import Matrix, TorchRelease, Variant
+from envbuild.validator import rules
 from envbuild.versions import version_key
 
 
@@ -55,14 +56,9 @@ def how_runs(m: Matrix, driver: str, cuda: str, windows: bool = False) -> str:
 
 
 def cc_of(text: str) -> str:
-    """'sm_86' / 'compute_90' / '8.6' / '86' / 'sm_120' -> '8.6', '9.0', '12.0'."""
-    t = text.strip().lower()
-    m = re.fullmatch(r"(?:sm_|compute_)?(\d+)([a-z]?)", t)
-    if m:
-        digits = m.group(1)
-        return f"{digits[:-1]}.{digits[-1]}" if len(digits) >= 2 else ""
-    m = re.fullmatch(r"(\d+)\.(\d+)", t)
-    return f"{m.group(1)}.{m.group(2)}" if m else ""
+    """'sm_86' / 'compute_90' / '8.6' / '86' / 'sm_120' -> '8.6', '9.0', '12.0' (the one
+    parser: envbuild.validator.rules)."""
+    return rules.cc_of(text)
 
 
 def covers(variant: Variant, cc: str) -> bool:
