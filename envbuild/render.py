@@ -279,7 +279,8 @@ def secret_mounts(opts: RenderOptions, uid: int, home: str) -> list[str]:
     return out
 
 
-def _pins(spec: Spec) -> list[str]:
+def torch_pins(spec: Spec) -> list[str]:
+    """requirements.txt: torch and its companions, exact builds."""
     local = "" if spec.target == "mps" else f"+{spec.variant}"
     pins = [f"torch=={spec.torch}{local}"]
     if spec.torchvision:
@@ -323,7 +324,7 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
     # No value reaching a template may hold a control character (a newline would start a new
     # Dockerfile instruction or requirements line whatever the quoting): checked once, here.
     _no_control((spec, opts, pypi))
-    pins = _pins(spec)
+    pins = torch_pins(spec)
     common: dict[str, Any] = {
         "envbuild_version": __version__, "spec": spec, "spec_hash": spec.hash, "pins": pins,
         "user_pip": list(opts.pip), "user_conda": list(opts.conda), "user_apt": list(opts.apt),
