@@ -301,7 +301,10 @@ def _resolve_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v:
           + ("CUDA runtime only; the torch wheel brings cuDNN, cuBLAS and NCCL as pip packages, "
              "so a runtime/cudnn image would duplicate gigabytes" if p.flavor == "base" else
              f"the {p.flavor} flavor as requested"
-             + (" (nvcc and headers for compiling extensions)" if p.flavor == "devel" else "")))
+             + (" (nvcc and headers for compiling extensions)" if p.flavor == "devel" else "")
+             + ": it duplicates the CUDA libraries the torch wheel's nvidia-* packages bring "
+             "(cuBLAS, cuFFT, cuSPARSE, cuSOLVER, NCCL, ...: `envbuild render` lists them with "
+             "their sizes)"))
     if cuda_rel.eol:
         t.add(f"note: NVIDIA marks the CUDA {image_minor} images end-of-life; they may be deleted "
               "from registries (mirror the base image, or choose a maintained CUDA)")

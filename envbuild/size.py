@@ -174,7 +174,7 @@ def duplicates(spec: Spec, sizes: Mapping[str, Any]) -> list[str]:
         out.append(f"{n}: {int(lib.get('bytes', 0)) / MB:.0f} MB ({lib.get('wheel', '?')} wheel)")
     total = sum(int(libs.get(n, {}).get("bytes", 0)) for n in names)
     return [f"the {spec.flavor} image duplicates what the torch wheel's nvidia-* packages bring: "
-            f"{total / MB:.0f} MB compressed ({'; '.join(out)})"]
+            f"{total / MB:.0f} MB ({data.get('basis', 'wheel sizes')}: {'; '.join(out)})"]
 
 
 def describe(est: SizeEstimate) -> list[str]:

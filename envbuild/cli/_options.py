@@ -32,6 +32,9 @@ Flavor = Annotated[str | None, typer.Option(
 Without = Annotated[list[str] | None, typer.Option(
     "--without", help="Leave out a companion: torchvision or torchaudio. Repeatable.")]
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+Size = Annotated[bool, typer.Option(
+    "--size", help="Estimate the image size per layer (asks the package indexes and the base "
+    "image's registry; what cannot be reached is reported unknown).")]
 
 
 def make_request(target: str | None, cuda: str | None, rocm: str | None, torch: str | None,

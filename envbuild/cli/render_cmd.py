@@ -33,7 +33,7 @@ def render(
         "--force", help="Replace a previous render in --out: only the files its "
         ".envbuild-manifest.json lists, unchanged since; other files are never touched.")]
     = False,
-    json: o.Json = False,
+    json: o.Json = False, size: o.Size = False,
 ) -> None:
     """Render Dockerfile, environment.yml, pinned requirements, spec.json and the validator."""
     from envbuild.matrix import load
@@ -65,14 +65,28 @@ def render(
     links = {"wheelhouse": wheelhouse} if wheelhouse else {}
     write_tree(prepared.files, out, force, links)
     spec = prepared.spec
+    from envbuild.size import describe, duplicates
+    dup = duplicates(spec, m.extra.get("sizes", {}))
+    est = None
+    if size and spec.target != "mps":
+        from envbuild.sizefetch import gather
+        est = gather(spec, m.extra.get("sizes", {}), base_image=ci.base_image,
+                     wheelhouse=ci.wheelhouse, torch_index=ci.torch_index_url,
+                     user_index=ci.pip_index_url, pip=ci.pip)
     if json:
         emit_json({"out": str(out), "spec_hash": spec.hash, "files": sorted(prepared.files),
-                   "spec": spec.to_json()})
+                   "spec": spec.to_json(), "duplicates": dup,
+                   **({"size": est.to_json()} if est else {})})
         return
     say(f"rendered {spec.target} torch {spec.torch} ({spec.variant}) Python {spec.python} "
         f"into {out} (spec {spec.hash})")
     for name in sorted(prepared.files):
         say(f"  {name}")
+    for line in dup:
+        say(f"note: {line}")
+    if est is not None:
+        say("estimated size:")
+        say("\n".join(describe(est)))
     if spec.target == "mps":
         say(f"next, on the Mac: {out}/setup-macos.sh")
     else:
