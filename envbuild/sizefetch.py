@@ -70,7 +70,7 @@ def http_get(url: str, headers: Mapping[str, str]) -> Response:
             body = resp.read(MAX_BODY + 1)
             status, hdrs = resp.status, dict(resp.headers.items())
     except urllib.error.HTTPError as exc:
-        return Response(exc.code, dict(exc.headers.items()), b"")
+        return Response(exc.code, {k.lower(): v for k, v in exc.headers.items()}, b"")
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         raise Unreachable(f"{urlsplit(url).netloc or url[:40]}: {reason}") from None
@@ -329,8 +329,8 @@ class Lookup:
                 name = next((n for n in z.namelist()
                              if n.endswith(".dist-info/METADATA") and n.count("/") == 1), None)
                 return z.read(name).decode("utf-8", "replace") if name else None
-        if not f.metadata:
-            return None
+        # PyPI serves <file>.metadata for most wheels even where its JSON does not flag it
+        # (core-metadata): ask anyway; a 404 means the dependencies stay unread.
         r = self.fetch(f.url + ".metadata", {})
         return r.body.decode("utf-8", "replace") if r.status == 200 else None
 
@@ -343,9 +343,10 @@ def collect(lookup: Lookup, pins: list[str], python: str,
     unknown: list[str] = []
     notes: list[str] = []
     seen = {canonicalize_name(s) for s in skip}
-    todo = [Requirement(p) for p in pins]
+    todo = [(Requirement(p), True) for p in pins]
     while todo:
-        req = todo.pop(0)
+        req, pinned = todo.pop(0)
+        lost = unknown if pinned else notes  # a dependency not found is a note, not a hole
         name = canonicalize_name(req.name)
         if name in seen:
             continue
@@ -357,10 +358,10 @@ def collect(lookup: Lookup, pins: list[str], python: str,
         try:
             chosen = pick(lookup.files(name), req.specifier, python, exact)
         except Unreachable as exc:
-            unknown.append(f"{req}: {exc}")
+            lost.append(f"{req}: {exc}")
             continue
         if chosen is None:
-            unknown.append(f"{req}: no wheel for CPython {python} on Linux x86_64 in the index")
+            lost.append(f"{req}: no wheel for CPython {python} on Linux x86_64 in the index")
             continue
         facts.append(lookup.fact(chosen))
         try:
@@ -370,7 +371,7 @@ def collect(lookup: Lookup, pins: list[str], python: str,
         if meta is None:
             notes.append(f"{name}: dependencies not read (no PEP 658 metadata)")
             continue
-        todo.extend(requirements_of(meta, python))
+        todo.extend((r, False) for r in requirements_of(meta, python))
     return facts, unknown, notes
 
 
