@@ -505,3 +505,15 @@ def gather(spec: Spec, sizes: Mapping[str, Any], *, base_image: str | None = Non
                    user_wheels=user_facts, user_unresolved=[*other, *user_missing], sizes=sizes)
     notes = [f"not counted: {u}" for u in (*notes, *user_notes)]
     return SizeEstimate(est.rows, (*est.notes, *notes))
+
+
+def for_make(spec: Spec, sizes: Mapping[str, Any], real: int | None, *,
+             base_image: str | None, base_on_disk: int | None, wheelhouse: Path | None,
+             torch_index: str | None, user_index: str | None,
+             pip: Iterable[str]) -> dict[str, Any]:
+    """make's hook: the estimate beside the built image's real size (summary and --json)."""
+    from envbuild.size import beside
+
+    est = gather(spec, sizes, base_image=base_image, base_on_disk=base_on_disk,
+                 wheelhouse=wheelhouse, torch_index=torch_index, user_index=user_index, pip=pip)
+    return beside(est, real)

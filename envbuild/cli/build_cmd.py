@@ -17,13 +17,14 @@ import typer
 
 from envbuild.cli import _options as o
 from envbuild.cli._app import app, emit_json, say, warn
-from envbuild.errors import EXIT_FAILED, UsageError
+from envbuild.errors import EXIT_FAILED, EnvbuildError, UsageError
 
 if TYPE_CHECKING:
     from envbuild.build import BuildResult
     from envbuild.matrix import Matrix
-    from envbuild.pipeline import Secrets
+    from envbuild.pipeline import ContextInputs, Secrets
     from envbuild.request import Request
+    from envbuild.spec import Spec
     from envbuild.validate import Validation
 
 Tag = Annotated[str | None, typer.Option(
@@ -235,6 +236,21 @@ def build(
         raise typer.Exit(checked.validation.exit_code or EXIT_FAILED if checked else EXIT_FAILED)
 
 
+def _size_beside(spec: Spec, m: Matrix, ci: ContextInputs, real: int) -> dict[str, Any]:
+    """The size estimate (envbuild/size.py) next to the real size: one call, for make."""
+    from envbuild import engine
+    from envbuild.sizefetch import for_make
+
+    base = ci.base_image or spec.base_image or ""
+    try:
+        on_disk: int | None = engine.image_size(base)
+    except EnvbuildError:
+        on_disk = None  # not pulled here: the registry manifest says
+    return for_make(spec, m.extra.get("sizes", {}), real, base_image=base, base_on_disk=on_disk,
+                    wheelhouse=ci.wheelhouse, torch_index=ci.torch_index_url,
+                    user_index=ci.pip_index_url, pip=ci.pip)
+
+
 def _validation_line(c: Checked) -> str:
     if c.cached:
         local = c.created.astimezone().strftime("%Y-%m-%d %H:%M")
@@ -391,6 +407,7 @@ def make(
         pushed = _push(result.tag, push)
         times["push"] = time.monotonic() - t2
     size = engine.image_size(result.tag)
+    sized = _size_beside(spec, m, ci, size)
     times["total"] = time.monotonic() - t0
     summary = {
         "spec": spec.to_json(), "target_reason": chosen or None,
@@ -399,6 +416,7 @@ def make(
         "pushed": pushed, "push_skipped": held or None,
         "seconds": {k: round(v, 2) for k, v in times.items()},
         "validation": checked.to_json() if checked else None,
+        "size": sized,
     }
     failed = bool(checked and not checked.passed)
     if json:
@@ -414,6 +432,10 @@ def make(
             f"hash {spec.hash}")
         say(f"image     {result.tag}  {size / 1e6:.0f} MB"
             + ("  (cache hit: nothing changed)" if result.cached else ""))
+        say(f"size      estimated {sized['estimate']['total_bytes'] / 1e6:.0f} MB before the "
+            f"build, real {size / 1e6:.0f} MB ({sized.get('error_pct', 0):+.1f}%)"
+            + ("" if sized["estimate"]["complete"] else "; estimate incomplete: "
+               + ", ".join(sized["estimate"]["unknown"]) + " unknown"))
         if not result.cached:
             say(f"builder   {result.builder}")
             say(f"log       {result.log_path}")
