@@ -1,4 +1,4 @@
-"""libs.origin: torch loads the GPU libraries its wheel brings (issue 14), judged on recorded maps."""
+"""libs.origin: torch loads the GPU libraries its wheel brings (issue 14), on recorded maps."""
 
 from __future__ import annotations
 
