@@ -21,8 +21,7 @@ from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from envbuild import logscan
-from envbuild.doctor import compat
+from envbuild import compat, logscan
 from envbuild.errors import MatrixError
 from envbuild.logscan import MIN_ANCHOR, Haystack, Scanner, anchor
 from envbuild.matrix import Matrix

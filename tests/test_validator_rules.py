@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild import explain, resolve
-from envbuild.doctor import compat
+from envbuild import compat, explain, resolve
 from envbuild.validator import rules
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from envbuild.doctor import compat, model
+from envbuild import compat
+from envbuild.doctor import model
 from envbuild.doctor.model import Recommendation, Request
 from envbuild.doctor.view import View, stdout_of
 from envbuild.matrix import Matrix
