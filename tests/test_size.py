@@ -342,3 +342,22 @@ def test_render_prints_duplicates_and_size(server: tuple[str, _Server], tmp_path
     assert [row["layer"].split(" ")[0] for row in size["rows"]] == \
         ["base", "OS", "Python", "torch", "user", "envbuild"]
     assert size["rows"][0]["compressed"] == sum(x["size"] for x in MANIFEST_LAYERS["layers"])
+
+
+@pytest.mark.parametrize("args", [
+    ["--target", "cpu", "--torch", "2.13.0", "--os", "debian12"],
+    ["--rocm", "6.2", "--torch", "2.5.1"],
+    ["--cuda", "12.4", "--torch", "2.6.0", "--flavor", "runtime"],
+])
+def test_resolve_size_offline_exits_0_with_unknowns(args: list[str]) -> None:
+    dead = "http://127.0.0.1:9"  # every index and registry request fails at once: offline
+    env = {"https_proxy": dead, "HTTPS_PROXY": dead, "http_proxy": dead, "HTTP_PROXY": dead,
+           "no_proxy": "", "NO_PROXY": ""}
+    r = run_cli("resolve", *args, "--size", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    size = json.loads(r.stdout)["size"]
+    assert not size["complete"] and "torch stack" in size["unknown"]
+    assert all(row["how"] for row in size["rows"])
+    human = run_cli("resolve", *args, "--size", env=env)
+    assert human.returncode == 0 and "lower bound" in human.stdout
+    assert "Traceback" not in human.stderr
