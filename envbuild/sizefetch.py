@@ -300,7 +300,11 @@ class Lookup:
                 page = f"{index}/{name}/"
                 r = self.fetch(page, {"Accept": f"{PEP691}, text/html;q=0.1"})
                 if r.status == 200:
-                    found = parse_index(name, page, r)
+                    try:
+                        found = parse_index(name, page, r)
+                    except (ValueError, KeyError, TypeError, AttributeError):
+                        raise Unreachable(f"{urlsplit(page).netloc}: unreadable index page "
+                                          f"for {name}") from None
                     break
                 if r.status != 404:
                     raise Unreachable(f"{urlsplit(page).netloc}: HTTP {r.status} for {name}")

@@ -55,9 +55,12 @@ class _Server:
         self.registry: dict[str, tuple[int, dict[str, str], bytes]] = {}
         self.require_token = True
         self.requests: list[str] = []
+        self.override: dict[str, tuple[int, dict[str, str], bytes]] = {}
 
     def handle(self, path: str, headers: Any) -> tuple[int, dict[str, str], bytes]:
         self.requests.append(path)
+        if path in self.override:
+            return self.override[path]
         if path.startswith("/v2/") or path.startswith("/token"):
             return self._registry(path, headers)
         if path == "/pt/torch/":
@@ -361,3 +364,33 @@ def test_resolve_size_offline_exits_0_with_unknowns(args: list[str]) -> None:
     human = run_cli("resolve", *args, "--size", env=env)
     assert human.returncode == 0 and "lower bound" in human.stdout
     assert "Traceback" not in human.stderr
+
+
+_JSON = {"Content-Type": "application/vnd.pypi.simple.v1+json"}
+
+
+@pytest.mark.parametrize("payload", [
+    (200, _JSON, b"{not json"),
+    (200, _JSON, b"[]"),
+    (200, _JSON, json.dumps({"files": [{"url": "x"}]}).encode()),
+    (200, _JSON, json.dumps({"files": [{"filename": 5, "url": None}]}).encode()),
+    (200, _JSON, json.dumps({"files": "all of them"}).encode()),
+    (200, _JSON, json.dumps({"files": [{"filename": "torch-2.13.0+cpu-cp311-cp311-"
+                                        "manylinux_2_28_x86_64.whl", "url": "/nowhere",
+                                        "size": "huge", "requires-python": ">=3.oops"}]}).encode()),
+    (200, {"Content-Type": "text/html"}, b"<a href='javascript:alert(1)'>x</a><a>"),
+    (200, {"Content-Type": "text/html"}, bytes(range(256)) * 10),
+    (500, {}, b""),
+])
+def test_hostile_index_pages_are_unknown(server: tuple[str, _Server], matrix: Matrix,
+                                         payload: tuple[int, dict[str, str], bytes]) -> None:
+    host, state = server
+    state.override = {"/bad/torch/": payload}
+    try:
+        est = gather(_cpu_spec(matrix), matrix.extra["sizes"], base_image=f"{host}/x/y:z",
+                     torch_index=f"http://{host}/bad", user_index=f"http://{host}/bad")
+    finally:
+        state.override = {}
+    torch_row = next(r for r in est.rows if r.layer == "torch stack")
+    assert torch_row.bytes is None or torch_row.bytes >= 0
+    assert not est.complete
