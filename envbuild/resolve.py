@@ -338,10 +338,11 @@ def _resolve_rocm(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v:
         os_info = _pick_os(m, plain, rel, p, t, f"ROCm {v.version}", first=matrix_os)
         python, source = _pick_python(m, rel, os_info, p, t)
         base = os_info.image
+        bundles = "; ".join(str(x) for x in meta.get("wheel_bundles", []))
         t.add(f"base image {base}: the plain {os_info.id} image; the torch {v.tag} wheel bundles "
-              "the ROCm userspace (HIP runtime, rocBLAS/hipBLASLt kernels, the OS libraries they "
-              "link), the host gives only the kernel driver (/dev/kfd, /dev/dri). "
-              "--flavor devel builds on AMD's dev image instead (hipcc)")
+              f"the ROCm userspace ({bundles or 'see rocm.toml'}), the host gives only the "
+              "kernel driver (/dev/kfd, /dev/dri). --flavor devel builds on AMD's dev image "
+              "instead (hipcc)")
     return _spec(m, p, rel, patch, v, t, python=python, python_source=source, os_id=os_info.id,
                  base_image=base, verified=rocm_rel.verified)
 

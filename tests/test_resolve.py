@@ -376,3 +376,13 @@ def test_cuda_typo_suggests_the_close_release(matrix: Matrix, cuda: str, suggest
 def test_cuda_unknown_major(matrix: Matrix) -> None:
     with pytest.raises(UsageError, match="not a CUDA major"):
         resolve(Request(cuda="14"), matrix)
+
+
+def test_rocm_trace_says_what_the_wheel_bundles_and_what_devel_costs(matrix: Matrix) -> None:
+    meta = matrix.meta["rocm"]
+    base = resolve(Request(rocm="6.2", torch="2.5.1"), matrix)
+    line = next(t for t in base.trace if t.startswith("base image "))
+    assert all(str(item) in line for item in meta["wheel_bundles"]) and "/dev/kfd" in line
+    devel = resolve(Request(rocm="6.2", torch="2.5.1", flavor="devel"), matrix)
+    line = next(t for t in devel.trace if t.startswith("base image "))
+    assert str(meta["devel_image_gb"]) in line and "second time" in line
