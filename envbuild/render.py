@@ -51,6 +51,7 @@ class RenderOptions:
     apt: tuple[str, ...] = ()
     conda: tuple[str, ...] = ()
     torch_index_url: str | None = None
+    torch_local_tag: bool = True  # False on a PyPI-like torch index (envbuild.torch_index)
     pip_index_url: str | None = None
     pip_extra_index_urls: tuple[str, ...] = ()
     index_credentials: bool = False
@@ -279,8 +280,8 @@ def secret_mounts(opts: RenderOptions, uid: int, home: str) -> list[str]:
     return out
 
 
-def _pins(spec: Spec) -> list[str]:
-    local = "" if spec.target == "mps" else f"+{spec.variant}"
+def _pins(spec: Spec, local_tag: bool = True) -> list[str]:
+    local = "" if spec.target == "mps" or not local_tag else f"+{spec.variant}"
     pins = [f"torch=={spec.torch}{local}"]
     if spec.torchvision:
         pins.append(f"torchvision=={spec.torchvision}{local}")
@@ -320,7 +321,7 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
     # No value reaching a template may hold a control character (a newline would start a new
     # Dockerfile instruction or requirements line whatever the quoting): checked once, here.
     _no_control((spec, opts, pypi))
-    pins = _pins(spec)
+    pins = _pins(spec, opts.torch_local_tag)
     common: dict[str, Any] = {
         "envbuild_version": __version__, "spec": spec, "spec_hash": spec.hash, "pins": pins,
         "user_pip": list(opts.pip), "user_conda": list(opts.conda), "user_apt": list(opts.apt),

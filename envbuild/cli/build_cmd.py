@@ -308,6 +308,7 @@ def make(
     pip: o.Pip = None, apt: o.Apt = None, conda: o.Conda = None, allow_url: o.AllowUrl = False,
     user: o.User = "envbuild", pip_index_url: o.PipIndex = None,
     pip_extra_index_url: o.PipExtraIndex = None, torch_index_url: o.TorchIndex = None,
+    torch_index_kind: o.TorchIndexKind = None,
     ca_cert: o.CaCert = None, wheelhouse: o.Wheelhouse = None, base_image: o.BaseImage = None,
     python_source: o.PythonSource = None,
     tag: Tag = None, rebuild: Rebuild = False, progress: Progress = "auto", push: Push = None,
@@ -341,7 +342,8 @@ def make(
     t0 = time.monotonic()
     req = o.make_request(target, cuda, rocm, torch, python, driver, gpu, os, flavor, without)
     ci = o.context_inputs(pip, apt, conda, allow_url, user, pip_index_url, pip_extra_index_url,
-                          torch_index_url, ca_cert, wheelhouse, base_image, python_source)
+                          torch_index_url, ca_cert, wheelhouse, base_image, python_source,
+                          torch_index_kind=torch_index_kind)
     m = load()
     chosen = ""
     if wants_recommendation(req):
