@@ -353,10 +353,12 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
     home = "/root" if root else f"/home/{opts.user}"
     wheel = ["--no-index", "--find-links", WHEELHOUSE_MOUNT]
     extras = [a for u in opts.pip_extra_index_urls for a in ("--extra-index-url", u)]
-    pip_args = wheel if opts.wheelhouse else ["--index-url", torch_index, *extras]
+    extras += _trusted_hosts(opts.pip_extra_index_urls)
+    pip_args = wheel if opts.wheelhouse else \
+        ["--index-url", torch_index, *_trusted_hosts([torch_index]), *extras]
     # User packages may come from the index even with a wheelhouse (local wheels are found too).
     user_pip_args = (["--find-links", WHEELHOUSE_MOUNT] if opts.wheelhouse else []) + \
-        ["--index-url", user_index, *extras]
+        ["--index-url", user_index, *_trusted_hosts([user_index]), *extras]
     base_image = opts.base_image or spec.base_image
     assert base_image is not None
     ctx = {
@@ -377,6 +379,18 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
         ref = opts.image_ref or default_tag(spec)
         files["apptainer.def"] = RenderedFile(_template("apptainer.def.j2", image_ref=ref, **ctx))
     return files
+
+
+def _trusted_hosts(urls: list[str] | tuple[str, ...]) -> list[str]:
+    """pip ignores a plain-http index that is not localhost unless its host is trusted; an http
+    index URL the user gave explicitly is trusted for that host only (an internal devpi, a
+    mirror behind the proxy). https indexes need nothing (their CA: --ca-cert)."""
+    out: list[str] = []
+    for u in urls:
+        p = urlsplit(u)
+        if p.scheme == "http" and p.hostname:
+            out += ["--trusted-host", p.netloc.rsplit("@", 1)[-1]]
+    return out
 
 
 def default_tag(spec: Spec) -> str:

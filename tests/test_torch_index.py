@@ -3,6 +3,7 @@ variant refused before a build; the URL-shape guess and its --torch-index-kind o
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,31 @@ def test_cli_unknown_kind_exit_2(tmp_path: Path, bad: str) -> None:
                 str(tmp_path / "x"))
     assert r.returncode == 2 and r.stderr.startswith("error: "), r.stderr
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("url,host", [
+    ("http://172.17.0.1:8765/simple", "172.17.0.1:8765"),
+    ("http://devpi.internal/root/pypi/+simple", "devpi.internal"),
+    ("http://u:SECRET@mirror.corp:8080/simple", "mirror.corp:8080"),
+    ("http://[fd00::1]:3141/simple", "[fd00::1]:3141"),
+    ("https://mirror.corp/simple", None),
+])
+@pytest.mark.parametrize("flag", ["torch", "pip", "extra"])
+def test_plain_http_index_is_trusted_for_its_host_only(matrix: Matrix, url: str,
+                                                       host: str | None, flag: str) -> None:
+    """pip ignores a plain-http index on another host unless --trusted-host names it (found by
+    the served-mirror test: 'not a trusted or secure host and is being ignored')."""
+    from envbuild.pipeline import ContextInputs, render_options
+
+    ci = ContextInputs(torch_index_url=url if flag == "torch" else None,
+                       pip_index_url=url if flag == "pip" else None,
+                       pip_extra_index_urls=(url,) if flag == "extra" else ())
+    opts, _ = render_options(ci)
+    spec = resolve(Request(target="cpu", torch="2.13.0"), matrix)
+    docker = render(spec, opts, matrix)["Dockerfile"].content
+    assert "SECRET" not in docker
+    if host is None:
+        assert "--trusted-host" not in docker
+    else:
+        assert f"--trusted-host {shlex.quote(host)} " in docker  # [ ] are shell glob chars
+        assert docker.count("--trusted-host") == (2 if flag == "extra" else 1)
