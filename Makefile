@@ -6,9 +6,9 @@ BIN := $(VENV)/bin
 WORK ?= .work
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: install system-deps venv engine fixtures test unit lint typecheck golden bench clean
+.PHONY: install system-deps venv engine fixtures slurm test unit lint typecheck golden bench clean
 
-install: system-deps venv fixtures
+install: system-deps venv fixtures slurm
 
 system-deps:
 	bash .ci/system-deps.sh
@@ -27,6 +27,10 @@ engine:
 fixtures: engine
 	bash .ci/fixtures.sh $(WORK)
 
+# a two-node Slurm cluster on this host (munge, slurmctld, slurmd -N n1/n2) for tests/test_cluster*
+slurm:
+	bash .ci/slurm.sh start
+
 lint: venv
 	$(BIN)/ruff check envbuild tests
 	$(BIN)/mypy
@@ -36,7 +40,7 @@ typecheck: lint
 unit: venv
 	$(BIN)/pytest -m "not docker" -q
 
-test: venv engine fixtures lint
+test: venv engine fixtures slurm lint
 	ENVBUILD_WORK=$(abspath $(WORK)) $(BIN)/pytest -q
 
 golden: venv

@@ -48,14 +48,10 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 
 def _buildkit_rules() -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(first classic CLI with DOCKER_BUILDKIT=1, first CLI that needs buildx): matrix data."""
-    import tomllib
+    from envbuild.compat import host_rules
 
-    from envbuild.resources import matrix_dir
-
-    with (matrix_dir() / "signatures.toml").open("rb") as fh:
-        rules = tomllib.load(fh)["doctor"]
-    return (_version_tuple(str(rules["buildkit_classic_min"])),
-            _version_tuple(str(rules["buildx_required_from"])))
+    rules = host_rules()
+    return _version_tuple(rules.buildkit_classic_min), _version_tuple(rules.buildx_required_from)
 
 
 def _candidates() -> list[str]:
@@ -216,12 +212,18 @@ def runtime_facts() -> dict[str, str]:
 
 
 def run_container(image: str, command: list[str], *, target: str, gpus: bool, timeout: float,
-                  labels: Mapping[str, str], shm_size: str = "2g") -> RunResult:
+                  labels: Mapping[str, str], shm_size: str = "2g",
+                  environment: Mapping[str, str] | None = None,
+                  network_host: bool = False) -> RunResult:
     """Run a labelled container to completion; it is always removed (timeout, Ctrl-C too)."""
     import docker.types
 
     c = client()
     kwargs: dict[str, Any] = {"shm_size": shm_size, "labels": dict(labels), "detach": True}
+    if environment:
+        kwargs["environment"] = dict(environment)
+    if network_host:  # multi-node rendezvous: the ranks reach each other on the hosts' addresses
+        kwargs["network_mode"] = "host"
     if target == "cuda" and gpus:
         kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1,
                                                                 capabilities=[["gpu"]])]
@@ -253,6 +255,21 @@ def run_container(image: str, command: list[str], *, target: str, gpus: bool, ti
         if container is not None:
             with suppress(Exception):  # best effort: the container may already be gone
                 container.remove(force=True)
+
+
+def remove_containers(labels: Mapping[str, str]) -> list[str]:
+    """Force-remove every container carrying all these labels (a backstop after a cancelled job);
+    returns the removed ids."""
+    c = client()
+    removed = []
+    with _docker_errors():
+        found = c.containers.list(all=True, filters={"label": [f"{k}={v}"
+                                                              for k, v in labels.items()]})
+    for container in found:
+        with suppress(Exception):  # best effort: it may be going away on its own
+            container.remove(force=True)
+            removed.append(str(container.id)[:12])
+    return removed
 
 
 def push(ref: str, attempts: int = 3, delay: float = 2.0) -> str:

@@ -21,11 +21,11 @@ from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from envbuild import logscan
-from envbuild.doctor import compat
+from envbuild import compat, logscan
 from envbuild.errors import MatrixError
 from envbuild.logscan import MIN_ANCHOR, Haystack, Scanner, anchor
 from envbuild.matrix import Matrix
+from envbuild.validator import rules
 
 FLAGS = re.IGNORECASE | re.MULTILINE
 # Fields derive() computes from the matrix; fix templates may use these and extractor groups.
@@ -169,11 +169,8 @@ def _tuple_version(text: str) -> str:
     """cuDNN version codes: '(8, 9, 2)' / 8902 -> '8.9.2'; from cuDNN 9 the code is
     major*10000 + minor*100 + patch: 90100 -> '9.1.0' (not '90.1.0')."""
     nums = re.findall(r"\d+", text)
-    if len(nums) == 1 and len(nums[0]) >= 4:
-        n = int(nums[0])
-        if n >= 10000:
-            return f"{n // 10000}.{(n % 10000) // 100}.{n % 100}"
-        return f"{n // 1000}.{(n % 1000) // 100}.{n % 100}"
+    if len(nums) == 1 and len(nums[0]) >= 4:  # a version code: 8902, 90100
+        return rules.version_code_str(int(nums[0]))
     return ".".join(nums)
 
 

@@ -34,7 +34,7 @@ class RenderedFile(Protocol):
     """What write_tree needs of a file: envbuild.render.RenderedFile or OutFile."""
 
     @property
-    def content(self) -> str: ...
+    def content(self) -> str | bytes: ...
 
     @property
     def mode(self) -> int: ...
@@ -71,8 +71,8 @@ def _clean_rel(rel: str) -> str | None:
 
 
 def _plan(files: Mapping[str, RenderedFile], links: Mapping[str, Path]) -> list[_Entry]:
-    sha: dict[str, str] = {}  # the same large strings (validator, peaks) recur: hash once
-    raw: dict[str, bytes] = {}
+    sha: dict[str | bytes, str] = {}  # the same large contents (validator, peaks) recur: hash once
+    raw: dict[str | bytes, bytes] = {}
     out: list[_Entry] = []
     for rel, f in files.items():
         clean = _clean_rel(rel)
@@ -80,7 +80,8 @@ def _plan(files: Mapping[str, RenderedFile], links: Mapping[str, Path]) -> list[
             raise ValueError(f"bad rendered path {rel!r}")  # a bug, not a user error
         data = raw.get(f.content)
         if data is None:
-            data = raw[f.content] = f.content.encode()
+            data = raw[f.content] = (f.content if isinstance(f.content, bytes)
+                                     else f.content.encode())
             sha[f.content] = hashlib.sha256(data).hexdigest()
         out.append(_Entry(clean, data, None, f.mode,
                           {"sha256": sha[f.content], "mode": f"{f.mode:04o}"}))

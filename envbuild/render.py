@@ -39,7 +39,7 @@ _NO_SHELL = re.compile(r"^(?:(?:docker\.io/)?library/)?scratch(?::latest)?$")
 
 @dataclass(frozen=True)
 class RenderedFile:
-    content: str
+    content: str | bytes
     mode: int = 0o644
 
 
@@ -310,8 +310,11 @@ def peaks_json(m: Matrix) -> str:
 
 
 @cache
-def validator_source() -> str:
-    return (Path(__file__).parent / "validator.py").read_text()
+def validator_source() -> bytes:
+    """The validator package as one deterministic zipapp (envbuild/validator/zipapp.py)."""
+    from envbuild.validator import zipapp
+
+    return zipapp.build()
 
 
 def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile]:
@@ -334,7 +337,7 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
         "user-requirements.txt": RenderedFile(_template("user-requirements.txt.j2", **common)),
         "spec.json": RenderedFile(json.dumps(spec.to_json(), indent=2) + "\n"),
         "peaks.json": RenderedFile(peaks_json(m)),
-        "validator.py": RenderedFile(validator_source()),
+        "validator.pyz": RenderedFile(validator_source()),
     }
     conda_platform = "osx-arm64" if spec.target == "mps" else "linux-64"
     files["environment.yml"] = RenderedFile(

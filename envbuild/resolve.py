@@ -17,6 +17,7 @@ from envbuild.gpu_window import FleetWindow, branch_of, fleet, window
 from envbuild.matrix import CudaImage, Matrix, OsInfo, TorchPatch, TorchRelease, Variant
 from envbuild.request import GpuRef, Parsed, Request, parse
 from envbuild.spec import Spec
+from envbuild.validator import rules
 from envbuild.versions import major_of, minor_of, version_key
 
 
@@ -41,28 +42,17 @@ class _Reject(Exception):
 
 
 def arch_covers(sass: Iterable[str], ptx: Iterable[str], cc: str) -> str | None:
-    """Which arch of a wheel runs on compute capability `cc`, or None.
-
-    A cubin for sm_X.y runs on sm_X.z with z >= y (same major); PTX for X.Y is JIT-compiled
-    by the driver for any GPU with cc >= X.Y.
-    """
-    want = version_key(cc)
-    cubins = [s for s in sass if version_key(s)[0] == want[0] and version_key(s) <= want]
-    if cubins:
-        best = max(cubins, key=version_key)
-        return "sm_" + best.replace(".", "")
-    ptxs = [p for p in ptx if version_key(p) <= want]
-    if ptxs:
-        return "compute_" + max(ptxs, key=version_key).replace(".", "")
-    return None
+    """Which arch of a wheel runs on compute capability `cc`, or None (the one rule, shared with
+    the validator: envbuild.validator.rules.arch_covers)."""
+    via: str | None = rules.arch_covers(rules.arch_names(tuple(sass), tuple(ptx)), cc)["via"]
+    return via
 
 
 def arch_list(v: Variant) -> list[str]:
     """The wheel's arch list as torch.cuda.get_arch_list() prints it."""
     if v.kind == "rocm":
         return list(v.gfx)
-    return ["sm_" + s.replace(".", "") for s in v.sass] + \
-        ["compute_" + p.replace(".", "") for p in v.ptx]
+    return rules.arch_names(v.sass, v.ptx)
 
 
 def mature_python(m: Matrix, rel: TorchRelease) -> str:

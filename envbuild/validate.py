@@ -11,6 +11,7 @@ from typing import Any
 
 from envbuild import engine, proc
 from envbuild.errors import EXIT_CANNOT_RUN, EnvbuildError
+from envbuild.validator import rules
 
 VALIDATE_LABEL = {engine.LABEL_ROLE: "validate"}
 
@@ -60,11 +61,40 @@ def validate_image(ref: str, *, require_gpu: bool = False, timeout: float = 600)
     return Validation(report, result.exit_code, gpus, note)
 
 
+def host_spec_from(installed: dict[str, str | None], torch_requires: list[str],
+                   python: str, system: str, machine: str) -> dict[str, Any]:
+    """What a host's Python has, as a spec (pure). Nothing is expected that the host does not
+    say: the flavor comes from torch's local tag (+cu130, +rocm6.4, +cpu) or, for a PyPI wheel
+    without one, from its nvidia-* requirements; the variant is that local tag, or just the
+    family ('cuda') when the metadata has none, which any +cuXXX build satisfies."""
+    torch = installed.get("torch")
+    local = (rules.local_tag(torch) or "") if torch else ""
+    deps = " ".join(torch_requires)
+    if local.startswith("cu") or (not local and ("nvidia-" in deps or "cuda-toolkit" in deps)):
+        target = "cuda"
+    elif local.startswith("rocm"):
+        target = "rocm"
+    elif system == "Darwin" and machine == "arm64":
+        target = "mps"
+    else:
+        target = "cpu"
+
+    def public(v: str | None) -> str | None:
+        return rules.public_version(v) if v else None
+
+    return {"target": target, "torch": public(torch),
+            "torchvision": public(installed.get("torchvision")),
+            "torchaudio": public(installed.get("torchaudio")),
+            "python": python, "variant": local or target, "origin": "host",
+            "torch_cuda": None, "rocm": None, "cuda_image": None, "cudnn": None, "nccl": None,
+            "archs": [], "gpus": [], "os": system.lower(), "base_image": None,
+            "min_driver": None}
+
+
 def host_spec() -> dict[str, Any]:
-    """What this host's Python has, as a spec: the checks then verify it works (no torch import
-    here: versions come from the installed distributions' metadata)."""
+    """host_spec_from this interpreter (no torch import: distribution metadata only)."""
     import platform
-    from importlib.metadata import PackageNotFoundError, version
+    from importlib.metadata import PackageNotFoundError, requires, version
 
     def installed(name: str) -> str | None:
         try:
@@ -72,29 +102,10 @@ def host_spec() -> dict[str, Any]:
         except PackageNotFoundError:
             return None
 
-    torch = installed("torch")
-    local = torch.partition("+")[2] if torch else ""
-    from importlib.metadata import requires
-
-    deps = " ".join(requires("torch") or []) if torch else ""
-    if local.startswith("cu") or (not local and ("nvidia-" in deps or "cuda-toolkit" in deps)):
-        target = "cuda"
-    elif local.startswith("rocm"):
-        target = "rocm"
-    elif sys.platform == "darwin" and platform.machine() == "arm64":
-        target = "mps"
-    else:
-        target = "cpu"
-
-    def public(v: str | None) -> str | None:
-        return v.partition("+")[0] if v else None
-
-    return {"target": target, "torch": public(torch), "torchvision": public(
-        installed("torchvision")), "torchaudio": public(installed("torchaudio")),
-        "python": ".".join(platform.python_version_tuple()[:2]), "variant": local or target,
-        "torch_cuda": None, "rocm": None, "cuda_image": None, "cudnn": None, "nccl": None,
-        "archs": [], "gpus": [], "os": platform.system().lower(), "base_image": None,
-        "min_driver": None}
+    have = {name: installed(name) for name in ("torch", "torchvision", "torchaudio")}
+    deps = (requires("torch") or []) if have["torch"] else []
+    return host_spec_from(have, list(deps), ".".join(platform.python_version_tuple()[:2]),
+                          platform.system(), platform.machine())
 
 
 def validate_host(*, spec: Path | None = None, require_gpu: bool = False,

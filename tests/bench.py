@@ -1,7 +1,7 @@
 """`make bench`: start-up, resolve, render --all, and (with a Docker engine) build/make/validate.
 
 Numbers are printed, never asserted: speed and size are measured here, not in the tests.
-Usage: python tests/bench.py [--quick] [--no-docker] [--only explain]
+Usage: python tests/bench.py [--quick] [--no-docker] [--only explain] [--cluster-only]
 """
 
 from __future__ import annotations
@@ -181,16 +181,51 @@ def bench_docker() -> None:
           f"exit {val.returncode}")
 
 
+def bench_cluster(runs: int) -> None:
+    """Seconds from submit to report on the two-node test cluster (`make slurm`): the whole
+    `envbuild cluster validate --slurm` (per-node validator limited to facts.torch, all-reduce
+    1-2 MiB over gloo), and what is left after the job's own work (scheduling, polling,
+    collecting)."""
+    conf = Path(os.environ.get("ENVBUILD_SLURM_DIR", "/var/lib/envbuild-slurm")) / "slurm.conf"
+    tag = "envbuild-cluster/cpu:test"
+    if not conf.is_file() or subprocess.run(["/usr/bin/docker", "image", "inspect", tag],
+                                            capture_output=True).returncode != 0:
+        print(f"== cluster: skipped (no {conf} or no {tag}: make slurm, then run "
+              "tests/test_cluster_slurm.py once)")
+        return
+    print("== cluster validate --slurm, 2 nodes (slurmd -N n1/n2 on this host), docker runtime")
+    walls, jobs = [], []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            t = time.perf_counter()
+            p = subprocess.run([PY, "-m", "envbuild", "cluster", "validate", tag, "--slurm",
+                                "--out", f"{tmp}/out", "--only", "facts.torch", "--max-bytes",
+                                "2M", "--json"], capture_output=True, text=True, cwd=ROOT,
+                               env={**os.environ, "SLURM_CONF": str(conf)})
+            walls.append(time.perf_counter() - t)
+            data = json.loads(p.stdout)
+            node_s = max(n["report"]["duration_s"] for n in data["nodes"] if n["report"])
+            jobs.append(node_s)
+            if data["status"] != "pass":
+                print(f"  run not healthy: {data['status']}")
+    report("cluster validate (submit to report)", walls)
+    print(f"  of which the slowest node's validator: {statistics.median(jobs):.1f} s")
+
+
 def main() -> None:
     quick = "--quick" in sys.argv
     if "--only" in sys.argv and sys.argv[sys.argv.index("--only") + 1:][:1] == ["explain"]:
         bench_explain(3 if quick else 5)
+        return
+    if "--cluster-only" in sys.argv:
+        bench_cluster(3)
         return
     bench_startup(5 if quick else 20)
     bench_render_all(1 if quick else 3)
     bench_explain(3 if quick else 5)
     if "--no-docker" not in sys.argv and shutil.which("dockerd"):
         bench_docker()
+        bench_cluster(1 if quick else 3)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envbuild.doctor import compat, evaluate, model, parse, probes, record, report, view
+from envbuild import compat
+from envbuild.doctor import evaluate, model, parse, probes, record, report, view
 from envbuild.doctor.model import Cmd, HostFacts, Request, Severity
 from envbuild.errors import MatrixError, UsageError
 from envbuild.matrix import Matrix, load
@@ -286,7 +287,7 @@ def test_device_permission_rules_are_data(small: Matrix) -> None:
     from envbuild.explain import load_catalogue
 
     table = dict(load_catalogue().doctor)
-    rules = evaluate.Rules.from_table(table)
+    rules = evaluate.HostRules.from_table(table)
     assert rules.is_cuda_node("/dev/nvidia0") and not rules.is_cuda_node("/dev/nvidia-caps")
     facts = record.load(FIXTURES / "h100-sxm-recorded")
     devices = {p: replace(d, rw=False) for p, d in facts.devices.items()}
@@ -296,14 +297,14 @@ def test_device_permission_rules_are_data(small: Matrix) -> None:
     assert found[0].message.startswith("this user cannot open /dev/nvidia-uvm, /dev/nvidia0, "
                                        "/dev/nvidiactl,")
     assert f"mode {table['nvidia_device_mode']} (NVreg_DeviceFileMode)" in found[0].remediation
-    only_ctl = evaluate.Rules.from_table({**table, "cuda_device_nodes": ["/dev/nvidiactl"],
+    only_ctl = evaluate.HostRules.from_table({**table, "cuda_device_nodes": ["/dev/nvidiactl"],
                                           "nvidia_device_mode": "0660"})
     found = [f for f in evaluate.evaluate(facts, small, rules=only_ctl)
              if f.id == "nvidia.device_permission"]
     assert found[0].message.startswith("this user cannot open /dev/nvidiactl,")
     assert "mode 0660" in found[0].remediation
     with pytest.raises(MatrixError, match="cuda_device_nodes"):
-        evaluate.Rules.from_table({k: v for k, v in table.items() if k != "cuda_device_nodes"})
+        evaluate.HostRules.from_table({k: v for k, v in table.items() if k != "cuda_device_nodes"})
 
 
 def test_small_shm_threshold_is_data(small: Matrix) -> None:
@@ -311,9 +312,10 @@ def test_small_shm_threshold_is_data(small: Matrix) -> None:
 
     table = dict(load_catalogue().doctor)
     facts = replace(record.load(FIXTURES / "h100-sxm-recorded"), shm_bytes=512 << 20)
-    ids = {f.id for f in evaluate.evaluate(facts, small, rules=evaluate.Rules.from_table(table))}
+    rules = evaluate.HostRules.from_table(table)
+    ids = {f.id for f in evaluate.evaluate(facts, small, rules=rules)}
     assert "host.shm_small" in ids
-    lax = evaluate.Rules.from_table({**table, "shm_min_mb": 256})
+    lax = evaluate.HostRules.from_table({**table, "shm_min_mb": 256})
     assert "host.shm_small" not in {f.id for f in evaluate.evaluate(facts, small, rules=lax)}
 
 
@@ -607,3 +609,17 @@ def test_doctor_uses_the_resolvers_driver_window(tmp_path: Path, case: str, old:
     assert hit and hit[0].severity == Severity.ERROR and says in hit[0].message, findings
     healthy, _ = evaluate.diagnose(record.load(FIXTURES / case), m, Request())
     assert not [f for f in healthy if f.id.startswith("nvidia.driver_too_")]
+
+
+def test_host_rules_load_once_as_typed_data() -> None:
+    """The [doctor] table is read once (cached) and typed; the engine's BuildKit thresholds and
+    the doctor's device rules come from the same object."""
+    compat.host_rules.cache_clear()
+    first = compat.host_rules()
+    assert first is compat.host_rules()
+    assert isinstance(first.docker_default_shm_mb, int) and first.cuda_device_nodes
+    from envbuild import engine
+
+    classic, buildx = engine._buildkit_rules()
+    assert classic == tuple(int(x) for x in first.buildkit_classic_min.split(".")[:2])
+    assert buildx == tuple(int(x) for x in first.buildx_required_from.split(".")[:2])

@@ -153,7 +153,8 @@ def specs(matrix: Matrix) -> dict[str, Spec]:
 
 def _render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, str] | None:
     try:
-        return {k: f.content for k, f in render(spec, opts, m).items()}
+        return {k: f.content for k, f in render(spec, opts, m).items()
+                if isinstance(f.content, str)}  # the validator zipapp is bytes, not a script
     except UsageError:
         return None  # refused by the renderer's own wall: an acceptable outcome
 

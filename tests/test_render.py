@@ -12,12 +12,13 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
+from envbuild.validator import zipapp
 from tests.conftest import ROOT, run_cli
 
 GOLDEN = ROOT / "tests" / "golden"
 HADOLINT_CONFIG = ROOT / "tests" / "hadolint.yaml"
 UPDATE = os.environ.get("ENVBUILD_UPDATE_GOLDEN") == "1"
-# Files compared byte for byte; validator.py and peaks.json are checked against their sources.
+# Files compared byte for byte; validator.pyz and peaks.json are checked against their sources.
 COMPARED = ("Dockerfile", ".dockerignore", "environment.yml", "requirements.txt", "constraints.txt",
             "user-requirements.txt", "apt-packages.txt", "envbuild-validate", "spec.json",
             "apptainer.def", "setup-macos.sh")
@@ -79,7 +80,7 @@ def test_golden(rendered: dict[str, Path], name: str) -> None:
     for f in produced:
         assert (out / f).read_text() == (golden / f).read_text(), f"{name}/{f} differs: " \
             "run `make golden` and review the diff"
-    assert (out / "validator.py").read_text() == (ROOT / "envbuild" / "validator.py").read_text()
+    assert (out / "validator.pyz").read_bytes() == zipapp.build()
     json.loads((out / "peaks.json").read_text())
 
 

@@ -1,8 +1,9 @@
-"""Tests for envbuild/validator.py, the in-image validator.
+"""Tests for envbuild/validator/, the in-image validator (shipped as one zipapp).
 
-The validator is loaded by path (it is a standalone file that images carry without the envbuild
-package). Decisions are tested as pure functions, GPU paths through recorded facts in
-tests/fixtures/validator/, and the whole program by running it on this host's CPU torch.
+The package's modules are imported for the pure functions; the program runs as the zipapp
+images carry (stdlib + torch only, no envbuild). Decisions are tested as pure functions, GPU
+paths through recorded facts in tests/fixtures/validator/, and the whole program by running
+it on this host's CPU torch.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import tomllib
 from collections.abc import Iterator
@@ -24,8 +26,10 @@ from typing import Any
 
 import pytest
 
+from envbuild.validator import zipapp
+
 ROOT = Path(__file__).resolve().parents[1]
-VALIDATOR_PATH = ROOT / "envbuild" / "validator.py"
+PACKAGE_DIR = ROOT / "envbuild" / "validator"
 PEAKS_TOML = ROOT / "matrix" / "peaks.toml"
 FIXTURES = ROOT / "tests" / "fixtures" / "validator"
 GPU_FIXTURES = sorted(FIXTURES.glob("*_*.json"))
@@ -39,15 +43,24 @@ CHECK_KEYS = {"id", "title", "status", "reason", "duration_s", "evidence", "reme
 
 
 def _load_validator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("envbuild_validator_under_test", VALIDATOR_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """One namespace with every module of the validator package (rules, judges, checks,
+    supervisor), as the tests address them."""
+    merged = ModuleType("envbuild_validator_under_test")
+    for name in ("rules", "judges", "checks", "supervisor"):
+        module = importlib.import_module(f"envbuild.validator.{name}")
+        merged.__dict__.update({k: v for k, v in vars(module).items() if not k.startswith("__")})
+    return merged
+
+
+def _build_zipapp() -> Path:
+    """The artifact images carry, built once per test session: the subprocess tests run it."""
+    out = Path(tempfile.mkdtemp(prefix="envbuild-validator-test-")) / "validator.pyz"
+    out.write_bytes(zipapp.build())
+    return out
 
 
 V = _load_validator()
+VALIDATOR_PATH = _build_zipapp()
 
 
 def _torch_version() -> str:
@@ -267,7 +280,7 @@ def test_hung_and_crashing_checks_fail_alone(tmp_path: Path) -> None:
 def test_validator_does_not_import_envbuild(tmp_path: Path) -> None:
     """Run a copy outside the repo with a poisoned `envbuild` package first on the path."""
     pytest.importorskip("torch")
-    copy = tmp_path / "opt" / "validator.py"
+    copy = tmp_path / "opt" / "validator.pyz"
     copy.parent.mkdir(parents=True)
     shutil.copy(VALIDATOR_PATH, copy)
     poison = tmp_path / "poison" / "envbuild"
@@ -285,21 +298,57 @@ def test_validator_does_not_import_envbuild(tmp_path: Path) -> None:
     assert by_id(report)["dist.allreduce"]["status"] == "pass"
 
 
-def test_validator_imports_only_stdlib_and_torch() -> None:
-    tree = ast.parse(VALIDATOR_PATH.read_text())
+MODULES = sorted(PACKAGE_DIR.glob("*.py"))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
+def test_validator_imports_only_stdlib_and_torch(path: Path) -> None:
+    """Inside images only the stdlib, torch and the validator's own modules exist."""
+    tree = ast.parse(path.read_text())
     allowed = set(sys.stdlib_module_names) | {"torch", "torchvision", "torchaudio"}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, "relative import"
+            if node.level:  # within the package
+                continue
             names = [node.module or ""]
         else:
             continue
         for name in names:
-            assert name.split(".")[0] in allowed, name
-    text = VALIDATOR_PATH.read_text()
-    assert "import_module(\"envbuild" not in text and "from envbuild" not in text
+            assert name.split(".")[0] in allowed or name.startswith("envbuild.validator"), name
+    text = path.read_text()
+    assert "import_module(\"envbuild" not in text
+
+
+_RUNTIME_TYPES = {"int", "str", "float", "bool", "bytes", "dict", "list", "tuple", "set", "type",
+                  "None", "Any"}
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
+def test_validator_is_python39_syntax(path: Path) -> None:
+    """The validator runs on the image's Python, 3.9 and up: no 3.10+ syntax (match, X | Y
+    evaluated at run time, zip(strict=), parenthesised context managers)."""
+    text = path.read_text()
+    tree = ast.parse(text, feature_version=(3, 9))
+    if any(isinstance(n, ast.AnnAssign | ast.FunctionDef | ast.arg) for n in ast.walk(tree)):
+        assert "from __future__ import annotations" in text  # annotations stay strings
+    annotations: set[int] = set()
+    for node in ast.walk(tree):
+        for ann in ([node.annotation] if isinstance(node, ast.AnnAssign | ast.arg) and
+                    node.annotation else []) + ([node.returns] if isinstance(
+                        node, ast.FunctionDef) and node.returns else []):
+            annotations.update(id(n) for n in ast.walk(ann))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr) and \
+                id(node) not in annotations:
+            sides = [node.left, node.right]
+            assert not any((isinstance(x, ast.Name) and x.id in _RUNTIME_TYPES) or
+                           (isinstance(x, ast.Constant) and x.value is None) for x in sides), \
+                f"{path.name}:{node.lineno}: X | Y type at run time"
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id == "zip":
+            assert not any(k.arg == "strict" for k in node.keywords), f"{path.name}: zip(strict=)"
 
 
 def test_runs_as_module_from_repo(tmp_path: Path) -> None:
@@ -408,8 +457,11 @@ def test_spec_gpus_coverage_is_static() -> None:
 def test_archs_judge() -> None:
     facts = {"torch": {"version": "2.5.1+cu121", "cuda": "12.1", "arch_list": CU121}}
     assert V.judge_archs({"archs": CU121, "variant": "cu121"}, facts).status == "pass"
-    bad = V.judge_archs({"archs": [*CU121, "compute_90"], "variant": "cu124"}, facts)
-    assert bad.status == "fail" and "compute_90" in bad.detail
+    ptx = V.judge_archs({"archs": [*CU121, "compute_90"], "variant": "cu124",
+                         "torch": "2.5.1"}, facts)
+    assert ptx.status == "warn" and "compute_90" in ptx.detail and "2.5 tag cu124" in ptx.detail
+    cubin = V.judge_archs({"archs": [*CU121, "sm_100"], "variant": "cu128"}, facts)
+    assert cubin.status == "fail" and "sm_100" in cubin.detail
     assert V.judge_archs({"archs": []}, facts).status == "skip"
     assert V.judge_archs({"archs": CU121}, {"torch": {"version": "2.5.1"}}).status == "skip"
 

@@ -1,49 +1,20 @@
 """Checks of the container engines (Docker, Podman, BuildKit) and of the current Python's
-torch (pure functions of the View, the Matrix and the host Rules)."""
+torch (pure functions of the View, the Matrix and the HostRules)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from envbuild.doctor import compat, model, parse
+from envbuild import compat
+from envbuild.compat import HostRules
+from envbuild.doctor import model, parse
 from envbuild.doctor.model import HostFacts
 from envbuild.doctor.view import ERROR, INFO, OK, WARN, Out, View, minor, tail, torch_probe
-from envbuild.errors import MatrixError
 from envbuild.matrix import Matrix, Variant
 
 
-@dataclass(frozen=True)
-class Rules:
-    """Host facts that are not in the version matrix (matrix/signatures.toml [doctor])."""
-
-    buildkit_classic_min: str
-    buildx_required_from: str
-    docker_default_shm_mb: int
-    podman_cdi_min: str
-    shm_advice: str
-    shm_min_mb: int = 1024  # a container /dev/shm below this is reported
-    cuda_device_nodes: tuple[str, ...] = ()  # regexes: the /dev nodes a CUDA process opens
-    nvidia_device_mode: str = ""  # the driver's default mode for them (NVreg_DeviceFileMode)
-
-    @classmethod
-    def from_table(cls, t: Mapping[str, Any]) -> Rules:
-        try:
-            return cls(str(t["buildkit_classic_min"]), str(t["buildx_required_from"]),
-                       int(t["docker_default_shm_mb"]), str(t["podman_cdi_min"]),
-                       str(t["shm_advice"]), int(t["shm_min_mb"]),
-                       tuple(str(x) for x in t["cuda_device_nodes"]),
-                       str(t["nvidia_device_mode"]))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise MatrixError(f"signatures.toml [doctor]: missing or bad key {exc}") from exc
-
-    def is_cuda_node(self, path: str) -> bool:
-        return any(re.fullmatch(rx, path) for rx in self.cuda_device_nodes)
-
-
-def check_docker(v: View, m: Matrix, rules: Rules, o: Out) -> None:
+def check_docker(v: View, m: Matrix, rules: HostRules, o: Out) -> None:
     f = v.facts
     needed = not v.darwin  # on macOS, MPS runs natively; containers get no GPU there
     podman = f.out(model.PODMAN_INFO)
@@ -128,7 +99,7 @@ def check_docker_gpu(v: View, o: Out) -> None:
               "rule), or use CDI")
 
 
-def check_buildkit(v: View, rules: Rules, o: Out) -> None:
+def check_buildkit(v: View, rules: HostRules, o: Out) -> None:
     clients = v.facts.docker_clients
     for c in clients:
         if c.buildx.ok:
@@ -151,7 +122,7 @@ def check_buildkit(v: View, rules: Rules, o: Out) -> None:
           "binary into ~/.docker/cli-plugins/docker-buildx)")
 
 
-def check_podman(v: View, rules: Rules, o: Out) -> None:
+def check_podman(v: View, rules: HostRules, o: Out) -> None:
     c = v.facts.out(model.PODMAN_INFO)
     if c is None or not c.ran:
         return

@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from envbuild.doctor import compat, model, parse
-from envbuild.doctor.checks_env import Rules
+from envbuild import compat
+from envbuild.compat import HostRules
+from envbuild.doctor import model, parse
 from envbuild.doctor.model import Request
 from envbuild.doctor.view import (
     ERROR,
@@ -80,7 +81,7 @@ def check_wsl(v: View, m: Matrix, o: Out) -> None:
                   "(set by `memory=` in %UserProfile%\\.wslconfig)")
 
 
-def check_nvidia(v: View, m: Matrix, rules: Rules, o: Out) -> None:
+def check_nvidia(v: View, m: Matrix, rules: HostRules, o: Out) -> None:
     f = v.facts
     if not v.nvidia and not (v.wsl and v.smi_text):
         return
@@ -198,7 +199,7 @@ def check_nvidia_gpu_state(v: View, o: Out) -> None:
                   "reset the GPU (pending) or drain the node and RMA the GPU (failed)")
 
 
-def check_nvidia_nodes(v: View, rules: Rules, o: Out) -> None:
+def check_nvidia_nodes(v: View, rules: HostRules, o: Out) -> None:
     """Missing nodes, and permission on the nodes a CUDA process opens ([doctor]
     cuda_device_nodes): not /dev/nvidia-caps (MIG capabilities, root-only by design)."""
     f = v.facts

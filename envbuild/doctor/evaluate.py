@@ -3,31 +3,30 @@
 
 from __future__ import annotations
 
+from envbuild import compat
+from envbuild.compat import HostRules
 from envbuild.doctor import checks_env, checks_host
-from envbuild.doctor.checks_env import Rules
 from envbuild.doctor.model import Finding, HostFacts, Recommendation, Request
 from envbuild.doctor.recommend import recommend
 from envbuild.doctor.view import INFO, Out, build_view
 from envbuild.errors import UsageError
 from envbuild.matrix import Matrix
 
-__all__ = ["Rules", "diagnose", "evaluate"]
+__all__ = ["HostRules", "diagnose", "evaluate"]
 
 
 def evaluate(facts: HostFacts, matrix: Matrix, request: Request | None = None,
-             rules: Rules | None = None) -> list[Finding]:
+             rules: HostRules | None = None) -> list[Finding]:
     """Every finding for these host facts, grouped by area in a fixed order."""
     return diagnose(facts, matrix, request, rules)[0]
 
 
 def diagnose(facts: HostFacts, matrix: Matrix, request: Request | None = None,
-             rules: Rules | None = None) -> tuple[list[Finding], Recommendation]:
+             rules: HostRules | None = None) -> tuple[list[Finding], Recommendation]:
     req = request or Request()
     _validate(req, matrix)
     if rules is None:
-        from envbuild.explain import load_catalogue
-
-        rules = Rules.from_table(load_catalogue().doctor)
+        rules = compat.host_rules()
     v = build_view(facts, matrix)
     o = Out()
     checks_host.check_macos(v, matrix, o)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from envbuild.doctor import compat, model
+from envbuild import compat
+from envbuild.doctor import model
 from envbuild.doctor.model import Recommendation, Request
 from envbuild.doctor.view import View, stdout_of
 from envbuild.matrix import Matrix
+from envbuild.validator import rules
 
 HOW = {"native": "natively", "mvc": "through minor-version compatibility"}
 
@@ -73,7 +75,7 @@ def recommend_cuda(v: View, m: Matrix, req: Request, pin: Callable[[str], str]) 
         why = (f"driver {driver} supports CUDA {supports}; the {choice.tag} wheels "
                f"(torch <= {choice.torch}) run on it through minor-version compatibility")
     linux_driver = "" if v.wsl else driver  # WSL prints the Windows driver number
-    gpus = tuple(f"sm_{cc.replace('.', '')}" for cc in ccs)
+    gpus = tuple(rules.arch_name(cc) for cc in ccs)
     alts = []
     newest_choice = compat.newest_torch_choice(m, driver, ccs, v.wsl)
     if newest_choice is not None and newest_choice.torch != choice.torch:

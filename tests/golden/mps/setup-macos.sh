@@ -34,5 +34,5 @@ arch="$("$python" -c 'import platform; print(platform.machine())')"
 if grep -qv '^#' "$here/user-requirements.txt"; then
   "$venv/bin/pip" install -r "$here/user-requirements.txt" -c "$here/constraints.txt"
 fi
-"$venv/bin/python" "$here/validator.py" --spec "$here/spec.json" --peaks "$here/peaks.json" || true
+"$venv/bin/python" "$here/validator.pyz" --spec "$here/spec.json" --peaks "$here/peaks.json" || true
 echo "ready: source $venv/bin/activate"

@@ -1,16 +1,22 @@
-"""Questions about the version matrix shared by the doctor and `explain` (pure).
+"""Compatibility rules the core owns, shared by the doctor, `explain` and the engine (pure).
 
 Every version fact comes from the Matrix: CUDA release GA drivers, minor-version compatibility
-floors, torch variants with their sass/ptx/gfx lists, MPS macOS floors, GPU names.
+floors, torch variants with their sass/ptx/gfx lists, MPS macOS floors, GPU names. Host facts that
+are not versions (BuildKit client thresholds, /dev nodes a CUDA process opens, shm sizes) come from
+the [doctor] table of matrix/signatures.toml as `HostRules`, loaded once.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cache
+from typing import Any
 
+from envbuild.errors import MatrixError
 from envbuild.matrix import Matrix, TorchRelease, Variant
+from envbuild.validator import rules
 from envbuild.versions import version_key
 
 
@@ -55,14 +61,9 @@ def how_runs(m: Matrix, driver: str, cuda: str, windows: bool = False) -> str:
 
 
 def cc_of(text: str) -> str:
-    """'sm_86' / 'compute_90' / '8.6' / '86' / 'sm_120' -> '8.6', '9.0', '12.0'."""
-    t = text.strip().lower()
-    m = re.fullmatch(r"(?:sm_|compute_)?(\d+)([a-z]?)", t)
-    if m:
-        digits = m.group(1)
-        return f"{digits[:-1]}.{digits[-1]}" if len(digits) >= 2 else ""
-    m = re.fullmatch(r"(\d+)\.(\d+)", t)
-    return f"{m.group(1)}.{m.group(2)}" if m else ""
+    """'sm_86' / 'compute_90' / '8.6' / '86' / 'sm_120' -> '8.6', '9.0', '12.0' (the one
+    parser: envbuild.validator.rules)."""
+    return rules.cc_of(text)
 
 
 def covers(variant: Variant, cc: str) -> bool:
@@ -211,3 +212,46 @@ def gpu_cc(m: Matrix, product: str) -> str:
             if re.search(rf"(?<![\w-]){re.escape(k)}(?![\w-])", target) and len(k) > best_len:
                 best, best_len = g.cc, len(k)
     return best
+
+
+@dataclass(frozen=True)
+class HostRules:
+    """Host facts that are not in the version matrix (matrix/signatures.toml [doctor])."""
+
+    buildkit_classic_min: str
+    buildx_required_from: str
+    docker_default_shm_mb: int
+    podman_cdi_min: str
+    shm_advice: str
+    shm_min_mb: int = 1024  # a container /dev/shm below this is reported
+    cuda_device_nodes: tuple[str, ...] = ()  # regexes: the /dev nodes a CUDA process opens
+    nvidia_device_mode: str = ""  # the driver's default mode for them (NVreg_DeviceFileMode)
+
+    @classmethod
+    def from_table(cls, t: Mapping[str, Any]) -> HostRules:
+        try:
+            return cls(str(t["buildkit_classic_min"]), str(t["buildx_required_from"]),
+                       int(t["docker_default_shm_mb"]), str(t["podman_cdi_min"]),
+                       str(t["shm_advice"]), int(t["shm_min_mb"]),
+                       tuple(str(x) for x in t["cuda_device_nodes"]),
+                       str(t["nvidia_device_mode"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MatrixError(f"signatures.toml [doctor]: missing or bad key {exc}") from exc
+
+    def is_cuda_node(self, path: str) -> bool:
+        return any(re.fullmatch(rx, path) for rx in self.cuda_device_nodes)
+
+
+@cache
+def host_rules() -> HostRules:
+    """The [doctor] table of matrix/signatures.toml, loaded once as typed data."""
+    import tomllib
+
+    from envbuild.resources import matrix_dir
+
+    try:
+        with (matrix_dir() / "signatures.toml").open("rb") as fh:
+            table = tomllib.load(fh).get("doctor", {})
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise MatrixError(f"signatures.toml: cannot read the [doctor] table: {exc}") from exc
+    return HostRules.from_table(table)

@@ -1,0 +1,189 @@
+"""`envbuild cluster validate | render | collect`: parsing and dispatch only."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from envbuild.cli._app import app, emit_json, say, warn
+from envbuild.errors import UsageError
+
+cluster_app = typer.Typer(help="Validate every node of a cluster allocation (Slurm; Kubernetes "
+                               "rendered), measure a multi-node all-reduce, name the bad nodes.",
+                          no_args_is_help=True)
+app.add_typer(cluster_app, name="cluster")
+
+_SIZE = re.compile(r"^(\d+)\s*(|k|m|g|kib|mib|gib|b)$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
+          "g": 1 << 30, "gib": 1 << 30}
+MAX_LOG_BYTES = 64 << 20
+
+Image = Annotated[str, typer.Argument(help="The image to validate (built by envbuild), or a "
+                                           ".sif for --runtime apptainer.")]
+Nodes = Annotated[int, typer.Option("--nodes", "-N", help="Nodes to validate.")]
+TasksPerNode = Annotated[int, typer.Option("--ntasks-per-node",
+                                           help="All-reduce ranks per node (GPUs: one per GPU).")]
+GpusPerNode = Annotated[int, typer.Option("--gpus-per-node", help="GPUs per node (0: CPU, "
+                                                                  "gloo).")]
+Out = Annotated[Path, typer.Option("--out", help="Directory for the script, the task logs and "
+                                                 "the report (shared by the nodes).")]
+Timeout = Annotated[float, typer.Option("--timeout", help="Seconds until the job is cancelled "
+                                                          "and unreported nodes are missing.")]
+Only = Annotated[str | None, typer.Option("--only", metavar="ID[,ID]",
+                                          help="Run only these validator checks per node.")]
+MinBytes = Annotated[str, typer.Option("--min-bytes", help="Smallest all-reduce size (1M).")]
+MaxBytes = Annotated[str, typer.Option("--max-bytes", help="Largest all-reduce size (1G; keep "
+                                                           "small on CPU).")]
+Fabric = Annotated[str | None, typer.Option(
+    "--fabric", help="nvlink | xgmi | ib-ndr | ib-hdr | roce | tcp: compare busbw with the floor "
+    "matrix/cluster.toml has for it (no row: no verdict).")]
+Json = Annotated[bool, typer.Option("--json", help="Print the JSON report.")]
+
+
+def size_bytes(text: str, flag: str) -> int:
+    m = _SIZE.match(text.strip())
+    if not m:
+        raise UsageError(f"{flag} {text[:40]!r} is not a size", "e.g. 1M, 64MiB, 1G or 1048576")
+    return int(m.group(1)) * _UNITS[m.group(2).lower()]
+
+
+def _emit(report: dict[str, Any], as_json: bool) -> None:
+    from envbuild.cluster.report import exit_code, render_text
+
+    if as_json:
+        emit_json(report)
+    else:
+        sys.stdout.write(render_text(report))
+    code = exit_code(report)
+    if code:
+        raise typer.Exit(code)
+
+
+def _options(image: str, out: Path, **kw: Any) -> Any:
+    from envbuild.cluster.render import ClusterOptions, check_options
+
+    kw["min_bytes"] = size_bytes(kw["min_bytes"], "--min-bytes")
+    kw["max_bytes"] = size_bytes(kw["max_bytes"], "--max-bytes")
+    return check_options(ClusterOptions(image=image, out=out.expanduser().absolute(), **kw))
+
+
+@cluster_app.command(help="Validate IMAGE on every node of a Slurm allocation: the in-image "
+                          "validator per node, then one all-reduce across all tasks.")
+def validate(
+    image: Image,
+    slurm: Annotated[bool, typer.Option("--slurm", help="Run on Slurm (sbatch --wait outside "
+                                                        "an allocation, srun inside one).")]
+    = False,
+    nodes: Nodes = 2, ntasks_per_node: TasksPerNode = 1, gpus_per_node: GpusPerNode = 0,
+    partition: Annotated[str | None, typer.Option("--partition", "-p")] = None,
+    account: Annotated[str | None, typer.Option("--account", "-A")] = None,
+    time_min: Annotated[int, typer.Option("--time", "-t", help="Job time limit, minutes.")] = 30,
+    constraint: Annotated[str | None, typer.Option("--constraint", "-C")] = None,
+    exclude: Annotated[str | None, typer.Option("--exclude", "-x", help="Hostlist to leave "
+                                                                        "out, e.g. n[2,5].")]
+    = None,
+    runtime: Annotated[str, typer.Option("--runtime", help="docker | apptainer | enroot | "
+                                                           "host")] = "docker",
+    out: Out = Path("envbuild-cluster"), json_out: Json = False, timeout: Timeout = 1800.0,
+    only: Only = None, min_bytes: MinBytes = "1M", max_bytes: MaxBytes = "1G",
+    fabric: Fabric = None,
+) -> None:
+    if not slurm:
+        raise UsageError("say where to run: --slurm",
+                         "Kubernetes: `envbuild cluster render --k8s IMAGE`, then `envbuild "
+                         "cluster collect` on the pods' logs")
+    from envbuild.cluster import slurm as slurm_mod
+    from envbuild.cluster.report import check_fabric
+
+    check_fabric(slurm_mod.load_rules(), fabric)
+    o = _options(image, out, nodes=nodes, ntasks_per_node=ntasks_per_node,
+                 gpus_per_node=gpus_per_node, partition=partition, account=account,
+                 time_min=time_min, constraint=constraint, exclude=exclude, runtime=runtime,
+                 timeout=timeout, only=only, min_bytes=min_bytes, max_bytes=max_bytes,
+                 fabric=fabric)
+    report = slurm_mod.validate(o, on_event=lambda s: warn(f"cluster: {s}"))
+    _emit(report, json_out)
+
+
+@cluster_app.command(help="Write the validation as files without running it: an sbatch script "
+                          "(--slurm) or Kubernetes manifests (--k8s: indexed Job + headless "
+                          "Service, and a JobSet variant).")
+def render(
+    image: Image,
+    k8s: Annotated[bool, typer.Option("--k8s", help="Kubernetes manifests.")] = False,
+    slurm: Annotated[bool, typer.Option("--slurm", help="The sbatch script.")] = False,
+    nodes: Nodes = 2, ntasks_per_node: TasksPerNode = 1, gpus_per_node: GpusPerNode = 0,
+    runtime: Annotated[str, typer.Option("--runtime")] = "docker",
+    out: Out = Path("envbuild-cluster"), json_out: Json = False, timeout: Timeout = 1800.0,
+    only: Only = None, min_bytes: MinBytes = "1M", max_bytes: MaxBytes = "1G",
+) -> None:
+    from envbuild.cluster import render as r
+
+    if k8s == slurm:
+        raise UsageError("choose one of --k8s and --slurm")
+    o = _options(image, out, nodes=nodes, ntasks_per_node=ntasks_per_node,
+                 gpus_per_node=gpus_per_node, runtime=runtime, timeout=timeout, only=only,
+                 min_bytes=min_bytes, max_bytes=max_bytes)
+    if k8s:
+        files = r.k8s_manifests(o)
+    else:
+        files = {"validate.sbatch": r.sbatch_script(o, o.out / "validate.sbatch"),
+                 r.WORKER_NAME: r.worker_source()}
+    o.out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in files.items():
+        path = o.out / name
+        tmp = path.with_name(f".{name}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+        written.append(str(path))
+    if json_out:
+        emit_json({"files": written})
+    else:
+        for w in written:
+            say(w)
+
+
+@cluster_app.command(help="Turn task logs (Kubernetes pod logs, srun output: one JSON report "
+                          "line each) into the cluster report. '-' reads stdin.")
+def collect(
+    logs: Annotated[list[Path], typer.Argument(help="Log files, or - for stdin.")],
+    nodes: Annotated[str | None, typer.Option(
+        "--nodes", help="Hostlist of the nodes that should have reported (missing ones are "
+        "named), e.g. n[1-4].")] = None,
+    world_size: Annotated[int | None, typer.Option("--world-size", help="All-reduce ranks "
+                                                                        "expected.")] = None,
+    gpus_per_node: GpusPerNode = 0, fabric: Fabric = None, json_out: Json = False,
+) -> None:
+    from envbuild.cluster import report as rep
+    from envbuild.cluster.hosts import expand
+    from envbuild.cluster.slurm import expected_nodes, load_rules
+
+    text = []
+    for log in logs:
+        try:
+            if str(log) == "-":
+                text.append(sys.stdin.read(MAX_LOG_BYTES))
+            else:
+                with log.open("rb") as fh:
+                    text.append(fh.read(MAX_LOG_BYTES).decode("utf-8", "replace"))
+        except OSError as exc:
+            raise UsageError(f"cannot read {log}: {exc.strerror}", "give readable log files") \
+                from None
+    rules = load_rules()
+    rep.check_fabric(rules, fabric)
+    lines = rep.parse_lines("\n".join(text))
+    if not lines:
+        raise UsageError("no envbuild cluster report lines in the logs",
+                         'each task prints one line starting with {"envbuild_cluster": 1')
+    expected = expand(nodes) if nodes else expected_nodes(lines)
+    if world_size is not None and not 1 <= world_size <= 1 << 20:
+        raise UsageError(f"--world-size {world_size} is out of range")
+    report = rep.build(expected, lines, rules=rules, world_size=world_size,
+                       fabric=fabric, gpus_per_node=gpus_per_node)
+    _emit(report, json_out)
+

@@ -1,0 +1,1 @@
+"""Cluster validation: every node of an allocation validated, one all-reduce, bad nodes named."""
