@@ -14,7 +14,7 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -22,6 +22,7 @@ from typing import TextIO
 from envbuild import engine
 from envbuild.errors import EnvbuildError, EnvironmentProblem, UsageError
 from envbuild.pipeline import Secrets
+from envbuild.proxy import describe
 from envbuild.redact import redact
 from envbuild.render import image_reference
 from envbuild.spec import Spec, from_json
@@ -158,7 +159,9 @@ def open_log(directory: Path, stem: str) -> tuple[Path, TextIO]:
 def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
           progress: str = "plain", secrets: Secrets | None = None,
           log_dir: Path | None = None, on_line: Callable[[str], None] | None = None,
-          timeout: float = 3600.0) -> BuildResult:
+          timeout: float = 3600.0, proxies: Mapping[str, str] | None = None) -> BuildResult:
+    """Build `context`. `proxies` (envbuild.proxy.build_proxy_env) reach the RUN steps as
+    Docker's predefined proxy build args: never in the image config, history or argv."""
     spec = load_spec(context)
     secrets = secrets or Secrets()
     missing = sorted(required_secrets((context / "Dockerfile").read_text())
@@ -192,9 +195,12 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
             p.write_text(content)
             secret_files[sid] = p
         iidfile = work / "iid"
-        argv = engine.build_argv(builder, context, iidfile, labels, secret_files, "plain")
+        argv = engine.build_argv(builder, context, iidfile, labels, secret_files, "plain",
+                                 env_build_args=list(proxies or {}))
         with log:
             log.write(redact(f"# {builder.reason}\n# {' '.join(argv)}\n"))
+            if proxies:
+                log.write(f"# proxy: {describe(proxies)}\n")
 
             def sink(line: str) -> None:
                 clean = redact(secrets.redact(line) if secrets else line)
@@ -203,7 +209,7 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
                 if on_line is not None:
                     on_line(clean)
 
-            rc = engine.run_build(builder, argv, sink, timeout)
+            rc = engine.run_build(builder, argv, sink, timeout, extra_env=proxies)
         if rc != 0 or not iidfile.is_file():
             step, tail = failing_step(lines)
             short = step if len(step) <= 90 else step[:87] + "..."

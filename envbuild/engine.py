@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,9 +163,14 @@ def tag(image_id: str, ref: str) -> None:
 
 
 def build_argv(builder: Builder, context: Path, iidfile: Path, labels: Mapping[str, str],
-               secrets: Mapping[str, Path], progress: str, no_cache: bool = False) -> list[str]:
-    """The build command; pure so tests can assert on it. No -t: tags are set after success."""
+               secrets: Mapping[str, Path], progress: str, no_cache: bool = False,
+               env_build_args: Sequence[str] = ()) -> list[str]:
+    """The build command; pure so tests can assert on it. No -t: tags are set after success.
+    `env_build_args`: names passed as `--build-arg NAME`, the value read by the client from its
+    environment (run_build's extra_env): a proxy password never shows on a command line."""
     argv = [*builder.build_prefix(), "--progress", progress, "--iidfile", str(iidfile)]
+    for name in sorted(env_build_args):
+        argv += ["--build-arg", name]
     for k, v in sorted(labels.items()):
         argv += ["--label", f"{k}={v}"]
     for sid, path in sorted(secrets.items()):
@@ -177,8 +182,8 @@ def build_argv(builder: Builder, context: Path, iidfile: Path, labels: Mapping[s
 
 
 def run_build(builder: Builder, argv: list[str], on_line: Callable[[str], None],
-              timeout: float) -> int:
-    return proc.stream(argv, on_line, timeout=timeout, env=builder.env())
+              timeout: float, extra_env: Mapping[str, str] | None = None) -> int:
+    return proc.stream(argv, on_line, timeout=timeout, env={**builder.env(), **(extra_env or {})})
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,9 @@ TorchIndex = Annotated[str | None, typer.Option(
     "--torch-index-url", help="Index for torch and its companions: a mirror of the PyTorch "
     "wheel index for the resolved variant, or a PyPI-like index (a path ending in /simple: "
     "only the release's PyPI default variant, pinned without +cuXXX).")]
+Proxy = Annotated[str | None, typer.Option(
+    "--proxy", help="HTTP(S) proxy for apt, dnf and pip inside the build (default: HTTP_PROXY / "
+    "HTTPS_PROXY / NO_PROXY from the environment); never stored in the image.")]
 TorchIndexKind = Annotated[str | None, typer.Option(
     "--torch-index-kind", help="pypi | pytorch: the layout of --torch-index-url when its URL "
     "shape misleads (e.g. an Artifactory mirror of download.pytorch.org ending in /simple).")]

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from os import environ as _environ  # `os` is also an option name here
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -195,14 +196,18 @@ def build(
     tag: Tag = None, rebuild: Rebuild = False, progress: Progress = "auto", push: Push = None,
     push_unvalidated: PushUnvalidated = False, revalidate: Revalidate = False,
     ca_cert: o.CaCert = None, netrc: Netrc = None, json: o.Json = False, quiet: Quiet = False,
+    proxy: o.Proxy = None,
 ) -> None:
     """Build a rendered context with BuildKit; tag only on success. With --push, the image is
     validated first (or a cached pass reused) and pushed only if it passes."""
     from envbuild.build import build as do_build
+    from envbuild.proxy import build_proxy_env
 
     secrets = _secrets(ca_cert, netrc)
+    proxies = build_proxy_env(_environ, proxy)
     with _progress(progress, json or quiet) as sink:
-        result = do_build(context, tag=tag, rebuild=rebuild, secrets=secrets, on_line=sink)
+        result = do_build(context, tag=tag, rebuild=rebuild, secrets=secrets, on_line=sink,
+                          proxies=proxies)
     checked = None
     if push and not push_unvalidated:
         checked = _validate(result.tag, result.image_id, require_gpu=False, timeout=600,
@@ -308,7 +313,7 @@ def make(
     pip: o.Pip = None, apt: o.Apt = None, conda: o.Conda = None, allow_url: o.AllowUrl = False,
     user: o.User = "envbuild", pip_index_url: o.PipIndex = None,
     pip_extra_index_url: o.PipExtraIndex = None, torch_index_url: o.TorchIndex = None,
-    torch_index_kind: o.TorchIndexKind = None,
+    torch_index_kind: o.TorchIndexKind = None, proxy: o.Proxy = None,
     ca_cert: o.CaCert = None, wheelhouse: o.Wheelhouse = None, base_image: o.BaseImage = None,
     python_source: o.PythonSource = None,
     tag: Tag = None, rebuild: Rebuild = False, progress: Progress = "auto", push: Push = None,
@@ -331,6 +336,7 @@ def make(
     from envbuild.build import build as do_build
     from envbuild.matrix import load
     from envbuild.pipeline import prepare, wants_recommendation
+    from envbuild.proxy import build_proxy_env
     from envbuild.render import write_tree
 
     if push and no_validate and not push_unvalidated:
@@ -349,6 +355,7 @@ def make(
     if wants_recommendation(req):
         req, chosen = _recommended(req, m, not show)
     prepared = prepare(req, ci, m)
+    proxies = build_proxy_env(_environ, proxy)  # before any build: a bad proxy is exit 2
     spec = prepared.spec
     times["resolve+render"] = time.monotonic() - t0
     why = (f"{spec.target}: {chosen} (what `envbuild doctor` recommends here; "
@@ -378,7 +385,7 @@ def make(
         t1 = time.monotonic()
         with _progress(progress, not show) as sink:
             result = do_build(ctx, tag=tag, rebuild=rebuild, secrets=prepared.secrets,
-                              on_line=sink)
+                              on_line=sink, proxies=proxies)
         times["build"] = time.monotonic() - t1
     checked = None
     if not no_validate:
