@@ -104,6 +104,38 @@ def failing_step(lines: list[str]) -> tuple[str, list[str]]:
     return "the build", tail
 
 
+# What a registry answers when the docker credential store has no login for it, or a wrong one.
+_DENIED = re.compile(r"401 Unauthorized|unauthorized: authentication required|failed to "
+                     r"authorize|no basic auth credentials|unauthorized: incorrect username or "
+                     r"password|denied: requested access", re.IGNORECASE)
+_FROM = re.compile(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)", re.MULTILINE)
+
+
+def registry_denied(lines: list[str]) -> bool:
+    """Whether a registry refused the (missing or wrong) login in these build lines."""
+    return any(_DENIED.search(line) for line in lines)
+
+
+def base_image_of(dockerfile: str) -> str:
+    m = _FROM.search(dockerfile)
+    return m.group(1) if m else "(unknown)"
+
+
+def registry_of(ref: str) -> str:
+    """The registry host[:port] of an image reference (Docker's rule: a first component with a
+    dot, a colon or `localhost` is a registry; otherwise Docker Hub)."""
+    first, _, rest = ref.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return "docker.io"
+
+
+def login_hint(registry: str) -> str:
+    return (f"log in to it once with `docker login {registry}` (or a credential helper in "
+            "~/.docker/config.json): envbuild uses the docker credential store through the engine "
+            "and never asks for or prints a password")
+
+
 def _hint(step: str, tail: list[str]) -> str:
     text = "\n".join(tail)
     if "load metadata for" in step or re.search(r"pull access denied|manifest unknown|"
@@ -211,6 +243,12 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
 
             rc = engine.run_build(builder, argv, sink, timeout, extra_env=proxies)
         if rc != 0 or not iidfile.is_file():
+            if registry_denied(lines):
+                base = base_image_of((context / "Dockerfile").read_text())
+                reg = registry_of(base)
+                raise EnvironmentProblem(
+                    f"the registry {reg} refused the login for the base image {base} (build "
+                    "stopped, nothing tagged)", login_hint(reg))
             step, tail = failing_step(lines)
             short = step if len(step) <= 90 else step[:87] + "..."
             raise BuildFailed(f"build failed at {short}", _hint(step, tail),

@@ -301,6 +301,13 @@ def push(ref: str, attempts: int = 3, delay: float = 2.0) -> str:
             continue
         break
     registry = ref.split("/")[0]
+    if re.search(r"unauthorized|authentication required|denied|no basic auth", last,
+                 re.IGNORECASE):
+        raise EnvironmentProblem(
+            f"the registry {registry} refused the login for the push of {ref}",
+            f"log in with `docker login {registry}` (or a credential helper in "
+            "~/.docker/config.json): envbuild uses the docker credential store and never asks "
+            "for or prints a password; the local image is kept")
     raise EnvbuildError(f"push of {ref} failed after {attempt} attempt(s): {last[:200]}",
                         f"check that the registry {registry} is up and reachable; the local "
                         "image is kept", [], EXIT_CANNOT_RUN if "refused" in last else 1)
