@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.build import registry_denied, registry_of
 from tests.conftest import IN_CI, run_cli
 from tests.test_build import BASE, cpu_args, docker, fixtures, image_exists  # noqa: F401
 from tests.test_corp_proxy import _free_port
@@ -145,23 +144,3 @@ def test_wrong_password_for_the_push_is_exit_3(registry: Registry, fixtures: Pat
         for ref in (tag, target):
             if image_exists(ref):
                 docker("image", "rm", ref, check=False)
-
-
-@pytest.mark.parametrize("ref,reg", [
-    ("127.0.0.1:5000/a/b:1", "127.0.0.1:5000"), ("registry.corp/x", "registry.corp"),
-    ("localhost/x:1", "localhost"), ("ubuntu:24.04", "docker.io"),
-    ("nvidia/cuda:13.0.2-base-ubuntu24.04", "docker.io"),
-])
-def test_registry_of(ref: str, reg: str) -> None:
-    assert registry_of(ref) == reg
-
-
-@pytest.mark.parametrize("line,denied", [
-    ("#3 ERROR: failed to authorize: failed to fetch oauth token: 401 Unauthorized", True),
-    ("error: unauthorized: authentication required", True),
-    ("denied: requested access to the resource is denied", True),
-    ("ERROR: No matching distribution found for torch==2.13.0", False),
-    ("pull access denied for x, repository does not exist", False),
-])
-def test_denied_lines(line: str, denied: bool) -> None:
-    assert registry_denied([line]) is denied
