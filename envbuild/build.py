@@ -191,7 +191,8 @@ def open_log(directory: Path, stem: str) -> tuple[Path, TextIO]:
 def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
           progress: str = "plain", secrets: Secrets | None = None,
           log_dir: Path | None = None, on_line: Callable[[str], None] | None = None,
-          timeout: float = 3600.0, proxies: Mapping[str, str] | None = None) -> BuildResult:
+          timeout: float = 3600.0, proxies: Mapping[str, str] | None = None,
+          network: str | None = None) -> BuildResult:
     """Build `context`. `proxies` (envbuild.proxy.build_proxy_env) reach the RUN steps as
     Docker's predefined proxy build args: never in the image config, history or argv."""
     spec = load_spec(context)
@@ -228,7 +229,7 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
             secret_files[sid] = p
         iidfile = work / "iid"
         argv = engine.build_argv(builder, context, iidfile, labels, secret_files, "plain",
-                                 env_build_args=list(proxies or {}))
+                                 env_build_args=list(proxies or {}), network=network)
         with log:
             log.write(redact(f"# {builder.reason}\n# {' '.join(argv)}\n"))
             if proxies:

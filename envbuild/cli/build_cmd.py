@@ -325,6 +325,10 @@ def make(
     out: Annotated[Path | None, typer.Option(
         "--out", help="Keep the rendered build context in DIR (a new or empty directory); with "
         "--target mps, where the native macOS environment goes.")] = None,
+    from_bundle: Annotated[Path | None, typer.Option(
+        "--from-bundle", help="Build and validate offline from `envbuild bundle` output: every "
+        "RUN step with --network none, pip with hashes. Other build options are in the bundle.")]
+    = None,
 ) -> None:
     """Resolve, render, build and validate in one go, with one summary at the end.
 
@@ -343,6 +347,15 @@ def make(
         raise UsageError("--push with --no-validate would push an image nobody validated",
                          "drop --no-validate (the image is pushed only if it passes), or add "
                          "--push-unvalidated")
+    if from_bundle is not None:
+        from envbuild.cli.bundle_cmd import make_from_bundle
+
+        code = make_from_bundle(from_bundle, tag=tag, require_gpu=require_gpu, timeout=timeout,
+                                no_validate=no_validate, json=json, quiet=quiet,
+                                rebuild=rebuild)
+        if code:
+            raise typer.Exit(code)
+        return
     show = not (json or quiet)
     times: dict[str, float] = {}
     t0 = time.monotonic()
