@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -110,6 +111,39 @@ def test_login_from_the_credential_store_pulls_the_base_and_pushes(
                                   registry.host), env={"DOCKER_CONFIG": str(registry.good)})
         assert r.returncode == 0, (r.stderr + r.stdout)[-3000:]
         assert "auth" in _tags(registry, "envbuild-corp/registry")
+        assert PASSWORD not in r.stdout + r.stderr
+    finally:
+        for ref in (tag, target):
+            if image_exists(ref):
+                docker("image", "rm", ref, check=False)
+
+
+def test_a_credential_helper_is_used(registry: Registry, fixtures: Path,  # noqa: F811
+                                     tmp_path: Path) -> None:
+    """config.json names a credential helper (credHelpers) instead of storing the login: the
+    base pull (BuildKit, through the docker client) and the push (docker-py) both ask it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "helper-calls"
+    helper = bin_dir / "docker-credential-envbuildtest"
+    helper.write_text("#!/bin/sh\n"
+                      f'echo "$1" >> {calls}\n'
+                      'if [ "$1" = get ]; then read -r server; '
+                      f'printf \'{{"ServerURL":"%s","Username":"{USER}","Secret":"{PASSWORD}"}}\' '
+                      '"$server"; fi\n')
+    helper.chmod(0o755)
+    cfg = tmp_path / "cfg"
+    cfg.mkdir()
+    (cfg / "config.json").write_text(json.dumps({"credHelpers": {registry.host: "envbuildtest"}}))
+    tag = "envbuild-corp/registry:helper"
+    target = f"{registry.host}/{tag}"
+    env = {"DOCKER_CONFIG": str(cfg), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    try:
+        r = run_cli("make", *_cpu(fixtures, registry.base, "--tag", tag, "--push",
+                                  registry.host), env=env)
+        assert r.returncode == 0, (r.stderr + r.stdout)[-3000:]
+        assert "helper" in _tags(registry, "envbuild-corp/registry")
+        assert calls.read_text().split().count("get") >= 1
         assert PASSWORD not in r.stdout + r.stderr
     finally:
         for ref in (tag, target):
