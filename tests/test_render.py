@@ -46,6 +46,9 @@ CASES: dict[str, list[str]] = {
     "cpu-ubuntu24.04-root": ["--target", "cpu", "--torch", "2.9.1", "--os", "ubuntu24.04",
                              "--user", "root"],
     "mps": ["--target", "mps", "--torch", "2.9.1"],
+    # a PyPI mirror as the torch index: the default variant pinned without +cu130
+    "cuda-pypi-mirror": ["--cuda", "13.0", "--torch", "2.13.0", "--os", "ubuntu24.04",
+                         "--torch-index-url", "https://nexus.example.com/repository/pypi/simple"],
 }
 
 

@@ -9,6 +9,7 @@ from click import exceptions as click_exc
 
 # Each module adds its commands to `app` on import.
 from envbuild.cli import build_cmd as _build_cmd  # noqa: F401
+from envbuild.cli import bundle_cmd as _bundle_cmd  # noqa: F401
 from envbuild.cli import cluster_cmd as _cluster_cmd  # noqa: F401
 from envbuild.cli import doctor_cmd as _doctor_cmd  # noqa: F401
 from envbuild.cli import matrix_cmd as _matrix_cmd  # noqa: F401

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from os import environ as _environ  # `os` is also an option name here
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -196,14 +197,18 @@ def build(
     tag: Tag = None, rebuild: Rebuild = False, progress: Progress = "auto", push: Push = None,
     push_unvalidated: PushUnvalidated = False, revalidate: Revalidate = False,
     ca_cert: o.CaCert = None, netrc: Netrc = None, json: o.Json = False, quiet: Quiet = False,
+    proxy: o.Proxy = None,
 ) -> None:
     """Build a rendered context with BuildKit; tag only on success. With --push, the image is
     validated first (or a cached pass reused) and pushed only if it passes."""
     from envbuild.build import build as do_build
+    from envbuild.proxy import build_proxy_env
 
     secrets = _secrets(ca_cert, netrc)
+    proxies = build_proxy_env(_environ, proxy)
     with _progress(progress, json or quiet) as sink:
-        result = do_build(context, tag=tag, rebuild=rebuild, secrets=secrets, on_line=sink)
+        result = do_build(context, tag=tag, rebuild=rebuild, secrets=secrets, on_line=sink,
+                          proxies=proxies)
     checked = None
     if push and not push_unvalidated:
         checked = _validate(result.tag, result.image_id, require_gpu=False, timeout=600,
@@ -324,6 +329,7 @@ def make(
     pip: o.Pip = None, apt: o.Apt = None, conda: o.Conda = None, allow_url: o.AllowUrl = False,
     user: o.User = "envbuild", pip_index_url: o.PipIndex = None,
     pip_extra_index_url: o.PipExtraIndex = None, torch_index_url: o.TorchIndex = None,
+    torch_index_kind: o.TorchIndexKind = None, proxy: o.Proxy = None,
     ca_cert: o.CaCert = None, wheelhouse: o.Wheelhouse = None, base_image: o.BaseImage = None,
     python_source: o.PythonSource = None,
     tag: Tag = None, rebuild: Rebuild = False, progress: Progress = "auto", push: Push = None,
@@ -335,6 +341,10 @@ def make(
     out: Annotated[Path | None, typer.Option(
         "--out", help="Keep the rendered build context in DIR (a new or empty directory); with "
         "--target mps, where the native macOS environment goes.")] = None,
+    from_bundle: Annotated[Path | None, typer.Option(
+        "--from-bundle", help="Build and validate offline from `envbuild bundle` output: every "
+        "RUN step with --network none, pip with hashes. Other build options are in the bundle.")]
+    = None,
 ) -> None:
     """Resolve, render, build and validate in one go, with one summary at the end.
 
@@ -346,23 +356,35 @@ def make(
     from envbuild.build import build as do_build
     from envbuild.matrix import load
     from envbuild.pipeline import prepare, wants_recommendation
+    from envbuild.proxy import build_proxy_env
     from envbuild.render import write_tree
 
     if push and no_validate and not push_unvalidated:
         raise UsageError("--push with --no-validate would push an image nobody validated",
                          "drop --no-validate (the image is pushed only if it passes), or add "
                          "--push-unvalidated")
+    if from_bundle is not None:
+        from envbuild.cli.bundle_cmd import make_from_bundle
+
+        code = make_from_bundle(from_bundle, tag=tag, require_gpu=require_gpu, timeout=timeout,
+                                no_validate=no_validate, json=json, quiet=quiet,
+                                rebuild=rebuild)
+        if code:
+            raise typer.Exit(code)
+        return
     show = not (json or quiet)
     times: dict[str, float] = {}
     t0 = time.monotonic()
     req = o.make_request(target, cuda, rocm, torch, python, driver, gpu, os, flavor, without)
     ci = o.context_inputs(pip, apt, conda, allow_url, user, pip_index_url, pip_extra_index_url,
-                          torch_index_url, ca_cert, wheelhouse, base_image, python_source)
+                          torch_index_url, ca_cert, wheelhouse, base_image, python_source,
+                          torch_index_kind=torch_index_kind)
     m = load()
     chosen = ""
     if wants_recommendation(req):
         req, chosen = _recommended(req, m, not show)
     prepared = prepare(req, ci, m)
+    proxies = build_proxy_env(_environ, proxy)  # before any build: a bad proxy is exit 2
     spec = prepared.spec
     times["resolve+render"] = time.monotonic() - t0
     why = (f"{spec.target}: {chosen} (what `envbuild doctor` recommends here; "
@@ -392,7 +414,7 @@ def make(
         t1 = time.monotonic()
         with _progress(progress, not show) as sink:
             result = do_build(ctx, tag=tag, rebuild=rebuild, secrets=prepared.secrets,
-                              on_line=sink)
+                              on_line=sink, proxies=proxies)
         times["build"] = time.monotonic() - t1
     checked = None
     if not no_validate:

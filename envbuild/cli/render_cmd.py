@@ -22,6 +22,7 @@ def render(
     pip: o.Pip = None, apt: o.Apt = None, conda: o.Conda = None, allow_url: o.AllowUrl = False,
     user: o.User = "envbuild", pip_index_url: o.PipIndex = None,
     pip_extra_index_url: o.PipExtraIndex = None, torch_index_url: o.TorchIndex = None,
+    torch_index_kind: o.TorchIndexKind = None,
     ca_cert: o.CaCert = None, wheelhouse: o.Wheelhouse = None, base_image: o.BaseImage = None,
     python_source: o.PythonSource = None,
     fmt: Annotated[list[str] | None, typer.Option(
@@ -47,7 +48,7 @@ def render(
     req = o.make_request(target, cuda, rocm, torch, python, driver, gpu, os, flavor, without)
     ci = o.context_inputs(pip, apt, conda, allow_url, user, pip_index_url, pip_extra_index_url,
                           torch_index_url, ca_cert, wheelhouse, base_image, python_source,
-                          apptainer="apptainer" in formats)
+                          apptainer="apptainer" in formats, torch_index_kind=torch_index_kind)
     m = load()
     if all_:
         rendered = prepare_all(req, ci, m)
