@@ -14,7 +14,7 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -22,6 +22,7 @@ from typing import TextIO
 from envbuild import engine
 from envbuild.errors import EnvbuildError, EnvironmentProblem, UsageError
 from envbuild.pipeline import Secrets
+from envbuild.proxy import describe
 from envbuild.redact import redact
 from envbuild.render import image_reference
 from envbuild.spec import Spec, from_json
@@ -103,6 +104,38 @@ def failing_step(lines: list[str]) -> tuple[str, list[str]]:
     return "the build", tail
 
 
+# What a registry answers when the docker credential store has no login for it, or a wrong one.
+_DENIED = re.compile(r"401 Unauthorized|unauthorized: authentication required|failed to "
+                     r"authorize|no basic auth credentials|unauthorized: incorrect username or "
+                     r"password|denied: requested access", re.IGNORECASE)
+_FROM = re.compile(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)", re.MULTILINE)
+
+
+def registry_denied(lines: list[str]) -> bool:
+    """Whether a registry refused the (missing or wrong) login in these build lines."""
+    return any(_DENIED.search(line) for line in lines)
+
+
+def base_image_of(dockerfile: str) -> str:
+    m = _FROM.search(dockerfile)
+    return m.group(1) if m else "(unknown)"
+
+
+def registry_of(ref: str) -> str:
+    """The registry host[:port] of an image reference (Docker's rule: a first component with a
+    dot, a colon or `localhost` is a registry; otherwise Docker Hub)."""
+    first, _, rest = ref.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return "docker.io"
+
+
+def login_hint(registry: str) -> str:
+    return (f"log in to it once with `docker login {registry}` (or a credential helper in "
+            "~/.docker/config.json): envbuild uses the docker credential store through the engine "
+            "and never asks for or prints a password")
+
+
 def _hint(step: str, tail: list[str]) -> str:
     text = "\n".join(tail)
     if "load metadata for" in step or re.search(r"pull access denied|manifest unknown|"
@@ -158,7 +191,10 @@ def open_log(directory: Path, stem: str) -> tuple[Path, TextIO]:
 def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
           progress: str = "plain", secrets: Secrets | None = None,
           log_dir: Path | None = None, on_line: Callable[[str], None] | None = None,
-          timeout: float = 3600.0) -> BuildResult:
+          timeout: float = 3600.0, proxies: Mapping[str, str] | None = None,
+          network: str | None = None) -> BuildResult:
+    """Build `context`. `proxies` (envbuild.proxy.build_proxy_env) reach the RUN steps as
+    Docker's predefined proxy build args: never in the image config, history or argv."""
     spec = load_spec(context)
     secrets = secrets or Secrets()
     missing = sorted(required_secrets((context / "Dockerfile").read_text())
@@ -192,9 +228,12 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
             p.write_text(content)
             secret_files[sid] = p
         iidfile = work / "iid"
-        argv = engine.build_argv(builder, context, iidfile, labels, secret_files, "plain")
+        argv = engine.build_argv(builder, context, iidfile, labels, secret_files, "plain",
+                                 env_build_args=list(proxies or {}), network=network)
         with log:
             log.write(redact(f"# {builder.reason}\n# {' '.join(argv)}\n"))
+            if proxies:
+                log.write(f"# proxy: {describe(proxies)}\n")
 
             def sink(line: str) -> None:
                 clean = redact(secrets.redact(line) if secrets else line)
@@ -203,8 +242,14 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
                 if on_line is not None:
                     on_line(clean)
 
-            rc = engine.run_build(builder, argv, sink, timeout)
+            rc = engine.run_build(builder, argv, sink, timeout, extra_env=proxies)
         if rc != 0 or not iidfile.is_file():
+            if registry_denied(lines):
+                base = base_image_of((context / "Dockerfile").read_text())
+                reg = registry_of(base)
+                raise EnvironmentProblem(
+                    f"the registry {reg} refused the login for the base image {base} (build "
+                    "stopped, nothing tagged)", login_hint(reg))
             step, tail = failing_step(lines)
             short = step if len(step) <= 90 else step[:87] + "..."
             raise BuildFailed(f"build failed at {short}", _hint(step, tail),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,9 +176,16 @@ def tag(image_id: str, ref: str) -> None:
 
 
 def build_argv(builder: Builder, context: Path, iidfile: Path, labels: Mapping[str, str],
-               secrets: Mapping[str, Path], progress: str, no_cache: bool = False) -> list[str]:
-    """The build command; pure so tests can assert on it. No -t: tags are set after success."""
+               secrets: Mapping[str, Path], progress: str, no_cache: bool = False,
+               env_build_args: Sequence[str] = (), network: str | None = None) -> list[str]:
+    """The build command; pure so tests can assert on it. No -t: tags are set after success.
+    `env_build_args`: names passed as `--build-arg NAME`, the value read by the client from its
+    environment (run_build's extra_env): a proxy password never shows on a command line."""
     argv = [*builder.build_prefix(), "--progress", progress, "--iidfile", str(iidfile)]
+    for name in sorted(env_build_args):
+        argv += ["--build-arg", name]
+    if network is not None:  # "none": no RUN step has a network (air-gapped builds)
+        argv += ["--network", network]
     for k, v in sorted(labels.items()):
         argv += ["--label", f"{k}={v}"]
     for sid, path in sorted(secrets.items()):
@@ -189,9 +196,37 @@ def build_argv(builder: Builder, context: Path, iidfile: Path, labels: Mapping[s
     return argv
 
 
+def save_image(ref: str, path: Path, timeout: float = 1800) -> None:
+    """`docker save` ref (its tag kept) into a docker archive at path."""
+    builder = find_builder()
+    r = proc.run([builder.docker, "save", "-o", str(path), ref], timeout=timeout, check=False)
+    if r.returncode != 0:
+        raise EnvironmentProblem(f"docker save {ref} failed: {r.stderr.strip()[:200]}")
+
+
+def load_image(path: Path, timeout: float = 1800) -> None:
+    """`docker load` a docker archive (made by save_image)."""
+    builder = find_builder()
+    r = proc.run([builder.docker, "load", "-i", str(path)], timeout=timeout, check=False)
+    if r.returncode != 0:
+        raise EnvironmentProblem(f"docker load {path.name} failed: {r.stderr.strip()[:200]}",
+                                 "is the bundle complete? (bundle.json lists its files)")
+
+
+def image_id(ref: str) -> str | None:
+    """The image id (sha256:...) of a local image, None if there is none."""
+    with _docker_errors():
+        import docker.errors
+
+        try:
+            return str(client().images.get(ref).id)
+        except docker.errors.ImageNotFound:
+            return None
+
+
 def run_build(builder: Builder, argv: list[str], on_line: Callable[[str], None],
-              timeout: float) -> int:
-    return proc.stream(argv, on_line, timeout=timeout, env=builder.env())
+              timeout: float, extra_env: Mapping[str, str] | None = None) -> int:
+    return proc.stream(argv, on_line, timeout=timeout, env={**builder.env(), **(extra_env or {})})
 
 
 @dataclass(frozen=True)
@@ -314,6 +349,13 @@ def push(ref: str, attempts: int = 3, delay: float = 2.0) -> str:
             continue
         break
     registry = ref.split("/")[0]
+    if re.search(r"unauthorized|authentication required|denied|no basic auth", last,
+                 re.IGNORECASE):
+        raise EnvironmentProblem(
+            f"the registry {registry} refused the login for the push of {ref}",
+            f"log in with `docker login {registry}` (or a credential helper in "
+            "~/.docker/config.json): envbuild uses the docker credential store and never asks "
+            "for or prints a password; the local image is kept")
     raise EnvbuildError(f"push of {ref} failed after {attempt} attempt(s): {last[:200]}",
                         f"check that the registry {registry} is up and reachable; the local "
                         "image is kept", [], EXIT_CANNOT_RUN if "refused" in last else 1)

@@ -63,6 +63,8 @@ class MakeRequest:
     out: Path | None = None
     attach_report: bool = False  # push the validation report next to the image (team build)
     recommend: bool = True  # no hardware asked for: build what the doctor recommends
+    proxy: str | None = None  # --proxy; None: HTTP(S)_PROXY / NO_PROXY from the environment
+    estimate_size: bool = True  # the size estimate beside the real size (make's summary)
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,7 @@ class MakeResult:
     report_ref: str | None = None  # the attached validation report, when attached
     push_skipped: str = ""  # why an image was not pushed ('' = pushed or no push asked)
     size: int = 0
+    sized: dict[str, Any] | None = None  # the size estimate beside the real size
     seconds: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -114,6 +117,7 @@ class MakeResult:
             "pushed": self.pushed, "push_skipped": self.push_skipped or None,
             "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
             "validation": self.checked.to_json() if self.checked else None,
+            "size": self.sized,
         }
 
 
@@ -203,9 +207,29 @@ def recommended(req: Request, m: Matrix, status: StatusHook = _no_status) -> tup
     return apply_recommendation(req, rec), rec.reason
 
 
+def size_beside(spec: Spec, m: Matrix, ci: ContextInputs, real: int) -> dict[str, Any]:
+    """The size estimate (envbuild/size.py) next to the real size: one call, for make."""
+    from envbuild import engine
+    from envbuild.errors import EnvbuildError
+    from envbuild.sizefetch import for_make
+
+    base = ci.base_image or spec.base_image or ""
+    try:
+        on_disk: int | None = engine.image_size(base)
+    except EnvbuildError:
+        on_disk = None  # not pulled here: the registry manifest says
+    return for_make(spec, m.extra.get("sizes", {}), real, base_image=base, base_on_disk=on_disk,
+                    wheelhouse=ci.wheelhouse, torch_index=ci.torch_index_url,
+                    user_index=ci.pip_index_url, pip=ci.pip)
+
+
 def check(mr: MakeRequest) -> None:
     """Refuse contradictory options before anything runs."""
-    if mr.push and not mr.validate and not mr.push_unvalidated:
+    check_push(mr.push, mr.validate, mr.push_unvalidated)
+
+
+def check_push(push: str | None, validate: bool, push_unvalidated: bool) -> None:
+    if push and not validate and not push_unvalidated:
         raise UsageError("--push with --no-validate would push an image nobody validated",
                          "drop --no-validate (the image is pushed only if it passes), or add "
                          "--push-unvalidated")
@@ -217,6 +241,7 @@ def make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) -
     from envbuild.build import build as do_build
     from envbuild.matrix import load
     from envbuild.pipeline import prepare, wants_recommendation
+    from envbuild.proxy import build_proxy_env
     from envbuild.render import write_tree
 
     check(mr)
@@ -229,6 +254,7 @@ def make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) -
     if mr.recommend and wants_recommendation(req):
         req, chosen = recommended(req, m, hooks.status)
     prepared = prepare(req, mr.inputs, m)
+    proxies = build_proxy_env(os.environ, mr.proxy)  # before any build: a bad proxy is exit 2
     spec = prepared.spec
     times["resolve+render"] = time.monotonic() - t0
     from envbuild import targets
@@ -246,7 +272,7 @@ def make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) -
         t1 = time.monotonic()
         with hooks.progress() as sink:
             result = do_build(ctx, tag=mr.tag, rebuild=mr.rebuild, secrets=prepared.secrets,
-                              on_line=sink)
+                              on_line=sink, proxies=proxies)
         times["build"] = time.monotonic() - t1
     out = MakeResult(spec, chosen, build=result, context=mr.out)
     if mr.validate:
@@ -267,6 +293,8 @@ def make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) -
                                                         out.checked.to_json())
         times["push"] = time.monotonic() - t2
     out.size = engine.image_size(result.tag)
+    if mr.estimate_size:
+        out.sized = size_beside(spec, m, mr.inputs, out.size)
     times["total"] = time.monotonic() - t0
     out.seconds = times
     return out

@@ -235,7 +235,7 @@ _TABLES: tuple[tuple[str, str, type, str], ...] = (
     ("rocm", "release", RocmRelease, "rocm"),
     ("os", "os", OsInfo, "oses"),
 )
-_EXTRA_FILES = ("mps", "wsl2", "peaks")
+_EXTRA_FILES = ("mps", "wsl2", "peaks", "sizes")
 
 
 def _type_ok(value: Any, hint: Any) -> Any:

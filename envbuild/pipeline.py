@@ -33,6 +33,7 @@ class ContextInputs:
     pip_index_url: str | None = None
     pip_extra_index_urls: tuple[str, ...] = ()
     torch_index_url: str | None = None
+    torch_index_kind: str | None = None  # pypi | pytorch: overrides the URL-shape guess
     ca_cert: Path | None = None
     wheelhouse: Path | None = None
     base_image: str | None = None
@@ -116,6 +117,10 @@ def render_options(ci: ContextInputs, image_ref: str = "") -> tuple[RenderOption
         clean, c = index_url(u, "--pip-extra-index-url")
         extras.append(clean)
         creds |= c
+    if ci.torch_index_kind is not None and ci.torch_index_kind not in ("pypi", "pytorch"):
+        raise UsageError(f"--torch-index-kind {ci.torch_index_kind[:40]!r} is not pypi or "
+                         "pytorch", "pypi: PyPI or a PyPI mirror; pytorch: the PyTorch wheel "
+                         "index or a mirror of one variant's index")
     if ci.python_source not in (None, "os", "standalone"):
         raise UsageError(f"--python-source {ci.python_source!r} is not os or standalone")
     secrets = Secrets()
@@ -141,9 +146,13 @@ def render_options(ci: ContextInputs, image_ref: str = "") -> tuple[RenderOption
 def prepare(req: Request, ci: ContextInputs, m: Matrix, image_ref: str = "") -> Prepared:
     from envbuild.render import render
     from envbuild.resolve import resolve
+    from envbuild.torch_index import plan
 
     opts, secrets = render_options(ci, image_ref)  # input errors first: nothing resolved yet
     spec = resolve(req, m)
+    # A PyPI-like torch index: pins without the local tag, or refused before any build.
+    local = plan(spec, m, opts.torch_index_url, ci.torch_index_kind).local_tag
+    opts = dataclasses.replace(opts, torch_local_tag=local)
     if not _container(spec.target) and (opts.base_image or opts.apt or opts.wheelhouse):
         raise UsageError("--base-image, --apt and --wheelhouse do not apply to --target mps")
     files = render(spec, opts, m)
@@ -226,12 +235,15 @@ def prepare_all(base: Request, ci: ContextInputs,
     from envbuild.render import render
     from envbuild.request import parse
     from envbuild.resolve import resolve_parsed
+    from envbuild.torch_index import plan
 
     opts, secrets = render_options(ci)
     seen: dict[str, tuple[str, Prepared]] = {}
     for req in all_requests(base, m):
         try:
             spec = resolve_parsed(m, dataclasses.replace(parse(req, m), given=frozenset()))
+            # on a PyPI-like torch index only the release's default variant exists
+            local = plan(spec, m, opts.torch_index_url, ci.torch_index_kind).local_tag
         except (ConflictError, UsageError):
             continue
         if spec.hash in seen:
@@ -239,6 +251,6 @@ def prepare_all(base: Request, ci: ContextInputs,
         native = not targets.get(spec.target).container
         name = "-".join(x for x in (spec.target, spec.torch, spec.variant, f"py{spec.python}",
                                     "" if native else spec.os) if x)
-        seen[spec.hash] = (name, Prepared(spec, opts, render(spec, opts, m), secrets,
-                                          ci.wheelhouse))
+        o = dataclasses.replace(opts, torch_local_tag=local)
+        seen[spec.hash] = (name, Prepared(spec, o, render(spec, o, m), secrets, ci.wheelhouse))
     return sorted(seen.values(), key=lambda x: x[0])

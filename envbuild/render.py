@@ -52,6 +52,7 @@ class RenderOptions:
     apt: tuple[str, ...] = ()
     conda: tuple[str, ...] = ()
     torch_index_url: str | None = None
+    torch_local_tag: bool = True  # False on a PyPI-like torch index (envbuild.torch_index)
     pip_index_url: str | None = None
     pip_extra_index_urls: tuple[str, ...] = ()
     index_credentials: bool = False
@@ -280,8 +281,11 @@ def secret_mounts(opts: RenderOptions, uid: int, home: str) -> list[str]:
     return out
 
 
-def _pins(spec: Spec) -> list[str]:
-    local = f"+{spec.variant}" if targets.get(spec.target).container else ""
+def torch_pins(spec: Spec, local_tag: bool = True) -> list[str]:
+    """requirements.txt: torch and its companions, exact builds (no local tag on a PyPI-like
+    index, where the release's default variant is published without one)."""
+    native = not targets.get(spec.target).container  # mps: PyPI's macOS wheels
+    local = "" if native or not local_tag else f"+{spec.variant}"
     pins = [f"torch=={spec.torch}{local}"]
     if spec.torchvision:
         pins.append(f"torchvision=={spec.torchvision}{local}")
@@ -324,7 +328,7 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
     # No value reaching a template may hold a control character (a newline would start a new
     # Dockerfile instruction or requirements line whatever the quoting): checked once, here.
     _no_control((spec, opts, pypi))
-    pins = _pins(spec)
+    pins = torch_pins(spec, opts.torch_local_tag)
     common: dict[str, Any] = {
         "envbuild_version": __version__, "spec": spec, "spec_hash": spec.hash, "pins": pins,
         "user_pip": list(opts.pip), "user_conda": list(opts.conda), "user_apt": list(opts.apt),
@@ -360,10 +364,12 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
     home = "/root" if root else f"/home/{opts.user}"
     wheel = ["--no-index", "--find-links", WHEELHOUSE_MOUNT]
     extras = [a for u in opts.pip_extra_index_urls for a in ("--extra-index-url", u)]
-    pip_args = wheel if opts.wheelhouse else ["--index-url", torch_index, *extras]
+    extras += _trusted_hosts(opts.pip_extra_index_urls)
+    pip_args = wheel if opts.wheelhouse else \
+        ["--index-url", torch_index, *_trusted_hosts([torch_index]), *extras]
     # User packages may come from the index even with a wheelhouse (local wheels are found too).
     user_pip_args = (["--find-links", WHEELHOUSE_MOUNT] if opts.wheelhouse else []) + \
-        ["--index-url", user_index, *extras]
+        ["--index-url", user_index, *_trusted_hosts([user_index]), *extras]
     base_image = opts.base_image or spec.base_image
     assert base_image is not None
     ctx = {
@@ -396,6 +402,18 @@ def package_layers(opts: RenderOptions) -> list[dict[str, Any]]:
                     "file": "team-requirements.txt", "packages": list(opts.team_pip)})
     out.append({"title": "The image's own packages", "file": "user-requirements.txt",
                 "packages": list(opts.pip)})
+    return out
+
+
+def _trusted_hosts(urls: list[str] | tuple[str, ...]) -> list[str]:
+    """pip ignores a plain-http index that is not localhost unless its host is trusted; an http
+    index URL the user gave explicitly is trusted for that host only (an internal devpi, a
+    mirror behind the proxy). https indexes need nothing (their CA: --ca-cert)."""
+    out: list[str] = []
+    for u in urls:
+        p = urlsplit(u)
+        if p.scheme == "http" and p.hostname:
+            out += ["--trusted-host", p.netloc.rsplit("@", 1)[-1]]
     return out
 
 

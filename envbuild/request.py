@@ -228,6 +228,10 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
     if not entry.container and (req.os or req.flavor):
         raise UsageError("--os and --flavor do not apply to --target mps (a native macOS "
                          "environment, no container)")
+    if target == "rocm" and req.flavor == "runtime":
+        raise UsageError("--flavor runtime applies to CUDA images; ROCm has base (the plain OS, "
+                         "the wheel brings the ROCm userspace) and devel (AMD's dev image)",
+                         "use --flavor devel for hipcc, or leave --flavor out")
     vendors = {g.vendor for g in gpus}
     if gpus and not entry.gpu_vendor:
         raise UsageError(f"--gpu does not apply to --target {target}")

@@ -302,7 +302,10 @@ def _resolve_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v:
           + ("CUDA runtime only; the torch wheel brings cuDNN, cuBLAS and NCCL as pip packages, "
              "so a runtime/cudnn image would duplicate gigabytes" if p.flavor == "base" else
              f"the {p.flavor} flavor as requested"
-             + (" (nvcc and headers for compiling extensions)" if p.flavor == "devel" else "")))
+             + (" (nvcc and headers for compiling extensions)" if p.flavor == "devel" else "")
+             + ": it duplicates the CUDA libraries the torch wheel's nvidia-* packages bring "
+             "(cuBLAS, cuFFT, cuSPARSE, cuSOLVER, NCCL, ...: `envbuild render` lists them with "
+             "their sizes)"))
     if cuda_rel.eol:
         t.add(f"note: NVIDIA marks the CUDA {image_minor} images end-of-life; they may be deleted "
               "from registries (mirror the base image, or choose a maintained CUDA)")
@@ -319,13 +322,28 @@ def _resolve_rocm(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v:
     rocm_rel = m.rocm_release(v.version)
     assert rocm_rel is not None
     _check_gpus(v, p.gpus, t)
-    images = rocm_images(rocm_rel.base_image, rocm_rel.os)
-    matrix_os = next(iter(images), None)  # the image the matrix names leads; siblings follow
-    os_info = _pick_os(m, sorted(images), rel, p, t, f"the ROCm {v.version} base image",
-                       first=matrix_os)
-    python, source = _pick_python(m, rel, os_info, p, t)
-    base = images[os_info.id]
-    t.add(f"base image {base}: AMD's ROCm {v.version} development image for {os_info.id}")
+    dev_images = rocm_images(rocm_rel.base_image, rocm_rel.os)
+    matrix_os = next(iter(dev_images), None)  # the image the matrix names leads; siblings follow
+    meta = m.meta.get("rocm", {})
+    if p.flavor == "devel":
+        os_info = _pick_os(m, sorted(dev_images), rel, p, t,
+                           f"the ROCm {v.version} development image", first=matrix_os)
+        python, source = _pick_python(m, rel, os_info, p, t)
+        base = dev_images[os_info.id]
+        t.add(f"base image {base}: AMD's ROCm {v.version} development image for {os_info.id}, as "
+              f"requested (--flavor devel: hipcc and headers for HIP extensions); it costs "
+              f"{meta.get('devel_image_gb', 'gigabytes')} and stores the ROCm userspace a second "
+              "time, next to the copy in the torch wheel")
+    else:
+        plain = [o for o in rocm_rel.os if m.os_info(o) is not None]
+        os_info = _pick_os(m, plain, rel, p, t, f"ROCm {v.version}", first=matrix_os)
+        python, source = _pick_python(m, rel, os_info, p, t)
+        base = os_info.image
+        bundles = "; ".join(str(x) for x in meta.get("wheel_bundles", []))
+        t.add(f"base image {base}: the plain {os_info.id} image; the torch {v.tag} wheel bundles "
+              f"the ROCm userspace ({bundles or 'see rocm.toml'}), the host gives only the "
+              "kernel driver (/dev/kfd, /dev/dri). --flavor devel builds on AMD's dev image "
+              "instead (hipcc)")
     return _spec(m, p, rel, patch, v, t, python=python, python_source=source, os_id=os_info.id,
                  base_image=base, verified=rocm_rel.verified)
 
@@ -403,7 +421,7 @@ def _spec(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant
         cudnn=(v.cudnn or None) if v.kind == "cuda" else None,
         nccl=(v.nccl or None) if v.kind in ("cuda", "rocm") else None,
         os=os_id,
-        flavor=p.flavor if p.target in ("cuda",) else None,
+        flavor=p.flavor if p.target in ("cuda", "rocm") else None,
         base_image=base_image,
         index_url=index_url or f"{index_base}/{v.tag}",
         min_driver=min_driver,

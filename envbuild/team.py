@@ -355,7 +355,8 @@ def build(planned: list[Planned], m: Matrix, *, push: bool, jobs: int = 1, rebui
         t0 = time.monotonic()
         mr = MakeRequest(p.image.request, p.image.inputs, tag=p.tag, rebuild=rebuild,
                          push=p.image.registry if push else None, revalidate=revalidate,
-                         timeout=timeout, attach_report=True, recommend=False)
+                         timeout=timeout, attach_report=True, recommend=False,
+                         estimate_size=False)
         b = Built(p)
         try:
             b.result = make(mr, m, hooks_for(p.name) if hooks_for else None)

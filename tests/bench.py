@@ -172,6 +172,15 @@ def bench_docker() -> None:
     print(f"image size {size / 1e6:.0f} MB; floor (base {base / 1e6:.0f} MB + Python and "
           f"site-packages {py / 1e6:.0f} MB) {floor / 1e6:.0f} MB; ratio {size / floor:.3f} "
           "(target <= 1.10)")
+    est = first.get("size") or {}  # the estimate make made before looking at the image
+    if isinstance(est, dict) and est.get("estimate"):
+        e = est["estimate"]
+        print(f"size estimate {e['total_bytes'] / 1e6:.0f} MB vs real {size / 1e6:.0f} MB: "
+              f"{est.get('error_pct', 0):+.1f}% (target within 10%)"
+              + ("" if e["complete"] else f"; unknown: {', '.join(e['unknown'])}"))
+        for row in e["rows"]:
+            b = "unknown" if row["bytes"] is None else f"{row['bytes'] / 1e6:.0f} MB"
+            print(f"  {row['layer'][:40]:<40} {b:>10}  {row['how'][:70]}")
     val = subprocess.run([PY, "-m", "envbuild", "validate", tag, "--json"], capture_output=True,
                          text=True, cwd=ROOT)
     t = time.perf_counter()

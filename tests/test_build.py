@@ -120,6 +120,11 @@ def test_second_make_is_a_cache_hit(cpu_image: str, fixtures: Path) -> None:
     assert r.returncode == 0, r.stderr
     image = data["image"]
     assert isinstance(image, dict) and image["cached"] is True
+    # the size estimate sits beside the real size, within 10% for this CPU image (issue 14)
+    size = data["size"]
+    assert isinstance(size, dict) and size["real_bytes"] == image["size_bytes"]
+    assert size["estimate"]["complete"], size["estimate"]["unknown"]
+    assert abs(size["error_pct"]) <= 10, size
 
 
 def test_validation_fails_on_broken_torch(cpu_image: str, tmp_path: Path) -> None:

@@ -41,10 +41,14 @@ CASES: dict[str, list[str]] = {
                            "/etc/ssl/certs/ca-certificates.crt", "--pip-index-url",
                            "https://user:s3cret@pypi.example.com/simple"],
     "rocm-ubuntu22.04": ["--rocm", "6.2", "--torch", "2.5.1"],
+    "rocm-devel-ubuntu22.04": ["--rocm", "6.2", "--torch", "2.5.1", "--flavor", "devel"],
     "cpu-debian12": ["--target", "cpu", "--torch", "2.13.0", "--os", "debian12"],
     "cpu-ubuntu24.04-root": ["--target", "cpu", "--torch", "2.9.1", "--os", "ubuntu24.04",
                              "--user", "root"],
     "mps": ["--target", "mps", "--torch", "2.9.1"],
+    # a PyPI mirror as the torch index: the default variant pinned without +cu130
+    "cuda-pypi-mirror": ["--cuda", "13.0", "--torch", "2.13.0", "--os", "ubuntu24.04",
+                         "--torch-index-url", "https://nexus.example.com/repository/pypi/simple"],
 }
 
 

@@ -49,6 +49,11 @@ CASES: list[tuple[dict[str, Any], dict[str, Any]]] = [
     ({"rocm": "6.2"}, {"target": "rocm", "variant": "rocm6.2.4", "rocm": "6.2.4",
                        "torch_cuda": None, "os": "ubuntu22.04"}),
     ({"gpus": ("MI300X",), "torch": "2.9"}, {"target": "rocm", "variant": "rocm6.4"}),
+    # ROCm: the plain OS by default (the wheel bundles ROCm), AMD's dev image for devel.
+    ({"rocm": "6.2", "torch": "2.5.1"}, {"base_image": "ubuntu:22.04", "flavor": "base"}),
+    ({"rocm": "6.2", "torch": "2.5.1", "os": "ubuntu24.04"}, {"base_image": "ubuntu:24.04"}),
+    ({"rocm": "6.2", "torch": "2.5.1", "flavor": "devel"},
+     {"base_image": "rocm/dev-ubuntu-22.04:6.2-complete", "flavor": "devel"}),
     ({"target": "mps", "torch": "2.5"}, {"target": "mps", "variant": "mps", "os": "macos",
                                          "min_macos": "13.0", "base_image": None}),
     ({"target": "mps", "torch": "2.9"}, {"min_macos": "14.0"}),
@@ -91,6 +96,7 @@ ERRORS: list[tuple[dict[str, Any], type[EnvbuildError], str, list[str]]] = [
     ({"target": "cuda", "gpus": ("MI300X",)}, UsageError, "AMD GPUs cannot run a CUDA", []),
     ({"driver": "abc"}, UsageError, "not an NVIDIA driver version", []),
     ({"flavor": "slim"}, UsageError, "--flavor", []),
+    ({"rocm": "6.2", "flavor": "runtime"}, UsageError, "--flavor runtime applies to CUDA", []),
 ]
 
 
@@ -144,8 +150,9 @@ def _requests(m: Matrix) -> st.SearchStrategy[Request]:
     targets = st.sampled_from([None, "cuda", "rocm", "cpu", "mps"])
     oses = st.sampled_from([None, *[o.id for o in m.oses]])
     rocms = st.sampled_from([None, *[r.version for r in m.rocm]])
+    flavors = st.sampled_from([None, "base", "devel"])
     return st.builds(Request, target=targets, cuda=cudas, torch=torches, python=pythons,
-                     gpus=gpus, driver=drivers, os=oses, rocm=rocms)
+                     gpus=gpus, driver=drivers, os=oses, rocm=rocms, flavor=flavors)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -203,6 +210,14 @@ def test_every_spec_satisfies_the_matrix(matrix: Matrix, data: st.DataObject) ->
         _assert_driver_window(matrix, spec, variant)
     if spec.target == "rocm":
         assert spec.rocm == variant.version
+        rocm_rel = matrix.rocm_release(variant.version)
+        assert rocm_rel is not None
+        if spec.flavor == "devel":  # AMD's dev image only when asked
+            assert spec.base_image.startswith("rocm/dev-")
+        else:  # the plain OS image of an OS the release supports: the wheel brings ROCm
+            os_info = matrix.os_info(spec.os)
+            assert os_info is not None and spec.os in rocm_rel.os
+            assert spec.base_image == os_info.image
         for g in spec.gpus:
             assert g["gfx"] in variant.gfx
 
@@ -361,3 +376,13 @@ def test_cuda_typo_suggests_the_close_release(matrix: Matrix, cuda: str, suggest
 def test_cuda_unknown_major(matrix: Matrix) -> None:
     with pytest.raises(UsageError, match="not a CUDA major"):
         resolve(Request(cuda="14"), matrix)
+
+
+def test_rocm_trace_says_what_the_wheel_bundles_and_what_devel_costs(matrix: Matrix) -> None:
+    meta = matrix.meta["rocm"]
+    base = resolve(Request(rocm="6.2", torch="2.5.1"), matrix)
+    line = next(t for t in base.trace if t.startswith("base image "))
+    assert all(str(item) in line for item in meta["wheel_bundles"]) and "/dev/kfd" in line
+    devel = resolve(Request(rocm="6.2", torch="2.5.1", flavor="devel"), matrix)
+    line = next(t for t in devel.trace if t.startswith("base image "))
+    assert str(meta["devel_image_gb"]) in line and "second time" in line

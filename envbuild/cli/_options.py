@@ -27,10 +27,14 @@ Gpu = Annotated[list[str] | None, typer.Option(
     "Repeat for a fleet.")]
 Os = Annotated[str | None, typer.Option("--os", help="Container OS, e.g. ubuntu22.04.")]
 Flavor = Annotated[str | None, typer.Option(
-    "--flavor", help="CUDA base image flavor: base (default) | runtime | devel.")]
+    "--flavor", help="Base image flavor: base (default; ROCm: the plain OS) | runtime (CUDA) | "
+    "devel (nvcc / hipcc).")]
 Without = Annotated[list[str] | None, typer.Option(
     "--without", help="Leave out a companion: torchvision or torchaudio. Repeatable.")]
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+Size = Annotated[bool, typer.Option(
+    "--size", help="Estimate the image size per layer (asks the package indexes and the base "
+    "image's registry; what cannot be reached is reported unknown).")]
 
 
 def make_request(target: str | None, cuda: str | None, rocm: str | None, torch: str | None,
@@ -62,7 +66,15 @@ PipIndex = Annotated[str | None, typer.Option(
 PipExtraIndex = Annotated[list[str] | None, typer.Option(
     "--pip-extra-index-url", help="Extra index for all pip installs. Repeatable.")]
 TorchIndex = Annotated[str | None, typer.Option(
-    "--torch-index-url", help="Mirror of the PyTorch wheel index for the resolved variant.")]
+    "--torch-index-url", help="Index for torch and its companions: a mirror of the PyTorch "
+    "wheel index for the resolved variant, or a PyPI-like index (a path ending in /simple: "
+    "only the release's PyPI default variant, pinned without +cuXXX).")]
+Proxy = Annotated[str | None, typer.Option(
+    "--proxy", help="HTTP(S) proxy for apt, dnf and pip inside the build (default: HTTP_PROXY / "
+    "HTTPS_PROXY / NO_PROXY from the environment); never stored in the image.")]
+TorchIndexKind = Annotated[str | None, typer.Option(
+    "--torch-index-kind", help="pypi | pytorch: the layout of --torch-index-url when its URL "
+    "shape misleads (e.g. an Artifactory mirror of download.pytorch.org ending in /simple).")]
 CaCert = Annotated[Path | None, typer.Option(
     "--ca-cert", help="CA bundle for HTTPS inside the build (a BuildKit secret, never stored).")]
 Wheelhouse = Annotated[Path | None, typer.Option(
@@ -77,9 +89,11 @@ def context_inputs(pip: list[str] | None, apt: list[str] | None, conda: list[str
                    allow_url: bool, user: str, pip_index_url: str | None,
                    pip_extra_index_url: list[str] | None, torch_index_url: str | None,
                    ca_cert: Path | None, wheelhouse: Path | None, base_image: str | None,
-                   python_source: str | None, apptainer: bool = False) -> ContextInputs:
+                   python_source: str | None, apptainer: bool = False,
+                   torch_index_kind: str | None = None) -> ContextInputs:
     return ContextInputs(pip=tuple(pip or ()), apt=tuple(apt or ()), conda=tuple(conda or ()),
                          allow_url=allow_url, user=user, pip_index_url=pip_index_url,
                          pip_extra_index_urls=tuple(pip_extra_index_url or ()),
-                         torch_index_url=torch_index_url, ca_cert=ca_cert, wheelhouse=wheelhouse,
+                         torch_index_url=torch_index_url, torch_index_kind=torch_index_kind,
+                         ca_cert=ca_cert, wheelhouse=wheelhouse,
                          base_image=base_image, python_source=python_source, apptainer=apptainer)

@@ -7,6 +7,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from os import environ as _environ  # `os` is also an option name here
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -111,6 +112,7 @@ def build(
     tag: Tag = None, rebuild: Rebuild = False, progress: Progress = "auto", push: Push = None,
     push_unvalidated: PushUnvalidated = False, revalidate: Revalidate = False,
     ca_cert: o.CaCert = None, netrc: Netrc = None, json: o.Json = False, quiet: Quiet = False,
+    proxy: o.Proxy = None,
 ) -> None:
     """Build a rendered context with BuildKit; tag only on success. With --push, the image is
     validated first (or a cached pass reused) and pushed only if it passes."""
@@ -118,10 +120,13 @@ def build(
     from envbuild.make import build_json, build_secrets, gate
     from envbuild.make import push as do_push
     from envbuild.make import validate as do_validate
+    from envbuild.proxy import build_proxy_env
 
     secrets = build_secrets(ca_cert, netrc)
+    proxies = build_proxy_env(_environ, proxy)
     with _progress(progress, json or quiet) as sink:
-        result = do_build(context, tag=tag, rebuild=rebuild, secrets=secrets, on_line=sink)
+        result = do_build(context, tag=tag, rebuild=rebuild, secrets=secrets, on_line=sink,
+                          proxies=proxies)
     checked = None
     if push and not push_unvalidated:
         checked = do_validate(result.tag, result.image_id, require_gpu=False, timeout=600,
@@ -238,6 +243,7 @@ def make(
     pip: o.Pip = None, apt: o.Apt = None, conda: o.Conda = None, allow_url: o.AllowUrl = False,
     user: o.User = "envbuild", pip_index_url: o.PipIndex = None,
     pip_extra_index_url: o.PipExtraIndex = None, torch_index_url: o.TorchIndex = None,
+    torch_index_kind: o.TorchIndexKind = None, proxy: o.Proxy = None,
     ca_cert: o.CaCert = None, wheelhouse: o.Wheelhouse = None, base_image: o.BaseImage = None,
     python_source: o.PythonSource = None,
     tag: Tag = None, rebuild: Rebuild = False, progress: Progress = "auto", push: Push = None,
@@ -249,6 +255,10 @@ def make(
     out: Annotated[Path | None, typer.Option(
         "--out", help="Keep the rendered build context in DIR (a new or empty directory); with "
         "--target mps, where the native macOS environment goes.")] = None,
+    from_bundle: Annotated[Path | None, typer.Option(
+        "--from-bundle", help="Build and validate offline from `envbuild bundle` output: every "
+        "RUN step with --network none, pip with hashes. Other build options are in the bundle.")]
+    = None,
 ) -> None:
     """Resolve, render, build and validate in one go, with one summary at the end.
 
@@ -256,13 +266,24 @@ def make(
     this host. A passing validation of the same image on the same host is reused
     (--revalidate runs it again). --push pushes only an image that passed validation.
     --target mps writes the native macOS environment instead of an image."""
-    from envbuild.make import MakeRequest
+    from envbuild.make import MakeRequest, check_push
     from envbuild.make import make as do_make
 
+    check_push(push, not no_validate, push_unvalidated)
+    if from_bundle is not None:
+        from envbuild.cli.bundle_cmd import make_from_bundle
+
+        code = make_from_bundle(from_bundle, tag=tag, require_gpu=require_gpu, timeout=timeout,
+                                no_validate=no_validate, json=json, quiet=quiet,
+                                rebuild=rebuild)
+        if code:
+            raise typer.Exit(code)
+        return
     req = o.make_request(target, cuda, rocm, torch, python, driver, gpu, os, flavor, without)
     ci = o.context_inputs(pip, apt, conda, allow_url, user, pip_index_url, pip_extra_index_url,
-                          torch_index_url, ca_cert, wheelhouse, base_image, python_source)
-    mr = MakeRequest(req, ci, tag=tag, rebuild=rebuild, push=push,
+                          torch_index_url, ca_cert, wheelhouse, base_image, python_source,
+                          torch_index_kind=torch_index_kind)
+    mr = MakeRequest(req, ci, tag=tag, rebuild=rebuild, push=push, proxy=proxy,
                      push_unvalidated=push_unvalidated, validate=not no_validate,
                      revalidate=revalidate, require_gpu=require_gpu, timeout=timeout, out=out)
     show = not (json or quiet)
@@ -301,6 +322,12 @@ def _say_make(r: MakeResult, out: Path | None, push_unvalidated: bool) -> None:
         f"hash {spec.hash}")
     say(f"image     {result.tag}  {r.size / 1e6:.0f} MB"
         + ("  (cache hit: nothing changed)" if result.cached else ""))
+    if r.sized is not None:
+        est = r.sized["estimate"]
+        say(f"size      estimated {est['total_bytes'] / 1e6:.0f} MB before the "
+            f"build, real {r.size / 1e6:.0f} MB ({r.sized.get('error_pct', 0):+.1f}%)"
+            + ("" if est["complete"] else "; estimate incomplete: "
+               + ", ".join(est["unknown"]) + " unknown"))
     if not result.cached:
         say(f"builder   {result.builder}")
         say(f"log       {result.log_path}")

@@ -22,6 +22,7 @@ def render(
     pip: o.Pip = None, apt: o.Apt = None, conda: o.Conda = None, allow_url: o.AllowUrl = False,
     user: o.User = "envbuild", pip_index_url: o.PipIndex = None,
     pip_extra_index_url: o.PipExtraIndex = None, torch_index_url: o.TorchIndex = None,
+    torch_index_kind: o.TorchIndexKind = None,
     ca_cert: o.CaCert = None, wheelhouse: o.Wheelhouse = None, base_image: o.BaseImage = None,
     python_source: o.PythonSource = None,
     fmt: Annotated[list[str] | None, typer.Option(
@@ -33,7 +34,7 @@ def render(
         "--force", help="Replace a previous render in --out: only the files its "
         ".envbuild-manifest.json lists, unchanged since; other files are never touched.")]
     = False,
-    json: o.Json = False,
+    json: o.Json = False, size: o.Size = False,
 ) -> None:
     """Render Dockerfile, environment.yml, pinned requirements, spec.json and the validator."""
     from envbuild.matrix import load
@@ -47,7 +48,7 @@ def render(
     req = o.make_request(target, cuda, rocm, torch, python, driver, gpu, os, flavor, without)
     ci = o.context_inputs(pip, apt, conda, allow_url, user, pip_index_url, pip_extra_index_url,
                           torch_index_url, ca_cert, wheelhouse, base_image, python_source,
-                          apptainer="apptainer" in formats)
+                          apptainer="apptainer" in formats, torch_index_kind=torch_index_kind)
     m = load()
     if all_:
         rendered = prepare_all(req, ci, m)
@@ -65,14 +66,28 @@ def render(
     links = {"wheelhouse": wheelhouse} if wheelhouse else {}
     write_tree(prepared.files, out, force, links)
     spec = prepared.spec
+    from envbuild.size import describe, duplicates
+    dup = duplicates(spec, m.extra.get("sizes", {}))
+    est = None
+    if size and spec.target != "mps":
+        from envbuild.sizefetch import gather
+        est = gather(spec, m.extra.get("sizes", {}), base_image=ci.base_image,
+                     wheelhouse=ci.wheelhouse, torch_index=ci.torch_index_url,
+                     user_index=ci.pip_index_url, pip=ci.pip)
     if json:
         emit_json({"out": str(out), "spec_hash": spec.hash, "files": sorted(prepared.files),
-                   "spec": spec.to_json()})
+                   "spec": spec.to_json(), "duplicates": dup,
+                   **({"size": est.to_json()} if est else {})})
         return
     say(f"rendered {spec.target} torch {spec.torch} ({spec.variant}) Python {spec.python} "
         f"into {out} (spec {spec.hash})")
     for name in sorted(prepared.files):
         say(f"  {name}")
+    for line in dup:
+        say(f"note: {line}")
+    if est is not None:
+        say("estimated size:")
+        say("\n".join(describe(est)))
     from envbuild import targets
 
     if not targets.get(spec.target).container:  # mps: a native macOS environment

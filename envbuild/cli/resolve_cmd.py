@@ -11,17 +11,27 @@ def resolve(
     target: o.Target = None, cuda: o.Cuda = None, rocm: o.Rocm = None, torch: o.Torch = None,
     python: o.Python = None, driver: o.Driver = None, gpu: o.Gpu = None, os: o.Os = None,
     flavor: o.Flavor = None, without: o.Without = None, json: o.Json = False,
+    size: o.Size = False,
 ) -> None:
     """Resolve driver / CUDA / cuDNN / torch / Python / OS into one explained spec."""
     from envbuild.matrix import load
     from envbuild.resolve import resolve as do_resolve
 
     req = o.make_request(target, cuda, rocm, torch, python, driver, gpu, os, flavor, without)
-    spec = do_resolve(req, load())
+    m = load()
+    spec = do_resolve(req, m)
+    est = None
+    if size and spec.target != "mps":
+        from envbuild.sizefetch import gather
+        est = gather(spec, m.extra.get("sizes", {}))
     if json:
-        emit_json(spec.to_json())
+        emit_json({**spec.to_json(), **({"size": est.to_json()} if est else {})})
         return
     say(format_spec(spec.to_json()))
+    if est is not None:
+        from envbuild.size import describe
+        say("estimated size:")
+        say("\n".join(describe(est)))
 
 
 def format_spec(d: dict[str, object]) -> str:

@@ -55,6 +55,8 @@ from .judges import (
     judge_torchaudio_version,
     judge_torchvision,
     judge_torchvision_version,
+    lib_stem,
+    library_origin_verdict,
     loss_verdict,
     no_gpu_outcome,
     parse_ldconfig,
@@ -1134,6 +1136,32 @@ def wsl2_facts(run_ldconfig: bool = True) -> dict[str, Any]:
     return facts
 
 
+def t_libs_origin(ctx: TorchContext) -> Outcome:
+    """Which GPU libraries torch mapped (after the GPU checks loaded them), and from where."""
+    facts = ctx.all_facts("torch")["torch"]
+    kind = ctx.spec.get("target") or ("rocm" if facts.get("hip") else
+                                      "cuda" if facts.get("cuda") else "cpu")
+    if ctx.torch is not None and kind in ("cuda", "rocm"):
+        with contextlib.suppress(Exception):  # loads libcudnn when it is lazy
+            ctx.torch.backends.cudnn.version()
+    torch_dir = os.path.realpath(os.path.dirname(getattr(ctx.torch, "__file__", "") or "."))
+    copies: dict[str, str] = {}
+    site = os.path.dirname(torch_dir)
+    for top in (os.path.join(site, "nvidia"), os.path.join(torch_dir, "lib")):
+        for root, _, names in os.walk(top):
+            for name in names:
+                stem = lib_stem(name)
+                if stem:
+                    copies.setdefault(stem, os.path.join(root, name))
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+            maps = fh.read()
+    except OSError as e:
+        return skipped(f"cannot read /proc/self/maps: {_err(e)}")
+    return library_origin_verdict(kind, maps, torch_dir, copies,
+                                  os.environ.get("LD_LIBRARY_PATH", ""))
+
+
 def h_wsl2(spec: dict[str, Any], opts: Options) -> Outcome:
     return wsl2_verdict(wsl2_facts())
 
@@ -1200,6 +1228,8 @@ CHECKS: tuple[CheckDef, ...] = (
              300, torch=t_compile_smoke),
     CheckDef("dist.allreduce", "2-process all-reduce (gloo; NCCL with >= 2 GPUs)", 120,
              torch=t_dist_allreduce),
+    CheckDef("libs.origin", "torch loads the GPU libraries its wheel brings, not a system copy",
+             30, torch=t_libs_origin),
     CheckDef("shm.size", "/dev/shm size and writability", 15, host=h_shm_size),
     CheckDef("image.no_driver_userspace", "no NVIDIA driver userspace inside the image", 30,
              host=h_image_driver),
