@@ -336,3 +336,43 @@ def test_a_failed_rebuild_never_replaces_the_locked_entry(matrix: Matrix) -> Non
     new = team.updated_lock(old, [built(a, 0), built(b, 1)])
     assert new["image"]["a"]["digest"] == "sha256:new"
     assert new["image"]["b"] == {"digest": "sha256:old-b"}  # validation failed: kept
+
+
+def test_build_runs_each_shared_torch_layer_first_then_the_rest_in_parallel(
+        matrix: Matrix, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from envbuild import make as make_mod
+    from envbuild.errors import EnvbuildError
+
+    planned = team.plan(teamfile.parse(GOOD + "[image.d]\n[image.e]\n", F), matrix)
+    calls: list[str] = []
+    lock = threading.Lock()
+
+    def fake_make(mr: make_mod.MakeRequest, _m: object, _hooks: object) -> object:
+        name = str(mr.tag).split(":")[0]
+        with lock:
+            calls.append(name)
+        assert mr.attach_report is True and mr.recommend is False
+        if name == "e":
+            raise EnvbuildError("boom")
+        return make_mod.MakeResult(planned[0].prepared.spec)
+
+    monkeypatch.setattr(make_mod, "make", fake_make)
+    monkeypatch.setattr(team, "base_digest", lambda _ref: "sha256:x")
+    monkeypatch.setattr(team, "freeze", lambda _tag: [])
+    with pytest.raises(UsageError, match="has no registry"):
+        team.build([dataclasses_replace_registry(planned[0])], matrix, push=True)
+    done = team.build(planned, matrix, push=True, jobs=3)
+    assert calls[:2] == ["a", "c"]  # one image per torch stack first (c: another Python)
+    assert sorted(calls[2:]) == ["b", "d", "e"]
+    assert [b.planned.name for b in done] == ["a", "b", "c", "d", "e"]  # file order
+    failed = [b for b in done if b.error is not None]
+    assert [b.planned.name for b in failed] == ["e"]  # one failure does not stop the others
+    assert done[4].to_json()["error"]["message"] == "boom"
+
+
+def dataclasses_replace_registry(p: team.Planned) -> team.Planned:
+    import dataclasses
+
+    return dataclasses.replace(p, image=dataclasses.replace(p.image, registry=None))
