@@ -11,6 +11,7 @@ import json
 import re
 import shutil
 import subprocess
+import time
 import tomllib
 import urllib.request
 from collections.abc import Iterator
@@ -160,8 +161,9 @@ def test_one_more_package_rebuilds_without_reinstalling_torch(family: Family,
                                                               tmp_path: Path) -> None:
     d = tmp_path / "changed"
     shutil.copytree(family.dir, d)
+    fresh = f"packaging; python_version > '0.{time.time_ns()}'"  # never in the build cache
     (d / "envbuild.toml").write_text(team_file(family.registry, family.base, fixtures,
-                                               'pip = ["packaging"]\n'))
+                                               f"pip = [{json.dumps(fresh)}]\n"))
     plan = json.loads(run_cli("team", "plan", "--file", str(d / "envbuild.toml"),
                               "--json").stdout)
     assert list(plan["lock_changes"]) == ["team-a"]  # only the changed image
