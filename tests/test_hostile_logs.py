@@ -102,9 +102,10 @@ def test_build_writes_its_log_per_user_redacted(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(engine, "find_images", lambda labels: [])
     monkeypatch.setattr(engine, "find_builder", lambda: SimpleNamespace(reason="fake builder"))
     monkeypatch.setattr(engine, "build_argv",
-                        lambda *a: ["docker", "build", "https://bob:SECRET@p.example/x"])
+                        lambda *a, **kw: ["docker", "build", "https://bob:SECRET@p.example/x"])
 
-    def run_build(builder: object, argv: list[str], sink: object, timeout: float) -> int:
+    def run_build(builder: object, argv: list[str], sink: object, timeout: float,
+                  **kw: object) -> int:
         for line in ("#1 [1/2] FROM x", "#2 pip install --index-url https://bob:SECRET@h/s",
                      "#2 GET https://h/simple?token=SECRET", "#2 ERROR: failed"):
             sink(line)  # type: ignore[operator]
