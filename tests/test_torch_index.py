@@ -161,7 +161,8 @@ def test_plain_http_index_is_trusted_for_its_host_only(matrix: Matrix, url: str,
 
     ci = ContextInputs(torch_index_url=url if flag == "torch" else None,
                        pip_index_url=url if flag == "pip" else None,
-                       pip_extra_index_urls=(url,) if flag == "extra" else ())
+                       pip_extra_index_urls=(url,) if flag == "extra" else (),
+                       pip=("six",))  # the user-packages RUN exists only with packages
     opts, _ = render_options(ci)
     spec = resolve(Request(target="cpu", torch="2.13.0"), matrix)
     docker = render(spec, opts, matrix)["Dockerfile"].content
