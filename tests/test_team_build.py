@@ -94,6 +94,7 @@ def family(fixtures: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         docker("tag", BASE, base)
         pushed = docker("push", base).stdout
         base_digest = re.findall(r"digest: (sha256:[0-9a-f]{64})", pushed)[0]
+        made.append(f"{base.rpartition(':')[0]}@{base_digest}")  # the repo digest push added
         d = tmp_path_factory.mktemp("team")
         (d / "envbuild.toml").write_text(team_file(reg, base, fixtures))
         r = run_cli("team", "build", "--file", str(d / "envbuild.toml"), "--push", "--json",
