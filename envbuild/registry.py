@@ -43,7 +43,7 @@ TIMEOUT = 30.0
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _REPO = re.compile(rf"^{_PART}(?:/{_PART})*$")
-_TAG = re.compile(r"^[\w][\w.-]{0,127}$")
+_TAG = re.compile(r"^[\w][\w.-]{0,127}$", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def parse_ref(text: str) -> Ref:
     digest = ""
     if "@" in value:
         value, digest = value.split("@", 1)
-        if not _DIGEST.match(digest):
+        if not _DIGEST.fullmatch(digest):
             raise UsageError(f"{text[:80]!r}: {digest[:80]!r} is not a sha256 digest",
                              "e.g. registry.example.com/ml/cpu@sha256:<64 hex>")
     first, _, rest = value.partition("/")
@@ -87,8 +87,8 @@ def parse_ref(text: str) -> Ref:
         path, tag = path.rsplit(":", 1)
     if host == "docker.io" and "/" not in path:
         path = f"library/{path}"
-    if len(text) > 512 or not _REPO.match(path) or (tag and not _TAG.match(tag)) \
-            or not re.match(r"^[a-zA-Z0-9.-]+(:\d{1,5})?$", host):
+    if len(text) > 512 or not _REPO.fullmatch(path) or (tag and not _TAG.fullmatch(tag)) \
+            or not re.fullmatch(r"[a-zA-Z0-9.-]+(:\d{1,5})?", host, re.ASCII):
         raise UsageError(f"{text[:80]!r} is not an image reference",
                          "e.g. registry.example.com/ml/cpu:tag or host:5000/repo@sha256:...")
     return Ref(host, path, tag, digest)
@@ -100,7 +100,7 @@ def sha256(data: bytes) -> str:
 
 def report_tag(digest: str) -> str:
     """The fallback tag of an artifact attached to the image with this digest."""
-    if not _DIGEST.match(digest):
+    if not _DIGEST.fullmatch(digest):
         raise UsageError(f"{digest[:80]!r} is not a sha256 digest")
     return digest.replace(":", "-") + ".envbuild"
 
@@ -359,7 +359,7 @@ def fetch_report(image: str) -> Attached | None:
         digest = hit[0]
     candidates: list[tuple[str, str]] = []
     for m in c.referrers(ref.repo, digest, REPORT_TYPE) or []:
-        if isinstance(m.get("digest"), str) and _DIGEST.match(m["digest"]):
+        if isinstance(m.get("digest"), str) and _DIGEST.fullmatch(m["digest"]):
             candidates.append((m["digest"], "referrers"))
     candidates.append((report_tag(digest), "tag"))
     for reference, via in candidates:

@@ -31,7 +31,7 @@ DEFAULT_FILE = "envbuild.toml"
 MAX_VALUE = 512
 MAX_LIST = 200
 MAX_IMAGES = 64
-_NAME = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
+_NAME = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$", re.ASCII)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 SCALARS = ("target", "cuda", "rocm", "torch", "python", "driver", "os", "flavor", "base_image",
@@ -218,7 +218,7 @@ def parse(text: str, path: Path) -> TeamFile:
         raise UsageError(f"{path}: {len(images)} images (limit {MAX_IMAGES})")
     out = []
     for name, table in images.items():
-        if len(name) > 64 or not _NAME.match(name):
+        if len(name) > 64 or not _NAME.fullmatch(name):
             raise UsageError(f"{path}: [image.{name[:40]!r}]: not an image name",
                              "lower-case letters, digits and . _ - (it becomes the repository "
                              "name), e.g. [image.h100]")

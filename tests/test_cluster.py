@@ -423,3 +423,16 @@ def test_job_state_and_reason() -> None:
     assert job_state("slurm_load_jobs error: Invalid job id specified") == (None, None)
     assert "PartitionConfig" in RULES.never_start_reasons and "Resources" not in \
         RULES.never_start_reasons
+
+
+@pytest.mark.parametrize("field", ["image", "partition", "account", "constraint", "only"])
+@pytest.mark.parametrize("tail", ["\n", "\r\n", "\x0b", " "])
+def test_a_trailing_line_break_is_refused(field: str, tail: str) -> None:
+    """`$` in a Python regex matches before a final newline: every value that reaches the sbatch
+    script is matched whole (fullmatch), so `p\\n` is refused like any other stray character."""
+    good = {"image": "envbuild/cpu:t", "partition": "gpu", "account": "ml",
+            "constraint": "a100", "only": "facts.torch"}[field]
+    kw: dict[str, Any] = {"image": "envbuild/cpu:t", "out": Path("/tmp/x"), field: good + tail}
+    with pytest.raises(UsageError):
+        check_options(ClusterOptions(**kw))
+    check_options(ClusterOptions(**{**kw, field: good}))

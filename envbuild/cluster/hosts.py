@@ -9,7 +9,7 @@ from envbuild.errors import UsageError
 
 FAULT_ENV = "ENVBUILD_VALIDATOR_FAULT"
 CLUSTER_FAULT_ENV = "ENVBUILD_CLUSTER_FAULT"
-_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$", re.ASCII)
 
 
 def expand(hostlist_expr: str) -> list[str]:
@@ -25,7 +25,7 @@ def expand(hostlist_expr: str) -> list[str]:
         raise UsageError(f"bad hostlist {hostlist_expr[:80]!r}: {exc}",
                          "use Slurm's syntax, e.g. n[1-3,7] or gpu01,gpu02") from None
     for h in hosts:
-        if not _NODE.match(h):
+        if not _NODE.fullmatch(h):
             raise UsageError(f"bad host name {h[:80]!r} in hostlist {hostlist_expr[:80]!r}",
                              "host names are letters, digits, '.', '_' and '-'")
     return hosts

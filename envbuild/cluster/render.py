@@ -20,11 +20,11 @@ from envbuild.resources import templates_dir
 
 RUNTIMES = ("docker", "apptainer", "enroot", "host")
 WORKER_NAME = "envbuild_cluster_worker.py"
-_IMAGE = re.compile(r"^/?[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-_CHECKS = re.compile(r"^[a-z0-9_.]+(,[a-z0-9_.]+)*$")
-_PATH = re.compile(r"^/[A-Za-z0-9._/+-]{0,400}$")
-_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.&|!*\[\]():-]{1,200}$")
+_IMAGE = re.compile(r"^/?[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$", re.ASCII)
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$", re.ASCII)
+_CHECKS = re.compile(r"^[a-z0-9_.]+(,[a-z0-9_.]+)*$", re.ASCII)
+_PATH = re.compile(r"^/[A-Za-z0-9._/+-]{0,400}$", re.ASCII)
+_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.&|!*\[\]():-]{1,200}$", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class ClusterOptions:
 
 def check_options(o: ClusterOptions) -> ClusterOptions:
     """Every value that reaches a script or a manifest, checked: bad input is a usage error."""
-    if not _IMAGE.match(o.image) or ".." in o.image:
+    if not _IMAGE.fullmatch(o.image) or ".." in o.image:
         raise UsageError(f"bad image reference {o.image[:80]!r}",
                          "use name[:tag] or name@sha256:..., or a .sif path for apptainer")
     if o.runtime not in RUNTIMES:
@@ -65,14 +65,14 @@ def check_options(o: ClusterOptions) -> ClusterOptions:
         raise UsageError(f"--gpus-per-node {o.gpus_per_node} is out of range", "0 to 64")
     for label, v in (("--partition", o.partition), ("--account", o.account),
                      ("--job-name", o.job_name)):
-        if v is not None and not _NAME.match(v):
+        if v is not None and not _NAME.fullmatch(v):
             raise UsageError(f"bad {label} {v[:60]!r}", "letters, digits, '.', '_' and '-'")
-    if o.constraint is not None and not _CONSTRAINT.match(o.constraint):
+    if o.constraint is not None and not _CONSTRAINT.fullmatch(o.constraint):
         raise UsageError(f"bad --constraint {o.constraint[:60]!r}",
                          "Slurm feature names joined by & | and brackets")
     if o.exclude:
         expand(o.exclude)
-    if o.only is not None and not _CHECKS.match(o.only):
+    if o.only is not None and not _CHECKS.fullmatch(o.only):
         raise UsageError(f"bad --only {o.only[:60]!r}", "check ids separated by commas, "
                          "e.g. facts.torch,numerics.matmul")
     if not (0 < o.min_bytes <= o.max_bytes <= 1 << 34) or o.min_bytes % 4 or o.max_bytes % 4:
@@ -81,7 +81,7 @@ def check_options(o: ClusterOptions) -> ClusterOptions:
     if not 0 < o.timeout <= 7 * 24 * 3600:
         raise UsageError(f"--timeout {o.timeout} is out of range", "seconds, > 0")
     text = str(o.out)
-    if not _PATH.match(text) or not o.out.is_absolute():
+    if not _PATH.fullmatch(text) or not o.out.is_absolute():
         raise UsageError(f"bad --out {text[:60]!r}", "an absolute directory path of letters, "
                          "digits and . _ - + / (it goes into #SBATCH lines unquoted)")
     return o
