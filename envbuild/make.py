@@ -218,9 +218,13 @@ def size_beside(spec: Spec, m: Matrix, ci: ContextInputs, real: int) -> dict[str
         on_disk: int | None = engine.image_size(base)
     except EnvbuildError:
         on_disk = None  # not pulled here: the registry manifest says
-    return for_make(spec, m.extra.get("sizes", {}), real, base_image=base, base_on_disk=on_disk,
-                    wheelhouse=ci.wheelhouse, torch_index=ci.torch_index_url,
-                    user_index=ci.pip_index_url, pip=ci.pip)
+    wheelhouse = Path(ci.wheelhouse).resolve() if ci.wheelhouse else ci.wheelhouse
+    try:
+        return for_make(spec, m.extra.get("sizes", {}), real, base_image=base,
+                        base_on_disk=on_disk, wheelhouse=wheelhouse,
+                        torch_index=ci.torch_index_url, user_index=ci.pip_index_url, pip=ci.pip)
+    except (OSError, ValueError) as exc:  # an estimate is never worth failing a built image
+        return {"error": f"no size estimate: {exc}", "real_bytes": real}
 
 
 def check(mr: MakeRequest) -> None:

@@ -288,11 +288,12 @@ class Lookup:
         if name in self._files:
             return self._files[name]
         found: list[IndexFile] = []
-        if self.wheelhouse is not None:
+        if self.wheelhouse is not None:  # relative as the user typed it: resolved below
             for p in sorted(self.wheelhouse.glob("*.whl")):
                 try:
                     if canonicalize_name(parse_wheel_filename(p.name)[0]) == name:
-                        found.append(IndexFile(name, p.name, p.as_uri(), p.stat().st_size, True))
+                        found.append(IndexFile(name, p.name, p.resolve().as_uri(), p.stat().st_size,
+                                               True))
                 except (InvalidWheelFilename, InvalidVersion):
                     continue
         else:

@@ -394,3 +394,15 @@ def test_hostile_index_pages_are_unknown(server: tuple[str, _Server], matrix: Ma
     torch_row = next(r for r in est.rows if r.layer == "torch stack")
     assert torch_row.bytes is None or torch_row.bytes >= 0
     assert not est.complete
+
+
+def test_a_relative_wheelhouse_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make --wheelhouse .work/wheelhouse` (relative, as the README types it) crashed the size
+    estimate with a traceback after the build ("relative path can't be expressed as a file URI")."""
+    from envbuild.sizefetch import Lookup
+
+    (tmp_path / "wh").mkdir()
+    (tmp_path / "wh" / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"x")
+    monkeypatch.chdir(tmp_path)
+    files = Lookup([], wheelhouse=Path("wh")).files("torch")
+    assert len(files) == 1 and files[0].url.startswith("file:///")

@@ -322,7 +322,9 @@ def _say_make(r: MakeResult, out: Path | None, push_unvalidated: bool) -> None:
         f"hash {spec.hash}")
     say(f"image     {result.tag}  {r.size / 1e6:.0f} MB"
         + ("  (cache hit: nothing changed)" if result.cached else ""))
-    if r.sized is not None:
+    if r.sized is not None and "error" in r.sized:
+        say(f"size      {r.sized['error']}")
+    elif r.sized is not None:
         est = r.sized["estimate"]
         say(f"size      estimated {est['total_bytes'] / 1e6:.0f} MB before the "
             f"build, real {r.size / 1e6:.0f} MB ({r.sized.get('error_pct', 0):+.1f}%)"
