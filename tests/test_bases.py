@@ -206,7 +206,7 @@ def test_existing_uid_1000_user_is_removed_its_files_kept(matrix: Matrix,
     """The policy: the base's uid-1000 user leaves the user database; nothing of the base's files is
     deleted (a base's user may own application files), and they belong to the new user."""
     if docker("image", "inspect", BASE, check=False).returncode != 0:
-        pytest.skip(f"base image {BASE} missing (make fixtures)")
+        _skip_or_fail(f"base image {BASE} missing (make fixtures)")
     step = _run_step(_dockerfile(matrix, "debian12", "3.11", "os"), "useradd")
     script = ("groupadd -g 1000 ubuntu && useradd -u 1000 -g 1000 -m ubuntu >/dev/null 2>&1 && "
               "mkdir /app && touch /home/ubuntu/data /app/model && "
