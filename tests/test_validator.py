@@ -261,16 +261,17 @@ def test_missing_torch_still_writes_report(tmp_path: Path, python: list[str]) ->
 
 
 def test_hung_and_crashing_checks_fail_alone(tmp_path: Path) -> None:
+    """A hang is killed at its deadline (60 s x 0.25 here; the worker would sleep an hour), a crash
+    ends only its worker, and the checks after them pass in a fresh worker. The scale leaves the
+    healthy checks 15 s each: at 0.05 (3 s) a loaded 2-core machine failed numerics.autocast."""
     pytest.importorskip("torch")
-    t0 = time.monotonic()
     rc, report, _, _ = run_validator(
-        tmp_path, host_spec(), "--only", "numerics,train.checkpoint", "--timeout-scale", "0.05",
+        tmp_path, host_spec(), "--only", "numerics,train.checkpoint", "--timeout-scale", "0.25",
         env={V.FAULT_ENV: "hang:numerics.matmul,crash:numerics.conv2d"})
-    assert time.monotonic() - t0 < 40
     assert report is not None and rc == 1
     checks = by_id(report)
     assert checks["numerics.matmul"]["status"] == "fail"
-    assert checks["numerics.matmul"]["detail"].startswith("timed out")
+    assert checks["numerics.matmul"]["detail"].startswith("timed out after 15s")
     assert checks["numerics.conv2d"]["status"] == "fail"
     assert checks["numerics.conv2d"]["evidence"]["signal"] == "SIGSEGV"
     assert checks["numerics.autocast"]["status"] == "pass"
