@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from envbuild import registry
 from envbuild.errors import EnvbuildError, UsageError
+from envbuild.http import parse_challenge
 from tests.conftest import run_cli
 
 
@@ -69,7 +70,7 @@ def push_tiny_image(addr: str, repo: str, tag: str, salt: str = "") -> str:
                             "digest": c.put_blob(repo, layer), "size": len(layer)}]}
     body = json.dumps(manifest).encode()
     r = c.put_manifest(repo, tag, body, registry.DOCKER_MANIFEST)
-    assert r.status_code == 201, r.text
+    assert r.status == 201, r.text
     return "sha256:" + hashlib.sha256(body).hexdigest()
 
 
@@ -215,11 +216,13 @@ def test_bearer_token_flow_with_docker_config_credentials(tmp_path: Path,
 @pytest.mark.parametrize(("header", "want"), [
     ('Bearer realm="https://auth.docker.io/token",service="registry.docker.io",'
      'scope="repository:library/ubuntu:pull"',
-     {"realm": "https://auth.docker.io/token", "service": "registry.docker.io",
-      "scope": "repository:library/ubuntu:pull"}),
+     ("bearer", {"realm": "https://auth.docker.io/token", "service": "registry.docker.io",
+                 "scope": "repository:library/ubuntu:pull"})),
     ('Bearer realm="https://nvcr.io/proxy_auth",scope="repository:nvidia/cuda:pull"',
-     {"realm": "https://nvcr.io/proxy_auth", "scope": "repository:nvidia/cuda:pull"}),
-    ('Basic realm="x"', {}),
+     ("bearer", {"realm": "https://nvcr.io/proxy_auth", "scope": "repository:nvidia/cuda:pull"})),
+    ('bearer Realm=https://x/t, service=s', ("bearer", {"realm": "https://x/t", "service": "s"})),
+    ('Basic realm="envbuild-test"', ("basic", {"realm": "envbuild-test"})),
+    ('Negotiate abc', ("", {})), ("", ("", {})), ("Bearer", ("bearer", {})),
 ])
-def test_parse_challenge(header: str, want: dict[str, str]) -> None:
-    assert registry.parse_challenge(header) == want
+def test_parse_challenge(header: str, want: tuple[str, dict[str, str]]) -> None:
+    assert parse_challenge(header) == want
