@@ -219,8 +219,18 @@ def parse_challenge(header: str) -> tuple[str, dict[str, str]]:
     return scheme, {k.lower(): q or t for k, q, t in _PARAM.findall(rest)}
 
 
-def _loopback(host: str) -> bool:
-    return host in ("localhost", "::1") or host.startswith("127.")
+def loopback(host: str) -> bool:
+    """localhost or a loopback address: the only hosts plain http may carry a login to (a name
+    like 127.0.0.1.example.com is not one)."""
+    import ipaddress
+
+    name = host.strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 Credentials = Callable[[], tuple[str, str] | None]
@@ -286,7 +296,7 @@ class RegistryAuth:
 
     def _check_safe(self, url: str, what: str) -> None:
         parts = urlsplit(url if "://" in url else f"https://{url}")
-        if parts.scheme != "https" and not _loopback(parts.hostname or ""):
+        if parts.scheme != "https" and not loopback(parts.hostname or ""):
             raise Denied(f"{what} of {self.host} is plain http at {parts.hostname}: "
                          "envbuild sends no login there", "use an https registry / token service")
 

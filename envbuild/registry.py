@@ -33,7 +33,7 @@ from typing import Any
 from urllib.parse import urlencode, urljoin
 
 from envbuild.errors import EnvbuildError, EnvironmentProblem, UsageError
-from envbuild.http import Http, RegistryAuth, Reply, Unreachable
+from envbuild.http import Http, RegistryAuth, Reply, Unreachable, loopback
 
 REPORT_TYPE = "application/vnd.envbuild.validation.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -115,8 +115,7 @@ def _api_host(host: str) -> str:
 
 
 def _scheme(host: str) -> str:
-    name = host.split(":")[0]
-    return "http" if name == "localhost" or name.startswith("127.") else "https"
+    return "http" if loopback(host.split(":")[0]) else "https"  # parse_ref: no IPv6
 
 
 def _docker_config() -> dict[str, Any]:
