@@ -121,7 +121,7 @@ class Http:
         import requests
 
         parts = urlsplit(url)
-        host = parts.netloc.rpartition("@")[2]
+        host = urlsplit(redact(url)).netloc.rpartition("@")[2]  # a password with "/" in it
         if parts.scheme not in ("http", "https") or not host:
             raise Unreachable(f"not an http(s) URL: {redact(url[:80])}",
                               "only http:// and https:// URLs are fetched", host=host)
