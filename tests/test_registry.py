@@ -57,14 +57,19 @@ def start_registry(root: Path, htpasswd: Path | None = None
     return proc, f"127.0.0.1:{port}"
 
 
-@pytest.fixture(scope="module")
-def reg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    proc, addr = start_registry(tmp_path_factory.mktemp("registry"))
+def serve(started: tuple[subprocess.Popen[bytes], str]) -> Iterator[str]:
+    """A fixture's body: the address while the test runs, then the registry is stopped."""
+    proc, addr = started
     try:
         yield addr
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def reg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from serve(start_registry(tmp_path_factory.mktemp("registry")))
 
 
 def push_tiny_image(addr: str, repo: str, tag: str, salt: str = "") -> str:
@@ -241,22 +246,23 @@ def test_parse_challenge(header: str, want: tuple[str, dict[str, str]]) -> None:
 USER, PASSWORD, WRONG = "ci-bot", "Reg1stryPa55", "not-the-password"
 
 
-@pytest.fixture(scope="module")
-def authreg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if shutil.which("htpasswd") is None:
-        msg = "htpasswd not installed (.ci/system-deps.sh installs it)"
+def start_login_registry(root: Path, user: str = USER, password: str = PASSWORD
+                         ) -> tuple[subprocess.Popen[bytes], str]:
+    """A registry that asks for a login (htpasswd, bcrypt) for user/password."""
+    missing = [t for t in ("docker-registry", "htpasswd") if shutil.which(t) is None]
+    if missing:
+        msg = f"{', '.join(missing)} not installed (.ci/system-deps.sh installs them)"
         if IN_CI:
             pytest.fail(msg)
         pytest.skip(msg)
-    root = tmp_path_factory.mktemp("authreg")
-    subprocess.run(["htpasswd", "-Bbc", str(root / "htpasswd"), USER, PASSWORD], check=True,
+    subprocess.run(["htpasswd", "-Bbc", str(root / "htpasswd"), user, password], check=True,
                    capture_output=True)
-    proc, addr = start_registry(root, root / "htpasswd")
-    try:
-        yield addr
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    return start_registry(root, root / "htpasswd")
+
+
+@pytest.fixture(scope="module")
+def authreg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from serve(start_login_registry(tmp_path_factory.mktemp("authreg")))
 
 
 def _store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str, host: str,
