@@ -162,7 +162,7 @@ def _docker_auth(host: str) -> tuple[str, str] | None:
     cfg = _docker_config()
     hub = host == "docker.io"
     server = "https://index.docker.io/v1/" if hub else host
-    keys = [host, f"https://{host}", server] if hub \
+    keys = [host, f"https://{host}", server, "index.docker.io"] if hub \
         else [host, f"https://{host}", f"http://{host}"]
     helpers = cfg.get("credHelpers")
     helper = next((helpers[k] for k in keys if isinstance(helpers, dict)
@@ -254,6 +254,9 @@ class Client:
             return digest
         r = self._request("POST", f"{self.base}/{repo}/blobs/uploads/", scope)
         _check(r, f"upload to {self.host}/{repo}", (202,))
+        if not r.header("Location"):
+            raise EnvbuildError(f"registry error on upload to {self.host}/{repo}: "
+                                "no Location for the upload")
         location = urljoin(f"{self.base}/", r.header("Location"))
         sep = "&" if "?" in location else "?"
         r = self._request("PUT", f"{location}{sep}digest={digest}", scope, body=data,

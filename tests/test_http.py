@@ -18,7 +18,7 @@ from envbuild.http import Http, Reply, Unreachable
 Answer = Callable[[BaseHTTPRequestHandler], tuple[int, dict[str, str], bytes]]
 
 
-class _Server:
+class LocalServer:
     def __init__(self) -> None:
         self.routes: dict[str, Answer] = {}
         self.seen: list[tuple[str, str, dict[str, str]]] = []
@@ -53,8 +53,8 @@ class _Server:
 
 
 @pytest.fixture
-def srv() -> Iterator[_Server]:
-    s = _Server()
+def srv() -> Iterator[LocalServer]:
+    s = LocalServer()
     yield s
     s.close()
 
@@ -63,7 +63,7 @@ def _fixed(status: int, body: bytes = b"", headers: dict[str, str] | None = None
     return lambda _h: (status, headers or {}, body)
 
 
-def test_every_status_comes_back_with_ok_none_after_the_retries(srv: _Server) -> None:
+def test_every_status_comes_back_with_ok_none_after_the_retries(srv: LocalServer) -> None:
     srv.routes["/gone"] = _fixed(404, b"nope")
     srv.routes["/busy"] = _fixed(503, b"later")
     slept: list[float] = []
@@ -75,7 +75,7 @@ def test_every_status_comes_back_with_ok_none_after_the_retries(srv: _Server) ->
     assert [p for _, p, _ in srv.seen].count("/busy") == 3 and http.requests == 4
 
 
-def test_methods_bodies_and_case_blind_headers(srv: _Server) -> None:
+def test_methods_bodies_and_case_blind_headers(srv: LocalServer) -> None:
     srv.routes["/put"] = lambda h: (201, {"Docker-Content-Digest": "sha256:x"},
                                     h.rfile.read(int(h.headers["Content-Length"])))
     r = Http(retries=1).send("PUT", f"{srv.url}/put", {"Content-Type": "a/b"}, b"payload")
@@ -84,7 +84,7 @@ def test_methods_bodies_and_case_blind_headers(srv: _Server) -> None:
     assert Reply(200, {"X-A": "1"}, b"").header("x-a") == "1"
 
 
-def test_an_answer_over_the_cap_is_unreachable(srv: _Server) -> None:
+def test_an_answer_over_the_cap_is_unreachable(srv: LocalServer) -> None:
     srv.routes["/big"] = _fixed(200, b"x" * 5000)
     with pytest.raises(Unreachable, match="answered more than 4096 bytes") as exc:
         Http(retries=1).get(f"{srv.url}/big", limit=4096)
@@ -92,10 +92,10 @@ def test_an_answer_over_the_cap_is_unreachable(srv: _Server) -> None:
     assert len(Http(retries=1, limit=8192).get(f"{srv.url}/big").body) == 5000
 
 
-def test_a_redirect_to_another_host_drops_the_authorization(srv: _Server) -> None:
+def test_a_redirect_to_another_host_drops_the_authorization(srv: LocalServer) -> None:
     """A registry sends blobs to storage elsewhere: the token must not follow (requests' rule,
     kept by the client: the login goes to the host that asked for it only)."""
-    other = _Server()
+    other = LocalServer()
     try:
         other.routes["/blob"] = _fixed(200, b"blob")
         srv.routes["/v2/x/blobs/sha256:1"] = _fixed(307, headers={
@@ -120,7 +120,7 @@ SECRETS = ["hunter2", "ghp_abcDEF123", "p%40ss", "tok/with/slashes", "a:b:c"]
 
 @pytest.mark.parametrize("secret", SECRETS)
 @pytest.mark.parametrize("kind", ["status", "unreachable", "scheme", "json", "cap"])
-def test_no_error_shows_a_secret_of_the_url(srv: _Server, secret: str, kind: str) -> None:
+def test_no_error_shows_a_secret_of_the_url(srv: LocalServer, secret: str, kind: str) -> None:
     srv.routes["/p"] = {"status": _fixed(403), "json": _fixed(200, b"<html>"),
                         "cap": _fixed(200, b"x" * 100)}.get(kind, _fixed(200))
     base = {"unreachable": f"http://127.0.0.1:{_closed_port()}", "scheme": "ftp://h"}.get(

@@ -427,3 +427,16 @@ def test_a_token_is_reused_and_asked_again_once_when_refused() -> None:
     assert fake.issued == 3
     token_urls = [u for u, _ in fake.sent if u.startswith(fake.realm)]
     assert all("scope=repository%3Ax%3Apull" in u and "service=s" in u for u in token_urls)
+
+
+def test_an_upload_without_a_location_is_one_clear_error() -> None:
+    from tests.test_http import LocalServer
+
+    srv = LocalServer()
+    srv.routes["/v2/team/x/blobs/uploads/"] = lambda _h: (202, {}, b"")
+    try:
+        with pytest.raises(EnvbuildError, match="no Location for the upload"):
+            registry.client(srv.url.split("//")[1]).put_blob("team/x", b"data")
+    finally:
+        srv.close()
+    assert [m for m, _, _ in srv.seen] == ["HEAD", "POST"]  # nothing PUT to the API root
