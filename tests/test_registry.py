@@ -440,3 +440,13 @@ def test_an_upload_without_a_location_is_one_clear_error() -> None:
     finally:
         srv.close()
     assert [m for m, _, _ in srv.seen] == ["HEAD", "POST"]  # nothing PUT to the API root
+
+
+@pytest.mark.parametrize("key", ["index.docker.io", "docker.io", "https://index.docker.io/v1/"])
+def test_docker_hub_helpers_are_found_by_the_keys_docker_writes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str) -> None:
+    _, calls = _store(tmp_path, monkeypatch, "none", "https://index.docker.io/v1/")
+    cfg = {"credHelpers": {key: "envbuildtest"}}
+    (tmp_path / "cfg" / "config.json").write_text(json.dumps(cfg))
+    assert registry._docker_auth("docker.io") == (USER, PASSWORD)
+    assert calls.read_text().split() == ["get", "https://index.docker.io/v1/"]
