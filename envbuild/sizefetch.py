@@ -17,6 +17,7 @@ index or registry: a missing fact becomes "unknown" with its reason, never an er
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import struct
@@ -48,14 +49,16 @@ PYPI_SIMPLE = "https://pypi.org/simple"
 
 Response = Reply  # status, headers, body (, url)
 Fetch = Callable[[str, Mapping[str, str]], Response]
-_HTTP: list[Http] = []
+
+
+@functools.cache
+def _client() -> Http:  # one session (kept-alive connections) for every fetch of a run
+    return Http(timeout=TIMEOUT, retries=1, agent="envbuild-size", limit=MAX_BODY)
 
 
 def http_get(url: str, headers: Mapping[str, str]) -> Response:
     """GET with a time limit and a size cap; HTTP errors come back as responses."""
-    if not _HTTP:
-        _HTTP.append(Http(timeout=TIMEOUT, retries=1, agent="envbuild-size", limit=MAX_BODY))
-    return _HTTP[0].get(url, headers=headers, ok=None)
+    return _client().get(url, headers=headers, ok=None)
 
 
 # ---------------------------------------------------------------- zip central directory (pure)
