@@ -1,7 +1,8 @@
 """`envbuild matrix refresh`: read version facts from their sources and diff them against matrix/.
 
 Three layers, kept apart:
-- ``Http``: the one HTTP helper (requests; timeouts, retries with backoff, one-line errors);
+- ``Http`` (envbuild/http.py, the one HTTP client: timeouts, retries with backoff, one-line
+  errors, the registry token flow);
 - fetchers (``fetch_pypi``, ``fetch_index``, ``fetch_tags``): I/O only, they turn payloads into
   facts with the pure parsers below;
 - pure functions: payload parsers, ``diff_*`` (facts + Matrix in, list of ``Change`` out) and
@@ -13,8 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dc_field
 from email.parser import HeaderParser
@@ -22,6 +22,11 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urljoin, urlsplit
 
 from envbuild.errors import EnvironmentProblem
+from envbuild.http import Http as Http
+from envbuild.http import RegistryAuth
+from envbuild.http import Reply as Reply
+from envbuild.http import ca_bundle as ca_bundle
+from envbuild.http import first_line as _first_line
 from envbuild.versions import version_key
 
 if TYPE_CHECKING:
@@ -34,132 +39,6 @@ SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 COMPANIONS = ("torchvision", "torchaudio")
 MAX_TAG_PAGES = 50
 MAX_METADATA_TRIES = 3  # wheels tried per release for a .metadata file (bounds the requests)
-
-
-# --------------------------------------------------------------------------------------- HTTP
-
-
-@dataclass(frozen=True)
-class Reply:
-    url: str
-    status: int
-    headers: Mapping[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        try:
-            return json.loads(self.body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise EnvironmentProblem(
-                f"{self.url} did not answer valid JSON ({_first_line(str(exc))})",
-                "the server sent something else (an error page of a proxy or captive portal?); "
-                "the matrix is unchanged") from None
-
-
-class Http:
-    """GET with a timeout, retries with exponential backoff on timeouts, connection errors, 429 and
-    5xx; every failure becomes one EnvironmentProblem (exit 3). 401/404 are returned to the caller
-    when listed in ``ok``."""
-
-    def __init__(self, timeout: float = 20.0, retries: int = 3, backoff: float = 0.5,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
-        self.timeout = timeout
-        self.retries = max(1, retries)
-        self.backoff = backoff
-        self.sleep = sleep
-        self.requests = 0
-        self._session: Any = None
-
-    def _get_session(self) -> Any:
-        if self._session is None:
-            import requests
-
-            s = requests.Session()
-            s.headers["User-Agent"] = "envbuild-matrix-refresh"
-            s.verify = ca_bundle()
-            self._session = s
-        return self._session
-
-    def get(self, url: str, *, accept: str = "", headers: Mapping[str, str] | None = None,
-            ok: Iterable[int] = (), limit: int = 64 << 20) -> Reply:
-        """``limit``: the most bytes read from one answer. With a Range header, a 200 answer (the
-        server ignored the range) comes back with an empty body instead of being read."""
-        import requests
-
-        allowed = {200, *ok}
-        hdrs = dict(headers or {})
-        if accept:
-            hdrs["Accept"] = accept
-        host = urlsplit(url).netloc or url
-        last = ""
-        for attempt in range(self.retries):
-            if attempt:
-                self.sleep(self.backoff * 2 ** (attempt - 1))
-            self.requests += 1
-            try:
-                r = self._get_session().get(url, headers=hdrs, timeout=self.timeout, stream=True)
-                if r.status_code in allowed:
-                    return self._read(r, url, limit, ranged="Range" in hdrs)
-            except requests.exceptions.SSLError as exc:
-                why = re.search(r"certificate verify failed[^'\"()]*", str(exc))
-                raise EnvironmentProblem(
-                    f"TLS verification failed for {host}: "
-                    f"{why.group(0).strip() if why else _first_line(str(exc))}",
-                    "behind a TLS-intercepting proxy set REQUESTS_CA_BUNDLE to its CA bundle "
-                    "(e.g. /etc/ssl/certs/ca-certificates.crt)") from None
-            except requests.exceptions.Timeout:
-                last = f"no answer within {self.timeout:g} s"
-                continue
-            except requests.exceptions.RequestException as exc:
-                last = f"cannot connect ({_short_reason(exc)})"
-                continue
-            r.close()
-            last = f"HTTP {r.status_code} {r.reason or ''}".rstrip()
-            if r.status_code != 429 and r.status_code < 500:
-                raise EnvironmentProblem(
-                    f"{url} answered {last}",
-                    "check the URL options (--pypi-url, --index-url, --registry-url) and the "
-                    "package or repository name")
-        tries = f"{self.retries} tr{'y' if self.retries == 1 else 'ies'}"
-        raise EnvironmentProblem(
-            f"{host} unreachable: {last} ({tries}, {url})",
-            "offline or blocked? check the network and HTTPS_PROXY / REQUESTS_CA_BUNDLE; "
-            "the matrix is unchanged")
-
-
-    @staticmethod
-    def _read(r: Any, url: str, limit: int, ranged: bool) -> Reply:
-        with r:
-            if ranged and r.status_code == 200:
-                return Reply(r.url or url, 200, dict(r.headers), b"")
-            body = bytearray()
-            for chunk in r.iter_content(65536):
-                body += chunk
-                if len(body) > limit:
-                    raise EnvironmentProblem(f"{url} answered more than {limit} bytes",
-                                             "is the URL option pointing at the right server?")
-            return Reply(r.url or url, r.status_code, dict(r.headers), bytes(body))
-
-
-def ca_bundle() -> str | bool:
-    """requests reads REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE itself but not OpenSSL's SSL_CERT_FILE,
-    which is how many proxied hosts (this one included) name their CA bundle: use it then."""
-    import os
-
-    if os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE"):
-        return True
-    ca = os.environ.get("SSL_CERT_FILE", "")
-    return ca if ca and os.path.isfile(ca) else True
-
-
-def _first_line(text: str) -> str:
-    return (text.strip().splitlines() or [""])[0][:200]
-
-
-def _short_reason(exc: BaseException) -> str:
-    text = str(exc)
-    m = re.search(r"\[Errno -?\d+\] ([^'\")]+)", text) or re.search(r"(Connection refused)", text)
-    return m.group(1).strip() if m else type(exc).__name__
 
 
 # ------------------------------------------------------------------------------ pure: facts
@@ -929,24 +808,16 @@ def fetch_index(http: Http, index_base: str, tags: Iterable[str]) -> dict[str, s
     return out
 
 
-_CHALLENGE = re.compile(r'(\w+)="([^"]*)"')
-
-
 def fetch_tags(http: Http, registry: str, repo: str) -> list[str]:
     """Every tag of ``repo`` through the registry HTTP API v2 (GET /v2/REPO/tags/list, following
     Link: rel="next"), with the anonymous bearer-token flow of Docker Hub on a 401 challenge."""
     registry = registry.rstrip("/")
     url = f"{registry}/v2/{repo}/tags/list?n=1000"
-    headers: dict[str, str] = {}
+    auth = RegistryAuth(lambda _m, u, h, _b: http.get(u, headers=h, ok=(401,)),
+                        urlsplit(registry).netloc or registry)
     tags: list[str] = []
     for _ in range(MAX_TAG_PAGES):
-        reply = http.get(url, headers=headers, ok=(401,))
-        if reply.status == 401:
-            if headers:
-                raise EnvironmentProblem(f"{registry} refused the anonymous token for {repo}",
-                                         "the repository may need credentials")
-            headers = {"Authorization": f"Bearer {_token(http, reply, repo)}"}
-            reply = http.get(url, headers=headers)
+        reply = auth.request("GET", url, f"repository:{repo}:pull")
         doc = reply.json()
         page = doc.get("tags") if isinstance(doc, dict) else None
         if not isinstance(page, list):
@@ -959,25 +830,6 @@ def fetch_tags(http: Http, registry: str, repo: str) -> list[str]:
         url = urljoin(registry + "/", nxt)
     raise EnvironmentProblem(f"{registry}: more than {MAX_TAG_PAGES} pages of tags for {repo}",
                              "the registry keeps answering rel=next; giving up")
-
-
-def _token(http: Http, challenge: Reply, repo: str) -> str:
-    from urllib.parse import urlencode
-
-    auth = next((v for k, v in challenge.headers.items() if k.lower() == "www-authenticate"), "")
-    if not auth.lower().startswith("bearer"):
-        raise EnvironmentProblem(f"{challenge.url} answered 401 without a bearer challenge",
-                                 "the registry needs credentials envbuild does not send")
-    params = dict(_CHALLENGE.findall(auth))
-    realm = params.pop("realm", "")
-    if not realm:
-        raise EnvironmentProblem(f"{challenge.url}: bearer challenge without a realm", "")
-    params.setdefault("scope", f"repository:{repo}:pull")
-    doc = http.get(f"{realm}?{urlencode(params)}").json()
-    token = (doc.get("token") or doc.get("access_token")) if isinstance(doc, dict) else None
-    if not isinstance(token, str) or not token:
-        raise EnvironmentProblem(f"{realm} gave no token", "the registry refused anonymous pulls")
-    return token
 
 
 def _next_link(headers: Mapping[str, str]) -> str:
@@ -1069,7 +921,9 @@ def run_refresh(source: str, directory: Any, *, write: bool, pypi_url: str,
     d = Path(directory) if directory else matrix_dir()
     m = load(d)
     chosen = SOURCES if source == "all" else (source,)
-    http = Http(timeout=timeout, retries=retries)
+    http = Http(timeout=timeout, retries=retries, agent="envbuild-matrix-refresh",
+                status_hint="check the URL options (--pypi-url, --index-url, --registry-url) "
+                "and the package or repository name")
     changes: list[Change] = []
     notes: list[str] = []
     checked: dict[str, Any] = {}
@@ -1079,6 +933,7 @@ def run_refresh(source: str, directory: Any, *, write: bool, pypi_url: str,
             _refresh_one(src, http, m, changes, notes, checked, pypi_url, index_url,
                          registry_url)
         except EnvironmentProblem as exc:
+            exc.hint = f"{exc.hint}; the matrix is unchanged".lstrip("; ")
             if source == "all":
                 exc.hint = (f"{exc.hint}; --source {src} failed: refresh the reachable "
                             "sources one at a time").lstrip("; ")

@@ -10,10 +10,13 @@ no referrers API), artifactType and its one layer `application/vnd.envbuild.vali
 and `subject` pointing at the image (registries with the referrers API index it; older ones keep
 the field and serve the artifact by its tag).
 
-Authentication: the token flow Docker Hub, GHCR and NGC use (401 + `WWW-Authenticate: Bearer
-realm=...,service=...,scope=...` -> GET realm -> a bearer token), anonymous or with the basic
-credentials of ~/.docker/config.json `auths` (no credential helpers). Plain HTTP only for
-localhost / 127.0.0.0/8, as the docker engine does.
+Authentication (envbuild/http.py's RegistryAuth): the token flow Docker Hub, GHCR and NGC use
+(401 + `WWW-Authenticate: Bearer realm=...,service=...,scope=...` -> GET realm -> a bearer token)
+or Basic (an htpasswd registry), anonymous or with the login of the docker credential store, as
+`docker login` leaves it in $DOCKER_CONFIG/config.json: the host's `credHelpers` entry, else
+`credsStore`, else the `auths` entry (the order of the docker CLI). A helper is asked through
+envbuild/proc.py (`docker-credential-NAME get`, the server on stdin); the secret is never logged.
+Plain HTTP only for localhost / 127.0.0.0/8, as the docker engine does.
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode, urljoin
 
-from envbuild.errors import EXIT_CANNOT_RUN, EnvbuildError, EnvironmentProblem, UsageError
+from envbuild.errors import EnvbuildError, EnvironmentProblem, UsageError
+from envbuild.http import Http, RegistryAuth, Reply, Unreachable, loopback
 
 REPORT_TYPE = "application/vnd.envbuild.validation.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -110,19 +115,62 @@ def _api_host(host: str) -> str:
 
 
 def _scheme(host: str) -> str:
-    name = host.split(":")[0]
-    return "http" if name == "localhost" or name.startswith("127.") else "https"
+    return "http" if loopback(host.split(":")[0]) else "https"  # parse_ref: no IPv6
+
+
+def _docker_config() -> dict[str, Any]:
+    path = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker")) / "config.json"
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+_HELPER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
+
+
+def _helper_login(helper: str, server: str) -> tuple[str, str] | None:
+    """(user, secret) from `docker-credential-HELPER get`; None when it has none for server."""
+    from envbuild import proc
+
+    name = f"docker-credential-{helper}"
+    if not _HELPER.fullmatch(helper):
+        raise UsageError(f"config.json names the credential helper {helper[:40]!r}, "
+                         "not a helper name", "fix credHelpers / credsStore in config.json")
+    if proc.which(name) is None:
+        raise EnvironmentProblem(f"the credential helper {name} (config.json) is not installed",
+                                 "install it, or run docker login without it")
+    res = proc.run([name, "get"], input_text=server, check=False, timeout=60)
+    if not res.ok:  # "credentials not found in native keychain"; its output is never shown
+        return None
+    try:
+        doc = json.loads(res.stdout)
+        user, secret = doc["Username"], doc["Secret"]
+    except (ValueError, KeyError, TypeError):
+        raise EnvironmentProblem(f"the credential helper {name} answered something else than "
+                                 "credentials", "check it with: docker login") from None
+    if not isinstance(user, str) or not isinstance(secret, str) or not secret \
+            or user == "<token>":  # an identity token (OAuth refresh): not supported here
+        return None
+    return user, secret
 
 
 def _docker_auth(host: str) -> tuple[str, str] | None:
-    """Basic credentials for host from ~/.docker/config.json `auths` (no credential helpers)."""
-    path = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker")) / "config.json"
-    try:
-        auths = json.loads(path.read_text()).get("auths", {})
-    except (OSError, ValueError, AttributeError):
-        return None
-    keys = [host, f"https://{host}", "https://index.docker.io/v1/"] if host == "docker.io" \
+    """The login for host in the docker credential store: the host's credHelpers entry, else
+    credsStore, else the basic credentials of `auths` (the docker CLI's order)."""
+    cfg = _docker_config()
+    hub = host == "docker.io"
+    server = "https://index.docker.io/v1/" if hub else host
+    keys = [host, f"https://{host}", server, "index.docker.io"] if hub \
         else [host, f"https://{host}", f"http://{host}"]
+    helpers = cfg.get("credHelpers")
+    helper = next((helpers[k] for k in keys if isinstance(helpers, dict)
+                   and isinstance(helpers.get(k), str)), None)
+    store = cfg.get("credsStore")
+    if helper or (isinstance(store, str) and store):
+        return _helper_login(str(helper or store), server)
+    auths = cfg.get("auths")
     for k in keys:
         entry = auths.get(k) if isinstance(auths, dict) else None
         if isinstance(entry, dict) and isinstance(entry.get("auth"), str):
@@ -134,71 +182,34 @@ def _docker_auth(host: str) -> tuple[str, str] | None:
     return None
 
 
-def parse_challenge(header: str) -> dict[str, str]:
-    """`Bearer realm="https://auth...",service="...",scope="..."` -> its parameters."""
-    if not header.lower().startswith("bearer "):
-        return {}
-    return {k.lower(): v for k, v in re.findall(r'(\w+)="([^"]*)"', header[7:])}
-
-
 @dataclass
 class Client:
-    """A registry session for one host; bearer tokens are kept per scope."""
+    """A registry session for one host; its Authorization is kept per scope."""
 
     host: str
-    tokens: dict[str, str] = field(default_factory=dict)
+    auth: RegistryAuth = field(init=False)
+
+    def __post_init__(self) -> None:
+        http = Http(timeout=TIMEOUT, retries=1, agent="envbuild-registry")
+        self.auth = RegistryAuth(http.send, self.host, lambda: _docker_auth(self.host))
 
     @property
     def base(self) -> str:
         return f"{_scheme(self.host)}://{_api_host(self.host)}/v2"
 
-    def _request(self, method: str, url: str, scope: str, **kw: Any) -> Any:
-        import requests
-
-        headers = dict(kw.pop("headers", {}))
-        if scope in self.tokens:
-            headers["Authorization"] = f"Bearer {self.tokens[scope]}"
+    def _request(self, method: str, url: str, scope: str, *, body: bytes | None = None,
+                 headers: dict[str, str] | None = None,
+                 params: dict[str, str] | None = None) -> Reply:
+        if params:
+            url += ("&" if "?" in url else "?") + urlencode(params)
         try:
-            r = requests.request(method, url, headers=headers, timeout=TIMEOUT,
-                                 allow_redirects=True, **kw)
-            if r.status_code == 401 and scope not in self.tokens:
-                challenge = parse_challenge(r.headers.get("WWW-Authenticate", ""))
-                if challenge.get("realm"):
-                    self.tokens[scope] = self._token(challenge, scope)
-                    headers["Authorization"] = f"Bearer {self.tokens[scope]}"
-                    r = requests.request(method, url, headers=headers, timeout=TIMEOUT,
-                                         allow_redirects=True, **kw)
-        except requests.exceptions.RequestException as exc:
+            return self.auth.request(method, url, scope, headers, body)
+        except Unreachable as exc:
+            where = "" if exc.host in ("", _api_host(self.host)) else f" at {exc.host}"
             raise EnvironmentProblem(
-                f"cannot reach the registry {self.host} ({_short(exc)})",
+                f"cannot reach the registry {self.host}{where} ({exc.reason})",
                 "check that it is up and reachable (and the name/port in the reference)") \
                 from None
-        if r.status_code == 401:
-            raise EnvbuildError(f"the registry {self.host} refused access to {scope}",
-                                "log in first: docker login " + self.host, [], EXIT_CANNOT_RUN)
-        return r
-
-    def _token(self, challenge: dict[str, str], scope: str) -> str:
-        import requests
-
-        params = {"service": challenge.get("service", "")}
-        params["scope"] = scope
-        auth = _docker_auth(self.host)
-        try:
-            r = requests.get(challenge["realm"], params=params, auth=auth, timeout=TIMEOUT)
-        except requests.exceptions.RequestException as exc:
-            raise EnvironmentProblem(f"cannot reach the token service of {self.host} "
-                                     f"({_short(exc)})") from None
-        try:
-            data = r.json()
-            token = data.get("token") or data.get("access_token")
-        except ValueError:
-            token = None
-        if r.status_code != 200 or not isinstance(token, str):
-            raise EnvbuildError(f"the registry {self.host} gave no token for {scope} "
-                                f"(HTTP {r.status_code})", "docker login " + self.host, [],
-                                EXIT_CANNOT_RUN)
-        return token
 
     @staticmethod
     def _scope(repo: str, push: bool = False) -> str:
@@ -209,44 +220,46 @@ class Client:
         """(digest, media type, size) of the manifest ref names; None when it does not exist."""
         r = self._request("HEAD", f"{self.base}/{ref.repo}/manifests/{ref.reference}",
                           self._scope(ref.repo), headers={"Accept": ", ".join(MANIFEST_TYPES)})
-        if r.status_code == 404:
+        if r.status == 404:
             return None
         _check(r, f"HEAD {ref}")
-        digest = r.headers.get("Docker-Content-Digest", "")
+        digest = r.header("Docker-Content-Digest")
         if not digest:  # some registries answer HEAD without it: hash the body
             g = self.get_manifest(ref)
             return (sha256(g[0]), g[1], len(g[0])) if g else None
-        return digest, r.headers.get("Content-Type", "").split(";")[0], \
-            int(r.headers.get("Content-Length", 0) or 0)
+        length = r.header("Content-Length")
+        return digest, r.header("Content-Type").split(";")[0], \
+            int(length) if length.isdigit() else 0
 
     def get_manifest(self, ref: Ref, accept: tuple[str, ...] = MANIFEST_TYPES
                      ) -> tuple[bytes, str] | None:
         r = self._request("GET", f"{self.base}/{ref.repo}/manifests/{ref.reference}",
                           self._scope(ref.repo), headers={"Accept": ", ".join(accept)})
-        if r.status_code == 404:
+        if r.status == 404:
             return None
         _check(r, f"GET {ref}")
-        return bytes(r.content), r.headers.get("Content-Type", "").split(";")[0]
+        return r.body, r.header("Content-Type").split(";")[0]
 
-    def put_manifest(self, repo: str, reference: str, body: bytes, media_type: str) -> Any:
+    def put_manifest(self, repo: str, reference: str, body: bytes, media_type: str) -> Reply:
         return self._request("PUT", f"{self.base}/{repo}/manifests/{reference}",
-                             self._scope(repo, push=True), data=body,
+                             self._scope(repo, push=True), body=body,
                              headers={"Content-Type": media_type})
 
     # -- blobs -------------------------------------------------------------------------------
     def put_blob(self, repo: str, data: bytes) -> str:
-        from urllib.parse import urljoin
-
         digest = sha256(data)
         scope = self._scope(repo, push=True)
         r = self._request("HEAD", f"{self.base}/{repo}/blobs/{digest}", scope)
-        if r.status_code == 200:
+        if r.status == 200:
             return digest
         r = self._request("POST", f"{self.base}/{repo}/blobs/uploads/", scope)
         _check(r, f"upload to {self.host}/{repo}", (202,))
-        location = urljoin(f"{self.base}/", r.headers["Location"])
+        if not r.header("Location"):
+            raise EnvbuildError(f"registry error on upload to {self.host}/{repo}: "
+                                "no Location for the upload")
+        location = urljoin(f"{self.base}/", r.header("Location"))
         sep = "&" if "?" in location else "?"
-        r = self._request("PUT", f"{location}{sep}digest={digest}", scope, data=data,
+        r = self._request("PUT", f"{location}{sep}digest={digest}", scope, body=data,
                           headers={"Content-Type": "application/octet-stream"})
         _check(r, f"upload to {self.host}/{repo}", (201,))
         return digest
@@ -254,7 +267,7 @@ class Client:
     def get_blob(self, repo: str, digest: str, limit: int = 16 << 20) -> bytes:
         r = self._request("GET", f"{self.base}/{repo}/blobs/{digest}", self._scope(repo))
         _check(r, f"blob {digest} in {self.host}/{repo}")
-        data = bytes(r.content)
+        data = r.body
         if len(data) > limit or sha256(data) != digest:
             raise EnvbuildError(f"blob {digest} in {self.host}/{repo} does not match its digest")
         return data
@@ -264,27 +277,22 @@ class Client:
         r = self._request("GET", f"{self.base}/{repo}/referrers/{digest}", self._scope(repo),
                           params={"artifactType": artifact_type},
                           headers={"Accept": OCI_INDEX})
-        if r.status_code != 200 or not r.headers.get("Content-Type", "").startswith(OCI_INDEX):
+        if r.status != 200 or not r.header("Content-Type").startswith(OCI_INDEX):
             return None
         try:
-            found = r.json().get("manifests", [])
-        except ValueError:
+            found = json.loads(r.body).get("manifests", [])
+        except (ValueError, AttributeError):
+            return None
+        if not isinstance(found, list):
             return None
         return [m for m in found if isinstance(m, dict)
                 and m.get("artifactType") == artifact_type]
 
 
-def _short(exc: BaseException) -> str:
-    text = str(exc)
-    m = re.search(r"(Connection refused|Name or service not known|timed out|"
-                  r"certificate verify failed)", text)
-    return m.group(1) if m else text[:120]
-
-
-def _check(r: Any, what: str, ok: tuple[int, ...] = (200,)) -> None:
-    if r.status_code not in ok:
-        raise EnvbuildError(f"registry error on {what}: HTTP {r.status_code} "
-                            f"{r.text[:200].strip()}")
+def _check(r: Reply, what: str, ok: tuple[int, ...] = (200,)) -> None:
+    if r.status not in ok:
+        raise EnvbuildError(f"registry error on {what}: HTTP {r.status} "
+                            f"{' '.join(r.text[:200].split())}")
 
 
 def client(host: str) -> Client:
@@ -330,7 +338,7 @@ def attach_report(image: str, digest: str, report: dict[str, Any]) -> str:
     body = json.dumps(report_manifest(blob_digest, len(blob), subject, created),
                       sort_keys=True).encode()
     r = c.put_manifest(ref.repo, tag, body, OCI_MANIFEST)
-    if r.status_code == 400:  # a registry that refuses `subject`: the tag alone still works
+    if r.status == 400:  # a registry that refuses `subject`: the tag alone still works
         body = json.dumps(report_manifest(blob_digest, len(blob), None, created),
                           sort_keys=True).encode()
         r = c.put_manifest(ref.repo, tag, body, OCI_MANIFEST)

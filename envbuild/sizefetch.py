@@ -1,8 +1,8 @@
 """The facts behind a size estimate: index file sizes, wheel contents, base image manifests.
 
-The edge of envbuild/size.py: everything here may touch the network (through `http_get`, the one
-small HTTP helper) or a wheelhouse directory. Nothing here raises for an unreachable index or
-registry: a missing fact becomes "unknown" with its reason, never an error.
+The edge of envbuild/size.py: everything here may touch the network (through `http_get`, a GET
+of envbuild/http.py's client) or a wheelhouse directory. Nothing here raises for an unreachable
+index or registry: a missing fact becomes "unknown" with its reason, never an error.
 
 - Index: PEP 691 JSON (`Accept: application/vnd.pypi.simple.v1+json`), whose files carry `size`
   (PEP 700); an HTML-only index (PEP 503) gives file names, and the size comes from a one-byte
@@ -17,11 +17,10 @@ registry: a missing fact becomes "unknown" with its reason, never an error.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import struct
-import urllib.error
-import urllib.request
 import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -37,6 +36,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from envbuild.http import Denied, Http, RegistryAuth, Reply
+from envbuild.http import Unreachable as Unreachable
 from envbuild.size import BaseFact, SizeEstimate, WheelFact, estimate
 from envbuild.spec import Spec
 
@@ -46,37 +47,18 @@ TIMEOUT = 10.0
 PYPI_SIMPLE = "https://pypi.org/simple"
 
 
-class Unreachable(Exception):
-    """A fact could not be fetched: the reason becomes the estimate's "unknown (...)"."""
-
-
-@dataclass(frozen=True)
-class Response:
-    status: int
-    headers: Mapping[str, str]
-    body: bytes
-
-
+Response = Reply  # status, headers, body (, url)
 Fetch = Callable[[str, Mapping[str, str]], Response]
+
+
+@functools.cache
+def _client() -> Http:  # one session (kept-alive connections) for every fetch of a run
+    return Http(timeout=TIMEOUT, retries=1, agent="envbuild-size", limit=MAX_BODY)
 
 
 def http_get(url: str, headers: Mapping[str, str]) -> Response:
     """GET with a time limit and a size cap; HTTP errors come back as responses."""
-    if urlsplit(url).scheme not in ("http", "https"):
-        raise Unreachable(f"not an http(s) URL: {url[:80]}")
-    req = urllib.request.Request(url, headers={"User-Agent": "envbuild-size", **headers})
-    try:
-        with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:
-            body = resp.read(MAX_BODY + 1)
-            status, hdrs = resp.status, dict(resp.headers.items())
-    except urllib.error.HTTPError as exc:
-        return Response(exc.code, {k.lower(): v for k, v in exc.headers.items()}, b"")
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise Unreachable(f"{urlsplit(url).netloc or url[:40]}: {reason}") from None
-    if len(body) > MAX_BODY:
-        raise Unreachable(f"{urlsplit(url).netloc}: response larger than {MAX_BODY >> 20} MiB")
-    return Response(status, {k.lower(): v for k, v in hdrs.items()}, body)
+    return _client().get(url, headers=headers, ok=None)
 
 
 # ---------------------------------------------------------------- zip central directory (pure)
@@ -409,32 +391,14 @@ def split_reference(ref: str) -> tuple[str, str, str]:
     return f"{scheme}://{host}/v2", repo, m.group("digest") or m.group("tag") or "latest"
 
 
-def _token(fetch: Fetch, challenge: str) -> str | None:
-    params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
-    realm = params.pop("realm", "")
-    if not challenge.lower().startswith("bearer") or not realm:
-        return None
-    query = "&".join(f"{k}={v}" for k, v in params.items())
-    r = fetch(f"{realm}?{query}", {})
-    if r.status != 200:
-        return None
-    doc = json.loads(r.body)
-    tok = doc.get("token") or doc.get("access_token")
-    return str(tok) if tok else None
-
-
 def base_fact(ref: str, fetch: Fetch = http_get) -> BaseFact:
     """The base image's compressed size from its registry manifest; unknown (with why) if not."""
     try:
         api, repo, tag = split_reference(ref)
         headers = {"Accept": _ACCEPT}
-        r = fetch(f"{api}/{repo}/manifests/{tag}", headers)
-        if r.status == 401:
-            tok = _token(fetch, r.headers.get("www-authenticate", ""))
-            if tok is None:
-                return BaseFact(ref, how="registry refuses anonymous access")
-            headers["Authorization"] = f"Bearer {tok}"
-            r = fetch(f"{api}/{repo}/manifests/{tag}", headers)
+        scope = f"repository:{repo}:pull"
+        auth = RegistryAuth(lambda _m, url, h, _b: fetch(url, h), urlsplit(api).netloc)
+        r = auth.request("GET", f"{api}/{repo}/manifests/{tag}", scope, headers)
         if r.status != 200:
             return BaseFact(ref, how=f"registry answered HTTP {r.status}")
         doc: dict[str, Any] = json.loads(r.body)
@@ -444,7 +408,7 @@ def base_fact(ref: str, fetch: Fetch = http_get) -> BaseFact:
                           and d.get("platform", {}).get("architecture") == "amd64"), None)
             if entry is None:
                 return BaseFact(ref, how="no linux/amd64 image in the manifest index")
-            r = fetch(f"{api}/{repo}/manifests/{entry['digest']}", headers)
+            r = auth.request("GET", f"{api}/{repo}/manifests/{entry['digest']}", scope, headers)
             if r.status != 200:
                 return BaseFact(ref, how=f"registry answered HTTP {r.status}")
             doc = json.loads(r.body)
@@ -454,6 +418,8 @@ def base_fact(ref: str, fetch: Fetch = http_get) -> BaseFact:
         size = sum(int(x.get("size", 0)) for x in layers)
         return BaseFact(ref, compressed=size,
                         how=f"registry manifest ({len(layers)} layers, linux/amd64)")
+    except Denied:
+        return BaseFact(ref, how="registry refuses anonymous access")
     except Unreachable as exc:
         return BaseFact(ref, how=f"offline or unreachable ({exc})")
     except (ValueError, KeyError, TypeError, AttributeError):

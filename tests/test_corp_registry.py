@@ -8,9 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-import shutil
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -19,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import IN_CI, run_cli
+from tests.conftest import run_cli
 from tests.test_build import BASE, cpu_args, docker, fixtures, image_exists  # noqa: F401
-from tests.test_corp_proxy import _free_port
+from tests.test_registry import start_login_registry
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -57,31 +55,9 @@ def _tags(reg: Registry, repo: str) -> list[str]:
 @pytest.fixture(scope="module")
 def registry(fixtures: Path, tmp_path_factory: pytest.TempPathFactory  # noqa: F811
              ) -> Iterator[Registry]:
-    missing = [t for t in ("docker-registry", "htpasswd") if shutil.which(t) is None]
-    if missing:
-        msg = f"{', '.join(missing)} not installed (.ci/system-deps.sh installs them)"
-        if IN_CI:
-            pytest.fail(msg)
-        pytest.skip(msg)
-    root = tmp_path_factory.mktemp("authreg")
-    subprocess.run(["htpasswd", "-Bbc", str(root / "htpasswd"), USER, PASSWORD], check=True,
-                   capture_output=True)
-    port = _free_port("127.0.0.1")
-    host = f"127.0.0.1:{port}"
-    (root / "config.yml").write_text(
-        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {root}/data\n"
-        f"http:\n  addr: {host}\nauth:\n  htpasswd:\n    realm: envbuild-test\n"
-        f"    path: {root}/htpasswd\n")
-    proc = subprocess.Popen(["docker-registry", "serve", str(root / "config.yml")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, host = start_login_registry(tmp_path_factory.mktemp("authreg"), USER, PASSWORD)
     try:
-        for _ in range(100):  # a start-up wait: 401 means it is up
-            try:
-                urllib.request.urlopen(f"http://{host}/v2/", timeout=1)
-            except urllib.error.HTTPError:
-                break
-            except OSError:
-                time.sleep(0.1)
+        root = tmp_path_factory.mktemp("authreg-config")
         good = _config(root / "good", host, PASSWORD)
         wrong = _config(root / "wrong", host, WRONG)
         base = f"{host}/envbuild-corp/debian:bookworm"
