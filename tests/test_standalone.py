@@ -23,6 +23,10 @@ rewrites on install, its patch release); only that the Dockerfile's stage, uv's 
 install, the copy into the final image, the venv from it and the validator do. It is Debian's
 3.11 (the only torch wheels here are cp311), so the final image is checked to hold NO Debian
 python at all (/usr/bin/python3*), proving the venv's Python is /opt/python's.
+
+Found by the first real build: the venv was made through a lone symlink /opt/python/python3.11,
+so its pyvenv.cfg `home` was /opt/python, where CPython (getpath) finds no standard library and
+ensurepip died; the venv is now made from /opt/python/3.11/bin (a link to uv's installation).
 """
 
 from __future__ import annotations
