@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
+from urllib.parse import urlsplit
 
 from envbuild import engine
 from envbuild.errors import EnvbuildError, EnvironmentProblem, UsageError
@@ -54,6 +55,40 @@ def load_spec(context: Path) -> Spec:
         return from_json(json.loads(path.read_text()))
     except (ValueError, TypeError) as exc:
         raise UsageError(f"{path} is not an envbuild spec: {exc}") from None
+
+
+# Build ARGs a Dockerfile may declare whose values come from envbuild's environment, passed as
+# `--build-arg NAME` (the docker client reads the value: never on a command line). The standalone
+# Python stage declares these two: where uv downloads python-build-standalone from. A mirror keeps
+# the upstream layout and must be byte-identical (uv checks each archive's sha256 against the list
+# built into the pinned uv); a downloads JSON replaces that list (an internal build of the
+# archives). Their values land only in that stage's history, never in the final image.
+ENV_BUILD_ARGS = ("UV_PYTHON_INSTALL_MIRROR", "UV_PYTHON_DOWNLOADS_JSON_URL")
+_ARG_LINE = re.compile(r"^ARG[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*$", re.M)
+_BAD_URL = re.compile(r"[\s\x00-\x1f\x7f\"'`\\]")
+
+
+def env_build_args(dockerfile: str, env: Mapping[str, str]) -> dict[str, str]:
+    """The ENV_BUILD_ARGS that `dockerfile` declares and `env` sets, each checked to be an
+    http(s) URL (UsageError otherwise: exit 2, the value shown redacted)."""
+    declared = set(_ARG_LINE.findall(dockerfile))
+    out: dict[str, str] = {}
+    for name in ENV_BUILD_ARGS:
+        value = env.get(name, "")
+        if name not in declared or not value:
+            continue
+        shown = redact(value)[:80]
+        parts = urlsplit(value)
+        if len(value) > 2000 or _BAD_URL.search(value):
+            raise UsageError(f"{name} {shown!r} holds whitespace, quotes or control characters",
+                             f"{name} is a URL, e.g. https://mirror.example.com/python")
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise UsageError(f"{name} {shown!r} is not an http(s) URL with a host",
+                             f"{name} is read inside the build container: e.g. "
+                             "https://mirror.example.com/python (a file path there is not "
+                             "the host's)")
+        out[name] = value
+    return out
 
 
 _SECRET_FLAGS = {"ca": "--ca-cert FILE", "netrc": "--netrc FILE (or the index URL with make)"}
@@ -192,10 +227,13 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
           progress: str = "plain", secrets: Secrets | None = None,
           log_dir: Path | None = None, on_line: Callable[[str], None] | None = None,
           timeout: float = 3600.0, proxies: Mapping[str, str] | None = None,
-          network: str | None = None) -> BuildResult:
+          network: str | None = None, env: Mapping[str, str] | None = None) -> BuildResult:
     """Build `context`. `proxies` (envbuild.proxy.build_proxy_env) reach the RUN steps as
-    Docker's predefined proxy build args: never in the image config, history or argv."""
+    Docker's predefined proxy build args: never in the image config, history or argv. The
+    ENV_BUILD_ARGS the Dockerfile declares come from `env` (default: this process's)."""
     spec = load_spec(context)
+    extra = env_build_args((context / "Dockerfile").read_text(),
+                           os.environ if env is None else env)
     secrets = secrets or Secrets()
     missing = sorted(required_secrets((context / "Dockerfile").read_text())
                      - set(secrets.files) - set(secrets.contents))
@@ -229,11 +267,13 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
             secret_files[sid] = p
         iidfile = work / "iid"
         argv = engine.build_argv(builder, context, iidfile, labels, secret_files, "plain",
-                                 env_build_args=list(proxies or {}), network=network)
+                                 env_build_args=[*(proxies or {}), *extra], network=network)
         with log:
             log.write(redact(f"# {builder.reason}\n# {' '.join(argv)}\n"))
             if proxies:
                 log.write(f"# proxy: {describe(proxies)}\n")
+            for name, value in sorted(extra.items()):
+                log.write(f"# {name}={redact(value)}\n")
 
             def sink(line: str) -> None:
                 clean = redact(secrets.redact(line) if secrets else line)
@@ -242,7 +282,8 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
                 if on_line is not None:
                     on_line(clean)
 
-            rc = engine.run_build(builder, argv, sink, timeout, extra_env=proxies)
+            rc = engine.run_build(builder, argv, sink, timeout,
+                                  extra_env={**(proxies or {}), **extra})
         if rc != 0 or not iidfile.is_file():
             if registry_denied(lines):
                 base = base_image_of((context / "Dockerfile").read_text())

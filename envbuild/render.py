@@ -261,7 +261,8 @@ def _python_plan(spec: Spec, os_info: OsInfo, source: str, m: Matrix) -> _Python
     uv_req = f"uv=={uv}" if uv else "uv"
     if source == "standalone":
         return _Python("standalone", ("ca-certificates", *compilers),
-                       packages("python3", False), f"/opt/python/python{py}", uv_req)
+                       packages("python3", False), f"/opt/python/{py}/bin/python{py}",
+                       uv_req)
     if py == os_info.python:
         return _Python("os", (*packages("python3", True), *compilers), (), "python3", uv_req)
     if py in os_info.extra_python:

@@ -98,12 +98,13 @@ def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
     shims = root / "shims"
     dirs = [shims, root / "opt/venv/bin", root / "opt/uv/bin", root / "opt/python",
             root / "venv/bin"]
+    dirs += [root / f"opt/python/3.{n}/bin" for n in range(8, 15)]  # standalone interpreters
     for d in dirs:
         d.mkdir(parents=True)
     names = [shims / n for n in SHIMS] + [root / "opt/venv/bin/pip", root / "opt/venv/bin/python",
              root / "opt/uv/bin/pip", root / "opt/uv/bin/uv", root / "venv/bin/pip",
              root / "venv/bin/python"]
-    names += [root / "opt/python" / f"python3.{n}" for n in range(8, 15)]
+    names += [root / f"opt/python/3.{n}/bin/python3.{n}" for n in range(8, 15)]
     names += [shims / f"python3.{n}" for n in range(8, 15)]
     for n in names:
         n.write_text(SHIM)

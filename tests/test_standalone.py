@@ -1,0 +1,281 @@
+"""`--python-source standalone` for real: uv installs CPython into /opt/python in a first stage,
+the final image's venv is made from it; uv's download goes through an HTTP proxy with a login.
+
+The stand-in (tests/standalone_python.py, tests/fixtures/standalone/make-cpython.sh): no GitHub
+here, so no python-build-standalone archive can be downloaded. The test serves a locally made one:
+Debian's CPython relocated into the "install_only" layout (python/bin/python3.11, python/lib/...,
+python/include/...), self-contained (its shared libraries beside it, $ORIGIN rpaths), ensurepip
+from wheels in the tree. uv gets it through UV_PYTHON_DOWNLOADS_JSON_URL: a download list in uv's
+own format naming the archive and its sha256, which uv checks. How the pinned uv (0.13.8) treats
+the two ways to point it elsewhere (tried on this machine, 2026-11-23):
+- UV_PYTHON_INSTALL_MIRROR replaces only the URL prefix: uv asks for
+  `{mirror}/{release}/cpython-{version}%2B{release}-{triple}-install_only_stripped.tar.gz` of the
+  release built into uv, and checks the sha256 built into uv (a different archive there fails:
+  "Hash mismatch ... Expected ... Computed"). A mirror must be a byte-identical copy: no stand-in
+  can pass through it, so for it the tests prove only that the request leaves with that layout.
+- UV_PYTHON_DOWNLOADS_JSON_URL replaces uv's list (http(s) URL or file); `sha256` may be null
+  (then nothing is checked); an archive with an absolute symlink is refused ("unsafe symbolic-link
+  target"). That is what an internal build of the archives needs, and what the tests use.
+
+What the stand-in cannot prove: that a real python-build-standalone archive works in these images
+(its static OpenSSL and its own certificate lookup, its stripped build, its sysconfig paths that uv
+rewrites on install, its patch release); only that the Dockerfile's stage, uv's download and
+install, the copy into the final image, the venv from it and the validator do. It is Debian's
+3.11 (the only torch wheels here are cp311), so the final image is checked to hold NO Debian
+python at all (/usr/bin/python3*), proving the venv's Python is /opt/python's.
+
+Found by the first real build: the venv was made through a lone symlink /opt/python/python3.11,
+so its pyvenv.cfg `home` was /opt/python, where CPython (getpath) finds no standard library and
+ensurepip died; the venv is now made from /opt/python/3.11/bin (a link to uv's installation).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envbuild import build as build_mod
+from envbuild import engine
+from envbuild.build import ENV_BUILD_ARGS, BuildFailed, env_build_args
+from envbuild.errors import UsageError
+from tests.conftest import run_cli, work_dir
+from tests.standalone_python import Archive, archive, serve, site
+from tests.test_build import BASE, SYSTEM_CA, docker, fixtures, image_exists  # noqa: F401
+from tests.test_corp_mirror import _gateway
+from tests.test_corp_proxy import PASSWORD, Proxy, proxy  # noqa: F401
+
+STANDALONE_ARGS = "ARG UV_PYTHON_INSTALL_MIRROR\nARG UV_PYTHON_DOWNLOADS_JSON_URL\n"
+JSON_URL = "http://mirror.corp:8080/python/downloads.json"
+
+
+# --- passing the two uv variables to the build (no engine) -------------------------------------
+
+@pytest.mark.parametrize("name", ENV_BUILD_ARGS)
+def test_declared_and_set_is_passed(name: str) -> None:
+    env = {name: JSON_URL, "OTHER": "x"}
+    assert env_build_args(f"FROM x AS python\n{STANDALONE_ARGS}RUN true\n", env) == {
+        name: JSON_URL}
+
+
+@pytest.mark.parametrize("dockerfile", [
+    "FROM x\nRUN true\n",
+    "FROM x\n# ARG UV_PYTHON_INSTALL_MIRROR\nENV ARG=UV_PYTHON_DOWNLOADS_JSON_URL\n"])
+def test_not_declared_not_passed(dockerfile: str) -> None:
+    """An OS-Python Dockerfile declares neither: nothing passed (no unused-arg warning), even a
+    bad value is ignored."""
+    env = {n: "not a url" for n in ENV_BUILD_ARGS}
+    assert env_build_args(dockerfile, env) == {}
+
+
+def test_empty_is_unset() -> None:
+    assert env_build_args(STANDALONE_ARGS, {n: "" for n in ENV_BUILD_ARGS}) == {}
+
+
+_GOOD = ["https://mirror.corp/python", "http://10.0.0.1:8080/pbs/", "https://u:p%40ss@h/x.json",
+         "http://[fd00::1]:80/d.json", "https://h/releases/download?x=1"]
+_BAD = ([f"https://m{c}x/python" for c in " \t\n\r\x00\x1b\x7f\"'`\\"]
+        + [f"https://mirror/{c}" for c in " \n\"'`\\"]
+        + ["file:///srv/downloads.json", "/srv/downloads.json", "downloads.json", "ftp://h/x",
+           "https://", "http:///x", "mirror.corp/python", "javascript:alert(1)",
+           "https://h/" + "a" * 2001])
+
+
+@pytest.mark.parametrize("value", _GOOD)
+@pytest.mark.parametrize("name", ENV_BUILD_ARGS)
+def test_good_urls_pass(name: str, value: str) -> None:
+    assert env_build_args(STANDALONE_ARGS, {name: value}) == {name: value}
+
+
+@pytest.mark.parametrize("value", _BAD)
+@pytest.mark.parametrize("name", ENV_BUILD_ARGS)
+def test_bad_urls_refused_secret_not_echoed(name: str, value: str) -> None:
+    secret = "S3CRETtok"
+    value = value.replace("://", f"://bob:{secret}@", 1) if "://" in value else value
+    with pytest.raises(UsageError) as e:
+        env_build_args(STANDALONE_ARGS, {name: value})
+    assert name in e.value.message and secret not in str(e.value.message) + str(e.value.hint)
+
+
+def _render(out: Path) -> None:
+    r = run_cli("render", "--target", "cpu", "--torch", "2.13.0", "--python", "3.11", "--os",
+                "debian12", "--python-source", "standalone", "--without", "torchvision",
+                "--without", "torchaudio", "--base-image", BASE, "--out", str(out))
+    assert r.returncode == 0, r.stderr
+
+
+def test_build_passes_names_only_values_in_client_env(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The value travels in the docker client's environment, never on its command line; the
+    build log shows it redacted."""
+    ctx = tmp_path / "ctx"
+    _render(ctx)
+    seen: dict[str, Any] = {}
+
+    def run_build(builder: engine.Builder, argv: list[str], on_line: Any, timeout: float,
+                  extra_env: dict[str, str] | None = None) -> int:
+        seen.update(argv=argv, env=dict(extra_env or {}))
+        return 1
+
+    monkeypatch.setattr(engine, "find_builder",
+                        lambda: engine.Builder("/usr/bin/docker", False, "20.10", "test"))
+    monkeypatch.setattr(engine, "run_build", run_build)
+    url = "https://bob:S3CRETtok@pbs.corp/downloads.json"
+    with pytest.raises(BuildFailed) as e:
+        build_mod.build(ctx, rebuild=True, log_dir=tmp_path / "logs",
+                        env={"UV_PYTHON_DOWNLOADS_JSON_URL": url, "PATH": "/bin"})
+    argv = seen["argv"]
+    pairs = [argv[i + 1] for i, a in enumerate(argv) if a == "--build-arg"]
+    assert pairs == ["UV_PYTHON_DOWNLOADS_JSON_URL"]
+    assert "S3CRETtok" not in " ".join(argv)
+    assert seen["env"] == {"UV_PYTHON_DOWNLOADS_JSON_URL": url}
+    log = "".join(p.read_text() for p in (tmp_path / "logs").iterdir())
+    assert "# UV_PYTHON_DOWNLOADS_JSON_URL=https://***@pbs.corp/downloads.json" in log
+    assert "S3CRETtok" not in log + str(e.value)
+
+
+@pytest.mark.parametrize("name", ENV_BUILD_ARGS)
+def test_cli_bad_value_exit_2_before_any_build(name: str, tmp_path: Path) -> None:
+    ctx = tmp_path / "ctx"
+    _render(ctx)
+    r = run_cli("build", str(ctx), env={name: "https://bob:S3CRETtok@pbs corp/x"})
+    assert r.returncode == 2 and r.stderr.startswith("error: "), r.stderr
+    assert "hint:" in r.stderr and "Traceback" not in r.stderr
+    assert "S3CRETtok" not in r.stderr + r.stdout
+
+
+def test_stage_installs_then_links_only_a_managed_python(tmp_path: Path) -> None:
+    """The OS's own Python of the same X.Y (in the bootstrap stage for the venv uv runs from)
+    is never what /opt/python/X.Y points at: it is absent from the final image."""
+    _render(tmp_path / "ctx")
+    text = (tmp_path / "ctx" / "Dockerfile").read_text()
+    stage = text.split("\nFROM ", 2)[1]
+    assert "ARG UV_PYTHON_INSTALL_MIRROR\nARG UV_PYTHON_DOWNLOADS_JSON_URL\n" in stage
+    assert "uv python find --managed-python 3.11" in stage
+    assert 'ln -s "${py%/bin/*}" /opt/python/3.11' in stage
+    # the venv is made from a bin/ inside the installation (its stdlib is found from `home`)
+    assert "/opt/python/3.11/bin/python3.11 -m venv /opt/venv" in text
+    assert "UV_PYTHON" not in text.split("\nFROM ", 2)[2]  # nothing of it in the final stage
+
+
+# --- real builds ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def standalone(fixtures: Path) -> Archive:  # noqa: F811
+    """The stand-in archive (built once per work dir, about 30 s)."""
+    return archive(work_dir(), BASE)
+
+
+def _make(tag: str, ctx: Path, wheelhouse: Path, *extra: str,
+          env: dict[str, str]) -> tuple[Any, dict[str, Any]]:
+    r = run_cli("make", "--target", "cpu", "--torch", "2.13.0", "--python", "3.11",
+                "--python-source", "standalone", "--os", "debian12", "--base-image", BASE,
+                "--without", "torchvision", "--without", "torchaudio",
+                "--wheelhouse", str(wheelhouse), "--ca-cert", str(SYSTEM_CA),
+                "--progress", "plain", "--json", "--rebuild", "--tag", tag, "--out", str(ctx),
+                *extra, env=env, timeout=1800)
+    try:
+        data = json.loads(r.stdout)
+    except ValueError:
+        data = {}
+    return r, data
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_standalone_build_through_proxy_validates(standalone: Archive, proxy: Proxy,  # noqa: F811
+                                                  fixtures: Path, tmp_path: Path  # noqa: F811
+                                                  ) -> None:
+    """One build for both: the stand-in CPython is served on the host's 127.0.0.1 (out of the
+    build container's reach but through the proxy), uv downloads it through tinyproxy with a
+    login, the image builds, the real validator passes, and the image's Python is /opt/python's."""
+    tag = "envbuild-standalone/proxy:cpu"
+    root = tmp_path / "site"
+    root.mkdir()
+    try:
+        with serve(root, "127.0.0.1") as srv:
+            site(root, standalone, srv.url)
+            json_url = f"{srv.url}/downloads.json"
+            r, data = _make(tag, tmp_path / "ctx", fixtures, "--revalidate",
+                            env={"HTTP_PROXY": proxy.url, "HTTPS_PROXY": proxy.url,
+                                 "NO_PROXY": "localhost",
+                                 "UV_PYTHON_DOWNLOADS_JSON_URL": json_url})
+        assert r.returncode == 0, (r.stderr + r.stdout)[-4000:]
+        print(f"standalone build: {data['image']['seconds']} s build; make {data['seconds']}")
+        # uv fetched the list and the archive, through the proxy (127.0.0.1 here is the host's:
+        # only tinyproxy, on the host, can reach it)
+        log = proxy.log.read_text()
+        archive_path = "/" + standalone.name.replace("+", "%2B")
+        for path in ("/downloads.json", archive_path):
+            assert f"GET {srv.url}{path}" in log, log[-3000:]
+            assert f"GET {path} 200" in srv.seen, srv.seen
+        # built and validated by the real validator, run now (not a cached pass)
+        report = data["validation"]
+        assert report and report["cached"] is False, report
+        statuses = {c["id"]: c["status"] for c in report["checks"]}
+        assert "fail" not in statuses.values(), statuses
+        for must in ("facts.torch", "expect.torch_version", "numerics.matmul", "train.smoke"):
+            assert statuses[must] == "pass", must
+        # the venv's Python is /opt/python's; the image has no Debian Python at all
+        p = docker("run", "--rm", "--entrypoint", "bash", tag, "-c",
+                   "python -c 'import sys, sysconfig, torch; print(sys.base_prefix); "
+                   "print(sys.version_info[:3]); print(sysconfig.get_paths()[\"include\"])'; "
+                   "ls /usr/bin/python3* /usr/lib/python3* 2>/dev/null | wc -l; "
+                   "readlink -f /opt/python/3.11")
+        base_prefix, version, include, debian, target = p.stdout.split("\n")[:5]
+        assert base_prefix == "/opt/python/3.11", p.stdout
+        assert version == str(tuple(int(x) for x in standalone.version.split("."))), p.stdout
+        assert include == "/opt/python/3.11/include/python3.11", include
+        assert debian == "0", "a Debian python in the final image"
+        # uv's own installation directory, its patch release: what uv installed
+        assert target == f"/opt/python/cpython-{standalone.version}-linux-{standalone.arch}-gnu"
+        # the proxy login never lands (history, config, output, build log, layers); the download
+        # list's URL is only in the discarded first stage
+        history = docker("history", "--no-trunc", "--format", "{{.CreatedBy}}", tag).stdout
+        config = docker("image", "inspect", tag).stdout
+        build_log = Path(str(data["image"]["log"])).read_text()
+        assert f"# UV_PYTHON_DOWNLOADS_JSON_URL={json_url}" in build_log
+        texts = {"history": history, "config": config, "stdout": r.stdout, "stderr": r.stderr,
+                 "build log": build_log}
+        for where, text in texts.items():
+            assert PASSWORD not in text, f"proxy password in {where}"
+        for where in ("history", "config"):
+            for needle in ("_PROXY=", "_proxy=", "UV_PYTHON", "downloads.json"):
+                assert needle not in texts[where], (where, needle)
+        saved = subprocess.run(["/usr/bin/docker", "save", tag], capture_output=True,
+                               check=True, timeout=600).stdout
+        assert PASSWORD.encode() not in saved, "proxy password in an image layer"
+    finally:
+        if image_exists(tag):
+            docker("image", "rm", tag, check=False)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_mirror_gets_the_upstream_layout_directly(standalone: Archive, fixtures: Path,  # noqa: F811
+                                                  tmp_path: Path) -> None:
+    """UV_PYTHON_INSTALL_MIRROR from the environment reaches uv in the build (no proxy: the
+    mirror listens on docker's bridge): uv asks it for python-build-standalone's own path. The
+    mirror has nothing there (a stand-in could not pass uv's built-in sha256 anyway), so the
+    build fails cleanly at that step, nothing tagged."""
+    tag = "envbuild-standalone/mirror:cpu"
+    root = tmp_path / "site"
+    root.mkdir()
+    with serve(root, _gateway()) as srv:
+        r, data = _make(tag, tmp_path / "ctx", fixtures, "--no-validate",
+                        env={"UV_PYTHON_INSTALL_MIRROR": f"{srv.url}/pbs"})
+    assert r.returncode == 1, (r.stderr + r.stdout)[-3000:]
+    error = data["error"]
+    assert error["message"].startswith("build failed at [python 3/3] RUN"), error
+    tail = "\n".join(error["alternatives"])
+    assert "uv python install" in tail and "404" in tail, tail
+    assert not image_exists(tag)
+    got = [s for s in srv.seen if s.startswith("GET /pbs/")]
+    assert got, srv.seen
+    pattern = (r"GET /pbs/(\d{8})/cpython-3\.11\.\d+%2B\1-" + re.escape(standalone.arch)
+               + r"-unknown-linux-gnu-install_only_stripped\.tar\.gz 404")
+    assert any(re.fullmatch(pattern, s) for s in got), got
