@@ -18,6 +18,12 @@ that the rule holds (apt cannot fetch Debian's lists directly, it can through th
 
 The proxy login is a secret: it must be in no layer, no history entry, no image config, no output
 and no build log.
+
+Which spelling reaches the steps does not matter under BuildKit: its Dockerfile frontend takes the
+predefined proxy arguments in either case and sets both cases in every RUN step (tried: with
+envbuild passing only HTTP_PROXY/HTTPS_PROXY, apt and dnf here still went through the proxy,
+although apt run with only HTTP_PROXY in a plain container ignores it). These tests fail when no
+proxy or no NO_PROXY reaches the build (tried: without no_proxy the dnf test fails).
 """
 
 from __future__ import annotations
