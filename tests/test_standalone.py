@@ -47,7 +47,7 @@ from tests.conftest import run_cli, work_dir
 from tests.standalone_python import Archive, archive, serve, site
 from tests.test_build import BASE, SYSTEM_CA, docker, fixtures, image_exists  # noqa: F401
 from tests.test_corp_mirror import _gateway
-from tests.test_corp_proxy import PASSWORD, Proxy, proxy  # noqa: F401
+from tests.test_corp_proxy import PASSWORD, Proxy, bridge, proxy  # noqa: F401
 
 STANDALONE_ARGS = "ARG UV_PYTHON_INSTALL_MIRROR\nARG UV_PYTHON_DOWNLOADS_JSON_URL\n"
 JSON_URL = "http://mirror.corp:8080/python/downloads.json"
