@@ -8,7 +8,8 @@ case "$cmd" in
   start)
     if ping; then echo "docker engine already running"; exit 0; fi
     # overlay2 is 5-10x faster than vfs here; never pass --bridge=none (it deletes docker0).
-    nohup dockerd --storage-driver=overlay2 >"$log" 2>&1 &
+    # setsid: its own session, so the engine outlives the shell (and process group) that started it
+    setsid nohup dockerd --storage-driver=overlay2 >"$log" 2>&1 </dev/null &
     for _ in $(seq 1 60); do
       if ping; then echo "docker engine started ($(/usr/bin/docker version --format '{{.Server.Version}}'))"; exit 0; fi
       sleep 0.5
