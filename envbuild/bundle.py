@@ -17,6 +17,7 @@ The offline build runs with `--network none` (every RUN step) and every pip inst
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -24,10 +25,13 @@ import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuild.errors import EnvbuildError, UsageError
 from envbuild.render import VENV, WHEELHOUSE_MOUNT
+
+if TYPE_CHECKING:
+    from envbuild.render import RenderOptions
 
 BUNDLE_SCHEMA = 1
 SYSTEM_ARCHIVE = "system.tar"
@@ -59,6 +63,12 @@ def split_dockerfile(text: str) -> tuple[str, str]:
         raise UsageError("this rendered Dockerfile has no requirements.txt step to cut at",
                          "re-render it with this envbuild version")
     return text[:m.start()], text[m.start():]
+
+
+def offline_options(opts: RenderOptions) -> RenderOptions:
+    """The render options of the offline context: no build secrets (no CA bundle, no index
+    login: an offline build has no network to use them on, and `make --from-bundle` takes none)."""
+    return dataclasses.replace(opts, ca_cert=False, index_credentials=False)
 
 
 def offline_dockerfile(rest: str, system_ref: str) -> str:

@@ -3,7 +3,6 @@ offline side of `envbuild make --from-bundle DIR`."""
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 import shutil
 import tempfile
@@ -72,8 +71,7 @@ def bundle(
     plan = b.collect_plan(full)  # None: no --pip packages
     # The offline context: rendered without the build secrets (no CA, no index login: it has no
     # network to use them on); its pip installs are made offline by offline_dockerfile.
-    offline = render(spec, dataclasses.replace(prepared.options, ca_cert=False,
-                                               index_credentials=False), m)
+    offline = render(spec, b.offline_options(prepared.options), m)
     _, rest = b.split_dockerfile(str(offline["Dockerfile"].content))
     torch_wheels = b.wheels_in(wheelhouse, "--wheelhouse", strict=False)
     system_ref = f"envbuild-bundle/system:{spec.hash}"
