@@ -65,6 +65,14 @@ def split_dockerfile(text: str) -> tuple[str, str]:
     return text[:m.start()], text[m.start():]
 
 
+def system_files(files: dict[str, Any], system_part: str) -> dict[str, Any]:
+    """The system image's build context: its Dockerfile, spec.json (what a context is), and only
+    the rendered files that part uses (apt-packages.txt): the pip files stay out, so the system
+    image, its id and system.tar do not change with --pip."""
+    keep = {"spec.json", ".dockerignore"} | {n for n in files if n in system_part}
+    return {n: f for n, f in files.items() if n in keep}
+
+
 def offline_options(opts: RenderOptions) -> RenderOptions:
     """The render options of the offline context: no build secrets (no CA bundle, no index
     login: an offline build has no network to use them on, and `make --from-bundle` takes none)."""

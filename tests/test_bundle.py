@@ -29,6 +29,7 @@ from envbuild.bundle import (
     proxy_env_file,
     read_bundle,
     split_dockerfile,
+    system_files,
     wheel_pin,
     wheels_in,
     write_meta,
@@ -189,6 +190,18 @@ def test_collect_plan_round_trips_the_rendered_quoting(matrix: Matrix, tmp_path:
     p = _prepared(matrix, tmp_path, pip=("x",), pip_index_url=index)
     plan = collect_plan(_dockerfile(p))
     assert plan is not None and plan.pip_args[plan.pip_args.index("--index-url") + 1] == index
+
+
+def test_the_system_context_does_not_change_with_pip(matrix: Matrix, tmp_path: Path) -> None:
+    def system(**inputs: object) -> dict[str, str]:
+        p = _prepared(matrix, tmp_path, apt=("curl",), **inputs)
+        part, _ = split_dockerfile(_dockerfile(p))
+        return {n: str(f.content) for n, f in system_files(dict(p.files), part).items()}
+
+    plain = system()
+    assert set(plain) == {"spec.json", ".dockerignore", "apt-packages.txt"}
+    assert "curl" in plain["apt-packages.txt"]
+    assert system(pip=("envbuild-probe-a",), pip_index_url="http://10.0.0.1/simple") == plain
 
 
 def test_the_offline_context_asks_for_no_secret(matrix: Matrix, tmp_path: Path) -> None:

@@ -325,7 +325,8 @@ def test_a_user_package_that_cannot_be_found(bundle: tuple[Path, dict[str, objec
                                              fixtures: Path, probe_index: Index,  # noqa: F811
                                              tmp_path: Path) -> None:
     """One line with pip's reason and a hint, exit 1, nothing in --out or next to it, and the
-    collection container is gone. The system image comes from BuildKit's cache (same user)."""
+    collection container is gone. The system image is the fixture's (same spec, OS packages and
+    user: the --pip packages are not part of it)."""
     _, data = bundle
     out = tmp_path / "parent" / "b"
     r = run_cli("bundle", *COMMON, "--wheelhouse", str(fixtures), "--user", str(data["user"]),
@@ -339,6 +340,9 @@ def test_a_user_package_that_cannot_be_found(bundle: tuple[Path, dict[str, objec
     assert not out.exists() and list((tmp_path / "parent").iterdir()) == []
     left = docker("ps", "-a", "--filter", "label=io.envbuild.role=bundle-collect", "-q").stdout
     assert left.strip() == ""
+    # the same system image as the fixture's: --pip packages do not change it
+    system_id = docker("image", "inspect", "--format", "{{.Id}}", str(data["system_ref"]))
+    assert system_id.stdout.strip() == data["system_id"]
 
 
 def test_a_changed_bundle_is_refused(bundle: tuple[Path, dict[str, object]]) -> None:

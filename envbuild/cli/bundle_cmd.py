@@ -81,7 +81,7 @@ def bundle(
     try:
         # 1. the system image: base + OS packages + user, built here (needs the network)
         sys_ctx = tmp / "system-context"
-        files = dict(prepared.files)
+        files = b.system_files(dict(prepared.files), system_part)
         files["Dockerfile"] = RenderedFile(system_part)
         write_tree(files, sys_ctx)
         result = do_build(sys_ctx, tag=system_ref, secrets=prepared.secrets, proxies=proxies)
