@@ -134,6 +134,30 @@ def collect_failure(output: str) -> str:
     return (lines[-1] if lines else "pip gave no output")[:200]
 
 
+_COLLECT_HINTS = (
+    (r"ProxyError|Cannot connect to proxy|407 Proxy Authentication",
+     "pip could not get through the proxy: check --proxy (or HTTP(S)_PROXY / NO_PROXY)"),
+    (r"CERTIFICATE_VERIFY_FAILED|SSLError|certificate verify failed",
+     "HTTPS is intercepted here: pass --ca-cert with your proxy's CA bundle"),
+    (r"NewConnectionError|Name or service not known|Temporary failure in name resolution|"
+     r"Network is unreachable|Connection refused",
+     "the index cannot be reached from a container on docker's default network: check "
+     "--pip-index-url, --proxy and the container's DNS"),
+    (r"Failed building wheel|Could not build wheels|subprocess-exited-with-error",
+     "an sdist did not build into a wheel: its build needs more than this image has (see the "
+     "log); or give it as a wheel on the index"),
+)
+
+
+def collect_hint(output: str) -> str:
+    """What to do about a failed collection, from pip's output."""
+    for pattern, hint in _COLLECT_HINTS:
+        if re.search(pattern, output):
+            return hint
+    return ("check the --pip requirements, and that --pip-index-url / --pip-extra-index-url "
+            "serve them and all they depend on to this machine")
+
+
 def collect_plan(dockerfile: str) -> CollectPlan | None:
     """The collection plan from the full rendered Dockerfile; None when it installs no user
     packages (no user-layer RUN)."""

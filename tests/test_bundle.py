@@ -4,6 +4,7 @@ collection plan for --pip packages, the hashed requirements, the checks of a bun
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shlex
@@ -20,6 +21,7 @@ from envbuild.bundle import (
     COLLECT_OUT,
     OFFLINE_PIP_ARGS,
     collect_failure,
+    collect_hint,
     collect_plan,
     copy_wheels,
     hashed_requirements,
@@ -367,6 +369,17 @@ def test_collect_failure_names_the_reason(output: str, reason: str) -> None:
     assert collect_failure(output) == reason
 
 
+@pytest.mark.parametrize(("output", "word"), [
+    ("WARNING: Retrying ... 'ProxyError('Cannot connect to proxy.', ...)", "--proxy"),
+    ("SSLError(SSLCertVerificationError(1, '[SSL: CERTIFICATE_VERIFY_FAILED]", "--ca-cert"),
+    ("NewConnectionError(...: [Errno -2] Name or service not known')", "docker's default network"),
+    ("ERROR: Failed building wheel for b\nERROR: Could not build wheels for b", "sdist"),
+    ("ERROR: No matching distribution found for nope", "--pip-index-url"),
+])
+def test_collect_hint_names_the_likely_fix(output: str, word: str) -> None:
+    assert word in collect_hint(output)
+
+
 # --- the bundle command refuses bad input before any engine work -------------------------------
 
 def test_bundle_takes_no_conda(tmp_path: Path) -> None:
@@ -389,3 +402,91 @@ def test_bad_pip_input_refused_before_any_build(tmp_path: Path, args: list[str])
     assert r.stderr.startswith("error: ") and "Traceback" not in r.stderr
     assert not (tmp_path / "b").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["wh"]
+
+
+# --- the collection container's inputs (the engine replaced by a recorder) ----------------------
+
+def _run_collect(matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                 result: tuple[int, str, bool], wrote: list[str]) -> tuple[dict[str, object],
+                                                                            dict[str, str]]:
+    from envbuild import engine
+    from envbuild.cli import bundle_cmd
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    p = _prepared(matrix, tmp_path, pip=("envbuild-probe-a",), ca_cert=SYSTEM_CA,
+                  pip_index_url="https://user:t0ken-s3cret@pypi.corp/simple")
+    plan = collect_plan(_dockerfile(p))
+    assert plan is not None
+    seen: dict[str, object] = {}
+    home: dict[str, str] = {}
+
+    def fake(image: str, command: list[str], **kw: object) -> engine.RunResult:
+        seen.update(kw, image=image, command=command)
+        mounts = kw["mounts"]
+        assert isinstance(mounts, dict)
+        src, _ = mounts["/run/envbuild/home"]
+        home.update({f.name: f"{f.stat().st_mode & 0o777:o} {f.read_text()}"
+                     for f in Path(src).iterdir()})
+        out, _ = mounts[COLLECT_OUT]
+        for name in wrote:
+            (Path(out) / name).write_bytes(b"w")
+        return engine.RunResult(*result)
+
+    monkeypatch.setattr(engine, "run_with_mounts", fake)
+    proxies = {"https_proxy": "http://pu:pp@proxy:3128", "HTTPS_PROXY": "http://pu:pp@proxy:3128"}
+    work = tmp_path / "work"
+    work.mkdir()
+    wheels = bundle_cmd._collect(plan, "envbuild-bundle/system:x", p, proxies,
+                                 tmp_path / "wh", work)
+    seen["wheels"] = wheels
+    return seen, home
+
+
+def test_collection_gets_ca_login_and_proxy_as_mounted_files_only(
+        matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen, home = _run_collect(matrix, tmp_path, monkeypatch, (0, "ok", False),
+                              ["envbuild_probe_a-1.0-py3-none-any.whl"])
+    mounts = seen["mounts"]
+    assert isinstance(mounts, dict)
+    assert mounts["/run/secrets/ca.pem"] == (SYSTEM_CA.resolve(), False)
+    assert all(writable is False for target, (_, writable) in mounts.items()
+               if target != COLLECT_OUT)
+    env = seen["environment"]
+    assert isinstance(env, dict) and env["PIP_CERT"] == "/run/secrets/ca.pem"
+    shown = json.dumps({k: v for k, v in seen.items() if k != "mounts"})
+    assert "t0ken-s3cret" not in shown and "pp@" not in shown  # not in argv, env or labels
+    assert home[".netrc"].startswith("600 ") and "t0ken-s3cret" in home[".netrc"]
+    assert home["proxy.env"].startswith("600 ") and "http://pu:pp@proxy:3128" in home["proxy.env"]
+    labels = seen["labels"]
+    assert isinstance(labels, dict) and labels["io.envbuild.role"] == "bundle-collect"
+    assert seen["wheels"] == {"envbuild_probe_a-1.0-py3-none-any.whl":
+                              hashlib.sha256(b"w").hexdigest()}
+
+
+@pytest.mark.parametrize(("result", "message"), [
+    ((1, "Looking in indexes: https://pypi.corp/simple\nERROR: No matching distribution found "
+         "for envbuild-probe-a\n", False),
+     "collecting the --pip packages as wheels failed: No matching distribution found for "
+     "envbuild-probe-a"),
+    ((137, "Building wheel\n", True), "collecting the --pip packages as wheels took over"),
+])
+def test_collection_failures_are_one_line_exit_1(
+        matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        result: tuple[int, str, bool], message: str) -> None:
+    with pytest.raises(EnvbuildError) as exc:
+        _run_collect(matrix, tmp_path, monkeypatch, result, [])
+    err = exc.value
+    assert err.exit_code == 1 and err.message.startswith(message) and "\n" not in err.message
+    assert err.hint and err.alternatives[-1].startswith("full log: ")
+    log = Path(err.alternatives[-1].removeprefix("full log: "))
+    assert log.is_file() and result[1].splitlines()[-1] in log.read_text()
+
+
+@pytest.mark.parametrize(("written", "code"), [(["a-1.0\nevil==1-py3-none-any.whl"], 2),
+                                             (["a-1.0-py3-none-any.whl", "notes.txt"], 1)])
+def test_collection_output_that_is_not_wheels_refused(
+        matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, written: list[str],
+        code: int) -> None:
+    with pytest.raises(EnvbuildError) as exc:
+        _run_collect(matrix, tmp_path, monkeypatch, (0, "", False), written)
+    assert exc.value.exit_code == code

@@ -174,8 +174,7 @@ def _collect(plan: CollectPlan, image: str, prepared: Prepared, proxies: dict[st
                              f"bundle-collect-{spec_hash}-{time.strftime('%Y%m%d-%H%M%S')}")
     with log:
         log.write(f"# {shlex.join(plan.command())}\n{output}")
-    hint = ("check the --pip requirements, and that --pip-index-url / --pip-extra-index-url "
-            "serve them and all they depend on to this machine")
+    hint = b.collect_hint(output)
     lines = [ln for ln in output.splitlines() if ln.strip()]
     tail = [*lines[-15:], f"full log: {log_path}"]
     if run.timed_out:
