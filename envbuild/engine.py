@@ -310,6 +310,45 @@ def run_container(image: str, command: list[str], *, target: str, gpus: bool, ti
                 container.remove(force=True)
 
 
+def run_with_mounts(image: str, command: list[str], *, mounts: Mapping[str, tuple[Path, bool]],
+                    labels: Mapping[str, str], user: str, timeout: float,
+                    environment: Mapping[str, str] | None = None) -> RunResult:
+    """Run a labelled container to completion with host paths bind-mounted (container path ->
+    (host path, writable)), on the default network; output is stdout and stderr together. The
+    container is always removed (failure, timeout, Ctrl-C too). Mounted files (a CA bundle, a
+    netrc) are never part of an image; `environment` is visible to `docker inspect` while the
+    container runs, so nothing secret goes there."""
+    import docker.types
+
+    c = client()
+    binds = [docker.types.Mount(target, str(src), type="bind", read_only=not writable)
+             for target, (src, writable) in sorted(mounts.items())]
+    container = None
+    try:
+        with _docker_errors():
+            container = c.containers.run(image, command, detach=True, labels=dict(labels),
+                                         mounts=binds, user=user,
+                                         environment=dict(environment or {}))
+            deadline = time.monotonic() + timeout
+            timed_out = False
+            while True:
+                container.reload()
+                if container.status in ("exited", "dead"):
+                    break
+                if time.monotonic() > deadline:
+                    timed_out = True
+                    container.kill()
+                    break
+                time.sleep(0.2)
+            code = int(container.attrs["State"].get("ExitCode", -1))
+            out = container.logs(stdout=True, stderr=True).decode(errors="replace")
+        return RunResult(code, out, timed_out)
+    finally:
+        if container is not None:
+            with suppress(Exception):  # best effort: the container may already be gone
+                container.remove(force=True)
+
+
 def remove_containers(labels: Mapping[str, str]) -> list[str]:
     """Force-remove every container carrying all these labels (a backstop after a cancelled job);
     returns the removed ids."""

@@ -1,22 +1,47 @@
-"""Pure parts of air-gapped bundles: the Dockerfile cut, the hashed requirements, the checks
-of a bundle directory (the real offline build is tests/test_corp_bundle.py)."""
+"""Pure parts of air-gapped bundles: the Dockerfile cut, the offline pip installs, the
+collection plan for --pip packages, the hashed requirements, the checks of a bundle directory
+(the real collection and offline build are tests/test_corp_bundle.py)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from envbuild.bundle import (
     BUNDLE_SCHEMA,
+    COLLECT_IN,
+    COLLECT_OUT,
+    OFFLINE_PIP_ARGS,
+    collect_failure,
+    collect_hint,
+    collect_plan,
+    copy_wheels,
     hashed_requirements,
+    merge_wheels,
     offline_dockerfile,
+    offline_options,
+    proxy_env_file,
     read_bundle,
     split_dockerfile,
+    system_files,
+    wheel_pin,
+    wheels_in,
     write_meta,
 )
-from envbuild.errors import UsageError
+from envbuild.errors import EnvbuildError, UsageError
+from envbuild.matrix import Matrix
+from envbuild.pipeline import ContextInputs, Prepared, prepare
+from envbuild.render import render
+from envbuild.request import Request
+from tests.conftest import run_cli
 
 GOLDEN = Path(__file__).parent / "golden"
 DOCKERFILES = sorted(p.parent.name for p in GOLDEN.glob("*/Dockerfile"))
@@ -88,3 +113,380 @@ def test_damaged_bundles_refused(tmp_path: Path, damage: str) -> None:
     with pytest.raises(UsageError) as exc:
         read_bundle(root)
     assert exc.value.exit_code == 2
+
+
+# --- offline pip installs and the collection plan --------------------------------------------
+
+SYSTEM_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+_PIP_LINE = re.compile(r"/bin/pip install (.*)$", re.MULTILINE)
+_INDEX_OPTS = ("--index-url", "--extra-index-url", "--trusted-host", "-i ")
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_every_pip_install_of_the_offline_dockerfile_is_offline_and_hash_checked(name: str
+                                                                                  ) -> None:
+    text = (GOLDEN / name / "Dockerfile").read_text()
+    _, rest = split_dockerfile(text)
+    offline = offline_dockerfile(rest, "envbuild-bundle/system:x")
+    before, after = _PIP_LINE.findall(rest), _PIP_LINE.findall(offline)
+    assert len(after) == len(before) >= 1
+    for line in after:
+        assert line.startswith(shlex.join(OFFLINE_PIP_ARGS) + " -r /opt/envbuild/"), line
+        assert not any(opt in line for opt in _INDEX_OPTS), line
+    # nothing but the pip options changed
+    assert _PIP_LINE.sub("", offline.split("\nFROM envbuild-bundle/system:x\n", 1)[1]) == \
+        _PIP_LINE.sub("", rest)
+
+
+def test_no_pip_install_refused() -> None:
+    with pytest.raises(UsageError):
+        offline_dockerfile("COPY requirements.txt /x\nRUN true\n", "r")
+
+
+def _prepared(matrix: Matrix, tmp_path: Path, **inputs: object) -> Prepared:
+    wh = tmp_path / "wh"
+    wh.mkdir(exist_ok=True)
+    (wh / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"w")
+    req = Request(target="cpu", torch="2.13.0", python="3.11", os="debian12",
+                  components=("torch",))
+    ci = ContextInputs(wheelhouse=wh, **inputs)  # type: ignore[arg-type]
+    return prepare(req, ci, matrix)
+
+
+def _dockerfile(p: Prepared) -> str:
+    return str(p.files["Dockerfile"].content)
+
+
+def test_collect_plan_takes_the_build_user_layer_options(matrix: Matrix, tmp_path: Path) -> None:
+    p = _prepared(matrix, tmp_path, pip=("envbuild-probe-a", "numpy<2"),
+                  pip_index_url="http://devpi.corp:3141/root/pypi/+simple/",
+                  pip_extra_index_urls=("https://u:tok@extra.corp/simple",))
+    plan = collect_plan(_dockerfile(p))
+    assert plan is not None and plan.interpreter == "python3"
+    assert list(plan.pip_args) == [
+        "--find-links", "/run/envbuild/wheelhouse",
+        "--index-url", "http://devpi.corp:3141/root/pypi/+simple/",
+        "--trusted-host", "devpi.corp:3141",
+        "--extra-index-url", "https://extra.corp/simple"]  # the login goes in a netrc file
+    cmd = plan.command()
+    assert cmd[:2] == ["/bin/sh", "-c"] and cmd[3] == "python3"
+    assert cmd[4] == "wheel" and cmd[cmd.index("--wheel-dir") + 1] == COLLECT_OUT
+    assert cmd[-4:] == ["-r", f"{COLLECT_IN}/user-requirements.txt",
+                        "-c", f"{COLLECT_IN}/constraints.txt"]
+    assert "netrc" in p.secrets.contents and "tok" not in " ".join(cmd)
+
+
+def test_no_pip_packages_no_collection(matrix: Matrix, tmp_path: Path) -> None:
+    assert collect_plan(_dockerfile(_prepared(matrix, tmp_path))) is None
+    for name in DOCKERFILES:
+        text = (GOLDEN / name / "Dockerfile").read_text()
+        has_user = (GOLDEN / name / "user-requirements.txt").read_text().count("\n") > 1
+        assert (collect_plan(text) is not None) == has_user, name
+
+
+@pytest.mark.parametrize("index", ["https://pypi.example.com/simple",
+                                   "http://10.0.0.1:8080/simple/",
+                                   "https://nexus.example.com/repository/py%20pi/simple"])
+def test_collect_plan_round_trips_the_rendered_quoting(matrix: Matrix, tmp_path: Path,
+                                                       index: str) -> None:
+    p = _prepared(matrix, tmp_path, pip=("x",), pip_index_url=index)
+    plan = collect_plan(_dockerfile(p))
+    assert plan is not None and plan.pip_args[plan.pip_args.index("--index-url") + 1] == index
+
+
+def test_the_system_context_does_not_change_with_pip(matrix: Matrix, tmp_path: Path) -> None:
+    def system(**inputs: object) -> dict[str, str]:
+        p = _prepared(matrix, tmp_path, apt=("curl",), **inputs)
+        part, _ = split_dockerfile(_dockerfile(p))
+        return {n: str(f.content) for n, f in system_files(dict(p.files), part).items()}
+
+    plain = system()
+    assert set(plain) == {"spec.json", ".dockerignore", "apt-packages.txt"}
+    assert "curl" in plain["apt-packages.txt"]
+    assert system(pip=("envbuild-probe-a",), pip_index_url="http://10.0.0.1/simple") == plain
+
+
+def test_the_offline_context_asks_for_no_secret(matrix: Matrix, tmp_path: Path) -> None:
+    """A bundle made with --ca-cert and an index login builds offline without them (before, the
+    offline Dockerfile still mounted the `ca` secret and `make --from-bundle` refused it)."""
+    p = _prepared(matrix, tmp_path, pip=("x",), ca_cert=SYSTEM_CA,
+                  pip_index_url="https://u:tok@pypi.corp/simple")
+    assert "type=secret" in _dockerfile(p)
+    offline = render(p.spec, offline_options(p.options), matrix)
+    text = str(offline["Dockerfile"].content)
+    _, rest = split_dockerfile(text)
+    assert "type=secret" not in text and "PIP_CERT" not in text and "tok" not in text
+    assert "pypi.corp" not in offline_dockerfile(rest, "s")
+
+
+# --- the wheels and their hashes ---------------------------------------------------------------
+
+_STRICT_LINE = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*==[A-Za-z0-9.!+]+"
+                          r"(?: --hash=sha256:[0-9a-f]{64})+")
+
+
+def _lines(text: str) -> list[str]:
+    return [x for x in text.splitlines() if not x.startswith("#")]
+
+
+def test_wheels_of_one_release_share_a_line() -> None:
+    text = hashed_requirements({
+        "markupsafe-3.0.4-cp311-cp311-manylinux_2_28_x86_64.whl": "1" * 64,
+        "MarkupSafe-3.0.4-cp311-cp311-musllinux_1_2_x86_64.whl": "2" * 64,
+        "envbuild_probe_b-1.0-1-py3-none-any.whl": "3" * 64})  # a build tag
+    assert _lines(text) == [f"envbuild-probe-b==1.0 --hash=sha256:{'3' * 64}",
+                            f"markupsafe==3.0.4 --hash=sha256:{'1' * 64} --hash=sha256:{'2' * 64}"]
+
+
+def test_two_versions_of_a_project_refused() -> None:
+    with pytest.raises(UsageError) as exc:
+        hashed_requirements({"a-1.0-py3-none-any.whl": "1" * 64,
+                             "a-2.0-py3-none-any.whl": "2" * 64})
+    assert exc.value.exit_code == 2 and "a 1.0 and 2.0" in exc.value.message
+
+
+@pytest.mark.parametrize("digest", ["", "0" * 63, "G" * 64, "0" * 64 + "\nx==1", "A" * 64])
+def test_bad_digests_refused(digest: str) -> None:
+    with pytest.raises(UsageError):
+        hashed_requirements({"a-1.0-py3-none-any.whl": digest})
+
+
+HOSTILE_WHEELS = [
+    "a-1.0\nevil==6-py3-none-any.whl", "a-1.0 --index-url=http://x-py3-none-any.whl",
+    "a-1.0;os_name=='nt'-py3-none-any.whl", "a-1.0@http-py3-none-any.whl",
+    "../a-1.0-py3-none-any.whl", "a/b-1.0-py3-none-any.whl", "a-1.0-py3-none-any.whl\n",
+    "\u0430-1.0-py3-none-any.whl", "a-\u0661.0-py3-none-any.whl", "-1.0-py3-none-any.whl",
+    "a-1.0-py3-none-any.whl.tar.gz", "a-notaversion-py3-none-any.whl", "a-1.0-py3-none.whl",
+    "a-1.0--py3-none-any.whl", "a" * 300 + "-1.0-py3-none-any.whl", "a-1.0-py3-none-any.WHL",
+    "a-1.0-x-py3-none-any.whl", "a-1.0-py3-none-any\x00.whl",
+]
+
+
+@pytest.mark.parametrize("bad", HOSTILE_WHEELS)
+def test_hostile_wheel_names_refused(bad: str) -> None:
+    with pytest.raises(UsageError) as exc:
+        hashed_requirements({bad: "0" * 64})
+    assert exc.value.exit_code == 2
+    with pytest.raises(UsageError):
+        merge_wheels({}, {bad: "0" * 64})
+
+
+# Any text, and text from the characters that matter in a file name or a requirements line.
+_PARTS = st.one_of(st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12),
+                   st.text("aZ09._-+!@;=# \n\t\\/", min_size=1, max_size=10))
+
+
+@settings(max_examples=300, deadline=None)
+@example(name="Foo_Bar.baz", version="1.0.post1+cpu", tags="py3-none-any")  # the accepting path
+@example(name="a", version="1!2.0rc1", tags="cp311-cp311-manylinux_2_28_x86_64")
+@given(name=_PARTS, version=_PARTS, tags=st.sampled_from(["py3-none-any", "cp311-cp311-"
+                                                            "manylinux_2_28_x86_64", "x-y-z"]))
+def test_any_wheel_name_gives_one_strict_line_or_exit_2(name: str, version: str, tags: str
+                                                         ) -> None:
+    filename = f"{name}-{version}-{tags}.whl"
+    try:
+        text = hashed_requirements({filename: "0" * 64})
+    except UsageError as exc:
+        assert exc.exit_code == 2 and "\n" not in exc.message
+        return
+    (line,) = _lines(text)
+    assert _STRICT_LINE.fullmatch(line), line
+
+    assert wheel_pin(filename)[0] == line.split("==")[0]
+
+
+def test_merge_dedupes_by_name_and_hash() -> None:
+    torch = {"typing_extensions-4.16.0-py3-none-any.whl": "1" * 64,
+             "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl": "2" * 64}
+    user = {"typing_extensions-4.16.0-py3-none-any.whl": "1" * 64,
+            "envbuild_probe_a-1.0-py3-none-any.whl": "3" * 64}
+    assert merge_wheels(torch, user) == {"envbuild_probe_a-1.0-py3-none-any.whl": "3" * 64}
+    assert merge_wheels(torch, {}) == {}
+
+
+def test_same_name_other_hash_is_a_conflict() -> None:
+    with pytest.raises(EnvbuildError) as exc:
+        merge_wheels({"a-1.0-py3-none-any.whl": "1" * 64}, {"a-1.0-py3-none-any.whl": "2" * 64})
+    assert exc.value.exit_code == 1 and "a-1.0-py3-none-any.whl" in exc.value.message
+    assert exc.value.hint
+
+
+def test_wheels_in(tmp_path: Path) -> None:
+    (tmp_path / "a-1.0-py3-none-any.whl").write_bytes(b"a")
+    (tmp_path / "README").write_text("x")
+    assert list(wheels_in(tmp_path, "--wheelhouse", strict=False)) == ["a-1.0-py3-none-any.whl"]
+    with pytest.raises(EnvbuildError) as exc:
+        wheels_in(tmp_path, "pip wheel", strict=True)
+    assert exc.value.exit_code == 1 and "README" in exc.value.message
+
+
+def test_wheels_in_strict_refuses_links(tmp_path: Path) -> None:
+    (tmp_path / "x").write_bytes(b"a")
+    (tmp_path / "a-1.0-py3-none-any.whl").symlink_to(tmp_path / "x")
+    (tmp_path / "x").unlink()
+    with pytest.raises(EnvbuildError):
+        wheels_in(tmp_path, "pip wheel", strict=True)
+
+
+def test_copy_wheels_checks_every_copy(tmp_path: Path) -> None:
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    (src / "a-1.0-py3-none-any.whl").write_bytes(b"a")
+    digests = wheels_in(src, "x", strict=True)
+    copy_wheels(src, dst, digests)
+    assert wheels_in(dst, "x", strict=True) == digests
+    with pytest.raises(EnvbuildError):
+        copy_wheels(src, tmp_path / "dst2", {"a-1.0-py3-none-any.whl": "0" * 64})
+
+
+@pytest.mark.parametrize("value", ["http://u:p$(touch /tmp/pwned)@proxy:3128",
+                                   "http://proxy:3128/;rm", "socks5h://a:b%40c@p:1080",
+                                   "http://u:p&&x@p:1"])
+def test_proxy_env_file_is_sourced_verbatim(tmp_path: Path, value: str) -> None:
+    f = tmp_path / "proxy.env"
+    f.write_text(proxy_env_file({"https_proxy": value, "HTTPS_PROXY": value}))
+    out = subprocess.run(["sh", "-c", '. "$0"; printf %s "$https_proxy"', str(f)],
+                         capture_output=True, text=True, check=True).stdout
+    assert out == value and not Path("/tmp/pwned").exists()
+
+
+def test_proxy_env_names_checked() -> None:
+    with pytest.raises(UsageError):
+        proxy_env_file({"x; rm -rf /": "http://p:1"})
+
+
+@pytest.mark.parametrize(("output", "reason"), [
+    ("Looking in indexes: http://x/simple\nERROR: Could not find a version that satisfies the "
+     "requirement nope (from versions: none)\nERROR: No matching distribution found for nope\n",
+     "No matching distribution found for nope"),
+    ("  error: subprocess-exited-with-error\nERROR: Failed building wheel for b\nERROR: Could "
+     "not build wheels for b, which is required to install pyproject.toml-based projects\n",
+     "Could not build wheels for b, which is required to install pyproject.toml-based projects"),
+    ("/bin/sh: 1: python3: not found\n", "/bin/sh: 1: python3: not found"),
+    ("", "pip gave no output"),
+])
+def test_collect_failure_names_the_reason(output: str, reason: str) -> None:
+    assert collect_failure(output) == reason
+
+
+@pytest.mark.parametrize(("output", "word"), [
+    ("WARNING: Retrying ... 'ProxyError('Cannot connect to proxy.', ...)", "--proxy"),
+    ("SSLError(SSLCertVerificationError(1, '[SSL: CERTIFICATE_VERIFY_FAILED]", "--ca-cert"),
+    ("NewConnectionError(...: [Errno -2] Name or service not known')", "docker's default network"),
+    ("ERROR: Failed building wheel for b\nERROR: Could not build wheels for b", "sdist"),
+    ("ERROR: No matching distribution found for nope", "--pip-index-url"),
+])
+def test_collect_hint_names_the_likely_fix(output: str, word: str) -> None:
+    assert word in collect_hint(output)
+
+
+# --- the bundle command refuses bad input before any engine work -------------------------------
+
+def test_bundle_takes_no_conda(tmp_path: Path) -> None:
+    r = run_cli("bundle", "--target", "cpu", "--conda", "ffmpeg", "--out", str(tmp_path / "b"))
+    assert r.returncode == 2 and "--conda" in r.stderr, r.stderr
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("args", [["--pip", "numpy; rm -rf /"], ["--pip", "x @ https://e.com/x.whl"],
+                                  ["--pip", "ok", "--pip-index-url", "ftp://x/simple"],
+                                  ["--pip", "ok", "--pip-extra-index-url", "not a url"]])
+def test_bad_pip_input_refused_before_any_build(tmp_path: Path, args: list[str]) -> None:
+    wh = tmp_path / "wh"
+    wh.mkdir()
+    (wh / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"w")
+    r = run_cli("bundle", "--target", "cpu", "--torch", "2.13.0", "--python", "3.11",
+                "--os", "debian12", "--wheelhouse", str(wh), *args, "--out",
+                str(tmp_path / "b"), env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+    assert not (tmp_path / "b").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["wh"]
+
+
+# --- the collection container's inputs (the engine replaced by a recorder) ----------------------
+
+def _run_collect(matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                 result: tuple[int, str, bool], wrote: list[str]) -> tuple[dict[str, object],
+                                                                            dict[str, str]]:
+    from envbuild import engine
+    from envbuild.cli import bundle_cmd
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    p = _prepared(matrix, tmp_path, pip=("envbuild-probe-a",), ca_cert=SYSTEM_CA,
+                  pip_index_url="https://user:t0ken-s3cret@pypi.corp/simple")
+    plan = collect_plan(_dockerfile(p))
+    assert plan is not None
+    seen: dict[str, object] = {}
+    home: dict[str, str] = {}
+
+    def fake(image: str, command: list[str], **kw: object) -> engine.RunResult:
+        seen.update(kw, image=image, command=command)
+        mounts = kw["mounts"]
+        assert isinstance(mounts, dict)
+        src, _ = mounts["/run/envbuild/home"]
+        home.update({f.name: f"{f.stat().st_mode & 0o777:o} {f.read_text()}"
+                     for f in Path(src).iterdir()})
+        out, _ = mounts[COLLECT_OUT]
+        for name in wrote:
+            (Path(out) / name).write_bytes(b"w")
+        return engine.RunResult(*result)
+
+    monkeypatch.setattr(engine, "run_with_mounts", fake)
+    proxies = {"https_proxy": "http://pu:pp@proxy:3128", "HTTPS_PROXY": "http://pu:pp@proxy:3128"}
+    work = tmp_path / "work"
+    work.mkdir()
+    wheels = bundle_cmd._collect(plan, "envbuild-bundle/system:x", p, proxies,
+                                 tmp_path / "wh", work)
+    seen["wheels"] = wheels
+    return seen, home
+
+
+def test_collection_gets_ca_login_and_proxy_as_mounted_files_only(
+        matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen, home = _run_collect(matrix, tmp_path, monkeypatch, (0, "ok", False),
+                              ["envbuild_probe_a-1.0-py3-none-any.whl"])
+    mounts = seen["mounts"]
+    assert isinstance(mounts, dict)
+    assert mounts["/run/secrets/ca.pem"] == (SYSTEM_CA.resolve(), False)
+    assert all(writable is False for target, (_, writable) in mounts.items()
+               if target != COLLECT_OUT)
+    env = seen["environment"]
+    assert isinstance(env, dict) and env["PIP_CERT"] == "/run/secrets/ca.pem"
+    shown = json.dumps({k: v for k, v in seen.items() if k != "mounts"})
+    assert "t0ken-s3cret" not in shown and "pp@" not in shown  # not in argv, env or labels
+    assert home[".netrc"].startswith("600 ") and "t0ken-s3cret" in home[".netrc"]
+    assert home["proxy.env"].startswith("600 ") and "http://pu:pp@proxy:3128" in home["proxy.env"]
+    labels = seen["labels"]
+    assert isinstance(labels, dict) and labels["io.envbuild.role"] == "bundle-collect"
+    assert seen["wheels"] == {"envbuild_probe_a-1.0-py3-none-any.whl":
+                              hashlib.sha256(b"w").hexdigest()}
+
+
+@pytest.mark.parametrize(("result", "message"), [
+    ((1, "Looking in indexes: https://pypi.corp/simple\nERROR: No matching distribution found "
+         "for envbuild-probe-a\n", False),
+     "collecting the --pip packages as wheels failed: No matching distribution found for "
+     "envbuild-probe-a"),
+    ((137, "Building wheel\n", True), "collecting the --pip packages as wheels took over"),
+])
+def test_collection_failures_are_one_line_exit_1(
+        matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        result: tuple[int, str, bool], message: str) -> None:
+    with pytest.raises(EnvbuildError) as exc:
+        _run_collect(matrix, tmp_path, monkeypatch, result, [])
+    err = exc.value
+    assert err.exit_code == 1 and err.message.startswith(message) and "\n" not in err.message
+    assert err.hint and err.alternatives[-1].startswith("full log: ")
+    log = Path(err.alternatives[-1].removeprefix("full log: "))
+    assert log.is_file() and result[1].splitlines()[-1] in log.read_text()
+
+
+@pytest.mark.parametrize(("written", "code"), [(["a-1.0\nevil==1-py3-none-any.whl"], 2),
+                                             (["a-1.0-py3-none-any.whl", "notes.txt"], 1)])
+def test_collection_output_that_is_not_wheels_refused(
+        matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, written: list[str],
+        code: int) -> None:
+    with pytest.raises(EnvbuildError) as exc:
+        _run_collect(matrix, tmp_path, monkeypatch, (0, "", False), written)
+    assert exc.value.exit_code == code

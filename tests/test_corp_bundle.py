@@ -9,23 +9,42 @@ removed first, so it is loaded and its id checked); the image validates. The dae
 in the host's namespace (it must: it is the engine), so "no network" means no network for envbuild
 and for every build step, not for dockerd. A per-run user name makes the offline steps run for
 real instead of coming from BuildKit's cache.
+
+User packages (--pip): a PEP 503 index served on docker's bridge gateway holds a pure-Python wheel
+`envbuild-probe-a` that needs `envbuild-probe-b`, published as an sdist only, built by an in-tree
+PEP 517 backend with no build requirements (so no PyPI is needed). `bundle` collects both as
+wheels (the sdist built in a container of the system image); the offline build installs them
+with --no-index --require-hashes under the build's constraints, and the image imports both.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import html
+import io
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
+import tarfile
+import threading
 import uuid
+import zipfile
 from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import partial
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import IN_CI, ROOT, run_cli
 from tests.test_build import BASE, docker, fixtures, image_exists  # noqa: F401
+from tests.test_corp_mirror import _gateway, _Handler
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -40,17 +59,143 @@ def _unshare() -> list[str]:
     return [exe, "-n"]
 
 
+# --- the probe packages and their index ---------------------------------------------------------
+
+_WHEEL_TAG = (b"Wheel-Version: 1.0\nGenerator: envbuild-test\nRoot-Is-Purelib: true\n"
+              b"Tag: py3-none-any\n")
+# The in-tree backend of envbuild-probe-b: stdlib only, `requires = []`, so pip builds the sdist
+# with nothing fetched (no setuptools).
+_BACKEND = '''import base64, hashlib, zipfile
+
+WHEEL = "envbuild_probe_b-1.0-py3-none-any.whl"
+INFO = "envbuild_probe_b-1.0.dist-info"
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    files = {
+        "envbuild_probe_b/__init__.py": b'B = "b"\\n',
+        INFO + "/METADATA": b"Metadata-Version: 2.1\\nName: envbuild-probe-b\\nVersion: 1.0\\n",
+        INFO + "/WHEEL": b"Wheel-Version: 1.0\\nGenerator: envbuild-test\\n"
+                         b"Root-Is-Purelib: true\\nTag: py3-none-any\\n",
+    }
+    rows = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+        rows.append(path + ",sha256=" + digest.decode() + "," + str(len(data)))
+    files[INFO + "/RECORD"] = ("\\n".join(rows + [INFO + "/RECORD,,"]) + "\\n").encode()
+    with zipfile.ZipFile(wheel_directory + "/" + WHEEL, "w") as zf:
+        for path, data in files.items():
+            zf.writestr(path, data)
+    return WHEEL
+'''
+
+
+def _record(files: dict[str, bytes], record: str) -> bytes:
+    rows = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        rows.append(f"{path},sha256={digest},{len(data)}")
+    return ("\n".join([*rows, f"{record},,"]) + "\n").encode()
+
+
+def probe_wheel(directory: Path) -> Path:
+    """envbuild-probe-a 1.0: a pure-Python wheel that needs envbuild-probe-b."""
+    info = "envbuild_probe_a-1.0.dist-info"
+    files = {
+        "envbuild_probe_a/__init__.py": b'from envbuild_probe_b import B\nA = "a" + B\n',
+        f"{info}/METADATA": b"Metadata-Version: 2.1\nName: envbuild-probe-a\nVersion: 1.0\n"
+                            b"Requires-Dist: envbuild-probe-b==1.0\n",
+        f"{info}/WHEEL": _WHEEL_TAG,
+    }
+    files[f"{info}/RECORD"] = _record(files, f"{info}/RECORD")
+    path = directory / "envbuild_probe_a-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+    return path
+
+
+def probe_sdist(directory: Path) -> Path:
+    """envbuild-probe-b 1.0: an sdist only, with an in-tree PEP 517 backend (backend-path)."""
+    root = "envbuild_probe_b-1.0"
+    files = {
+        f"{root}/PKG-INFO": b"Metadata-Version: 2.1\nName: envbuild-probe-b\nVersion: 1.0\n",
+        f"{root}/pyproject.toml": b'[build-system]\nrequires = []\nbuild-backend = '
+                                  b'"probe_backend"\nbackend-path = ["_backend"]\n',
+        f"{root}/_backend/probe_backend.py": _BACKEND.encode(),
+    }
+    path = directory / f"{root}.tar.gz"
+    with tarfile.open(path, "w:gz") as tf:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tf.addfile(info, io.BytesIO(data))
+    return path
+
+
+def simple_index(files: Path, root: Path) -> None:
+    """A PEP 503 index of every wheel and sdist in `files` under root/simple, with #sha256=."""
+    (root / "files").symlink_to(files.resolve())
+    projects: dict[str, list[Path]] = {}
+    for f in sorted([*files.glob("*.whl"), *files.glob("*.tar.gz")]):
+        projects.setdefault(re.sub(r"[-_.]+", "-", f.name.split("-", 1)[0]).lower(), []).append(f)
+    (root / "simple").mkdir()
+    for name, found in projects.items():
+        (root / "simple" / name).mkdir()
+        rows = "".join(
+            f'<a href="{html.escape(f"../../files/{f.name}#sha256={_sha256(f)}")}">'
+            f"{html.escape(f.name)}</a>\n" for f in found)
+        (root / "simple" / name / "index.html").write_text(f"<html><body>\n{rows}</body></html>\n")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@dataclass
+class Index:
+    url: str
+    seen: list[str]
+
+
 @pytest.fixture(scope="module")
-def bundle(fixtures: Path, tmp_path_factory: pytest.TempPathFactory  # noqa: F811
-           ) -> Iterator[tuple[Path, dict[str, object]]]:
+def probe_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Index]:
+    files = tmp_path_factory.mktemp("probe-files")
+    probe_wheel(files)
+    probe_sdist(files)
+    root = tmp_path_factory.mktemp("probe-index")
+    simple_index(files, root)
+    seen: list[str] = []
+    handler = type("H", (_Handler,), {"seen": seen})
+    server = ThreadingHTTPServer((_gateway(), 0), partial(handler, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host, port = server.server_address[:2]
+    try:
+        yield Index(f"http://{host}:{port}/simple", seen)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+COMMON = ["--target", "cpu", "--torch", "2.13.0", "--python", "3.11", "--os", "debian12",
+          "--without", "torchvision", "--without", "torchaudio", "--base-image", BASE]
+
+
+@pytest.fixture(scope="module")
+def bundle(fixtures: Path, probe_index: Index,  # noqa: F811
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, object]]]:
     out = tmp_path_factory.mktemp("bundle") / "b"
     user = "corp" + uuid.uuid4().hex[:8]  # a new system image: the offline steps really run
-    r = run_cli("bundle", "--target", "cpu", "--torch", "2.13.0", "--python", "3.11", "--os",
-                "debian12", "--without", "torchvision", "--without", "torchaudio",
-                "--base-image", BASE, "--wheelhouse", str(fixtures), "--user", user,
+    r = run_cli("bundle", *COMMON, "--wheelhouse", str(fixtures), "--user", user,
+                "--pip", "envbuild-probe-a", "--pip-index-url", probe_index.url,
                 "--out", str(out), "--json")
     assert r.returncode == 0, (r.stderr + r.stdout)[-3000:]
     data = json.loads(r.stdout)
+    data["user"] = user
     try:
         yield out, data
     finally:
@@ -69,6 +214,33 @@ def test_bundle_contents(bundle: tuple[Path, dict[str, object]]) -> None:
     assert (out / "context" / "Dockerfile").read_text().count("apt-get") == 0
     assert set(meta["files"]) >= {"system.tar", "context/requirements.txt",
                                   "matrix/torch.toml"}
+    # torch's requirements.txt is the torch wheelhouse alone: user packages leave that layer be
+    assert not any("probe" in x for x in reqs)
+
+
+PROBES = ["envbuild_probe_a-1.0-py3-none-any.whl", "envbuild_probe_b-1.0-py3-none-any.whl"]
+
+
+def test_user_packages_collected_as_wheels_with_hashes(
+        bundle: tuple[Path, dict[str, object]], probe_index: Index) -> None:
+    out, data = bundle
+    meta = json.loads((out / "bundle.json").read_text())
+    assert data["user_wheels"] == PROBES and meta["pip"] == ["envbuild-probe-a"]
+    wheelhouse = out / "context" / "wheelhouse"
+    # the sdist was built into a wheel on the connected side; only wheels travel
+    assert sorted(meta["user_wheels"]) == PROBES
+    assert not list(wheelhouse.glob("*.tar.gz")) and "GET /files/envbuild_probe_b-1.0.tar.gz" \
+        in " ".join(probe_index.seen)
+    lines = [x for x in (out / "context" / "user-requirements.txt").read_text().splitlines()
+             if not x.startswith("#")]
+    assert lines == [f"envbuild-probe-a==1.0 --hash=sha256:{_sha256(wheelhouse / PROBES[0])}",
+                     f"envbuild-probe-b==1.0 --hash=sha256:{_sha256(wheelhouse / PROBES[1])}"]
+    assert {meta["user_wheels"][w] for w in PROBES} == \
+        {meta["files"][f"context/wheelhouse/{w}"] for w in PROBES}
+    dockerfile = (out / "context" / "Dockerfile").read_text()
+    assert probe_index.url not in dockerfile and "--index-url" not in dockerfile
+    assert "--no-index --find-links /run/envbuild/wheelhouse --require-hashes -r " \
+        "/opt/envbuild/user-requirements.txt -c /opt/envbuild/constraints.txt" in dockerfile
 
 
 def test_offline_make_in_a_netns_with_no_route(bundle: tuple[Path, dict[str, object]]) -> None:
@@ -93,8 +265,84 @@ def test_offline_make_in_a_netns_with_no_route(bundle: tuple[Path, dict[str, obj
         log = Path(summary["log"]).read_text()
         assert " --network none " in log.splitlines()[1]
         assert "Processing /run/envbuild/wheelhouse/torch-2.13.0+cpu" in log, log[-2000:]
+        # the user layer: offline, hash-checked, constrained; both probes from the bundle
+        user_step = [ln for ln in log.splitlines() if "RUN " in ln and "user-requirements" in ln]
+        assert user_step and "pip install --no-index --find-links /run/envbuild/wheelhouse " \
+            "--require-hashes -r /opt/envbuild/user-requirements.txt -c " \
+            "/opt/envbuild/constraints.txt" in user_step[0], user_step
+        for wheel in PROBES:
+            assert f"Processing /run/envbuild/wheelhouse/{wheel}" in log, log[-2000:]
+        imported = docker("run", "--rm", "--network", "none", tag, "python", "-c",
+                          "import envbuild_probe_a as a, envbuild_probe_b as b; print(a.A, b.B)")
+        assert imported.stdout.split() == ["ab", "b"]
     finally:
         docker("image", "rm", tag, check=False)
+
+
+def _offline_user_pip(out: Path) -> list[str]:
+    """The offline Dockerfile's user-layer pip options, exactly as the offline build runs them."""
+    m = re.search(r"/bin/pip install (.*) -r /opt/envbuild/user-requirements\.txt -c "
+                  r"/opt/envbuild/constraints\.txt$", (out / "context" / "Dockerfile").read_text(),
+                  re.MULTILINE)
+    assert m is not None
+    return shlex.split(m.group(1))
+
+
+def test_the_user_layer_is_hash_checked(bundle: tuple[Path, dict[str, object]],
+                                        tmp_path: Path) -> None:
+    """The user layer's exact pip command, run in a fresh venv of the system image with no
+    network: with the bundle's wheels it installs both probes under the constraints; with one
+    wheel changed by a byte (same name and size) pip refuses it by its hash."""
+    out, data = bundle
+    args = _offline_user_pip(out)
+    assert "--require-hashes" in args and "--no-index" in args
+    wheels = tmp_path / "wheelhouse"
+    wheels.mkdir()
+    for w in PROBES:
+        shutil.copyfile(out / "context" / "wheelhouse" / w, wheels / w)
+    script = ("python3 -m venv /tmp/v && /tmp/v/bin/pip install " + shlex.join(args)
+              + " -r /in/user-requirements.txt -c /in/constraints.txt"
+              " && /tmp/v/bin/python -c 'import envbuild_probe_a as a; print(a.A)'")
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return docker("run", "--rm", "--network", "none", "-v",
+                      f"{wheels}:/run/envbuild/wheelhouse:ro", "-v",
+                      f"{out / 'context'}:/in:ro", str(data["system_ref"]), "sh", "-c", script,
+                      check=False)
+
+    good = run()
+    assert good.returncode == 0 and good.stdout.split()[-1] == "ab", good.stdout + good.stderr
+    blob = bytearray((wheels / PROBES[1]).read_bytes())
+    blob[-1] ^= 1
+    (wheels / PROBES[1]).write_bytes(bytes(blob))
+    bad = run()
+    assert bad.returncode != 0
+    assert "DO NOT MATCH THE HASHES" in bad.stderr and "envbuild-probe-b==1.0" in bad.stderr, \
+        bad.stderr
+
+
+def test_a_user_package_that_cannot_be_found(bundle: tuple[Path, dict[str, object]],
+                                             fixtures: Path, probe_index: Index,  # noqa: F811
+                                             tmp_path: Path) -> None:
+    """One line with pip's reason and a hint, exit 1, nothing in --out or next to it, and the
+    collection container is gone. The system image is the fixture's (same spec, OS packages and
+    user: the --pip packages are not part of it)."""
+    _, data = bundle
+    out = tmp_path / "parent" / "b"
+    r = run_cli("bundle", *COMMON, "--wheelhouse", str(fixtures), "--user", str(data["user"]),
+                "--pip", "envbuild-probe-a", "--pip", "envbuild-probe-missing",
+                "--pip-index-url", probe_index.url, "--out", str(out))
+    assert r.returncode == 1, r.stderr
+    first = r.stderr.splitlines()[0]
+    assert first == "error: collecting the --pip packages as wheels failed: No matching " \
+        "distribution found for envbuild-probe-missing", r.stderr
+    assert "hint: " in r.stderr and "--pip-index-url" in r.stderr and "Traceback" not in r.stderr
+    assert not out.exists() and list((tmp_path / "parent").iterdir()) == []
+    left = docker("ps", "-a", "--filter", "label=io.envbuild.role=bundle-collect", "-q").stdout
+    assert left.strip() == ""
+    # the same system image as the fixture's: --pip packages do not change it
+    system_id = docker("image", "inspect", "--format", "{{.Id}}", str(data["system_ref"]))
+    assert system_id.stdout.strip() == data["system_id"]
 
 
 def test_a_changed_bundle_is_refused(bundle: tuple[Path, dict[str, object]]) -> None:

@@ -3,17 +3,24 @@ offline side of `envbuild make --from-bundle DIR`."""
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import tempfile
+import time
 from os import environ as _environ  # `os` is also an option name here
+from os import getgid, getuid
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from envbuild.cli import _options as o
 from envbuild.cli._app import app, emit_json, say
-from envbuild.errors import UsageError
+from envbuild.errors import EnvbuildError, UsageError
+
+if TYPE_CHECKING:
+    from envbuild.bundle import CollectPlan
+    from envbuild.pipeline import Prepared
 
 
 @app.command()
@@ -23,19 +30,23 @@ def bundle(
         "needs.")],
     target: o.Target = None, cuda: o.Cuda = None, rocm: o.Rocm = None, torch: o.Torch = None,
     python: o.Python = None, driver: o.Driver = None, gpu: o.Gpu = None, os: o.Os = None,
-    flavor: o.Flavor = None, without: o.Without = None, apt: o.Apt = None,
-    user: o.User = "envbuild", ca_cert: o.CaCert = None, wheelhouse: o.Wheelhouse = None,
+    flavor: o.Flavor = None, without: o.Without = None, pip: o.Pip = None, apt: o.Apt = None,
+    allow_url: o.AllowUrl = False, user: o.User = "envbuild",
+    pip_index_url: o.PipIndex = None, pip_extra_index_url: o.PipExtraIndex = None,
+    ca_cert: o.CaCert = None, wheelhouse: o.Wheelhouse = None,
     base_image: o.BaseImage = None, proxy: o.Proxy = None, json: o.Json = False,
 ) -> None:
     """Collect an offline build: the system image (base + OS packages) as a docker archive with
-    its id, the wheelhouse with sha256 hashes, the rendered context and the matrix snapshot."""
+    its id, the wheelhouse (torch, and the --pip packages with everything they need, built as
+    wheels for the image's Python) with sha256 hashes, the rendered context and the matrix
+    snapshot. (--conda packages only go to environment.yml, not into the image: not taken.)"""
     from envbuild import bundle as b
     from envbuild import engine
     from envbuild.build import build as do_build
     from envbuild.matrix import load
     from envbuild.pipeline import prepare
     from envbuild.proxy import build_proxy_env
-    from envbuild.render import RenderedFile, write_tree
+    from envbuild.render import RenderedFile, render, write_tree
     from envbuild.resources import matrix_dir
 
     if wheelhouse is None:
@@ -45,8 +56,8 @@ def bundle(
         raise UsageError(f"--out {out}: exists and is not an empty directory",
                          "give a new directory")
     req = o.make_request(target, cuda, rocm, torch, python, driver, gpu, os, flavor, without)
-    ci = o.context_inputs(None, apt, None, False, user, None, None, None, ca_cert, wheelhouse,
-                          base_image, None)
+    ci = o.context_inputs(pip, apt, None, allow_url, user, pip_index_url, pip_extra_index_url,
+                          None, ca_cert, wheelhouse, base_image, None)
     m = load()
     prepared = prepare(req, ci, m)
     spec = prepared.spec
@@ -55,49 +66,124 @@ def bundle(
                          "packages", "use --target cuda/rocm/cpu without --python-source "
                          "standalone")
     proxies = build_proxy_env(_environ, proxy)
-    system_part, rest = b.split_dockerfile(str(prepared.files["Dockerfile"].content))
+    full = str(prepared.files["Dockerfile"].content)
+    system_part, _ = b.split_dockerfile(full)
+    plan = b.collect_plan(full)  # None: no --pip packages
+    # The offline context: rendered without the build secrets (no CA, no index login: it has no
+    # network to use them on); its pip installs are made offline by offline_dockerfile.
+    offline = render(spec, b.offline_options(prepared.options), m)
+    _, rest = b.split_dockerfile(str(offline["Dockerfile"].content))
+    torch_wheels = b.wheels_in(wheelhouse, "--wheelhouse", strict=False)
     system_ref = f"envbuild-bundle/system:{spec.hash}"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".envbuild-bundle-", dir=out.parent))
+    work = Path(tempfile.mkdtemp(prefix="envbuild-bundle-collect-"))  # 0700, never in --out
     try:
         # 1. the system image: base + OS packages + user, built here (needs the network)
         sys_ctx = tmp / "system-context"
-        files = dict(prepared.files)
+        files = b.system_files(dict(prepared.files), system_part)
         files["Dockerfile"] = RenderedFile(system_part)
         write_tree(files, sys_ctx)
         result = do_build(sys_ctx, tag=system_ref, secrets=prepared.secrets, proxies=proxies)
         shutil.rmtree(sys_ctx)
+        # 2. the --pip packages' closure as wheels, for the system image's Python and platform
+        user_wheels: dict[str, str] = {}
+        if plan is not None:
+            user_wheels = _collect(plan, system_ref, prepared, proxies, wheelhouse, work)
+        new_wheels = b.merge_wheels(torch_wheels, user_wheels)
         engine.save_image(system_ref, tmp / b.SYSTEM_ARCHIVE)
-        # 2. the wheels with their hashes, and the offline context
-        wheels = {w.name: b.sha256_file(w) for w in sorted(wheelhouse.glob("*.whl"))}
-        files = dict(prepared.files)
+        # 3. the offline context: every wheel pinned with its hash
+        files = dict(offline)
         files["Dockerfile"] = RenderedFile(b.offline_dockerfile(rest, system_ref))
-        files["requirements.txt"] = RenderedFile(b.hashed_requirements(wheels))
+        files["requirements.txt"] = RenderedFile(b.hashed_requirements(
+            torch_wheels, "every wheel of --wheelhouse (the torch stack)"))
+        if plan is not None:
+            files["user-requirements.txt"] = RenderedFile(b.hashed_requirements(
+                user_wheels, "the --pip packages and all they need, as wheels"))
         write_tree(files, tmp / "context")
-        copied = b.copy_wheels(wheelhouse, tmp / "context" / "wheelhouse")
-        if copied != wheels:
-            raise UsageError(f"--wheelhouse {wheelhouse} changed while it was copied",
-                             "run bundle again")
-        # 3. the matrix the spec was resolved with
+        b.copy_wheels(wheelhouse, tmp / "context" / "wheelhouse", torch_wheels)
+        b.copy_wheels(work / "out", tmp / "context" / "wheelhouse", new_wheels)
+        # 4. the matrix the spec was resolved with
         (tmp / "matrix").mkdir()
         for f in sorted(matrix_dir().glob("*.toml")):
             shutil.copyfile(f, tmp / "matrix" / f.name)
         b.write_meta(tmp, {"spec_hash": spec.hash, "spec": spec.to_json(),
                            "system_ref": system_ref, "system_id": result.image_id,
-                           "base_image": base_image or spec.base_image})
+                           "base_image": base_image or spec.base_image,
+                           "pip": list(prepared.options.pip), "torch_wheels": torch_wheels,
+                           "user_wheels": user_wheels})
         if out.exists():
             out.rmdir()
         tmp.rename(out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     if json:
         emit_json({"out": str(out), "spec_hash": spec.hash, "system_ref": system_ref,
-                   "system_id": result.image_id, "wheels": sorted(wheels), "bytes": size})
+                   "system_id": result.image_id, "wheels": sorted(torch_wheels),
+                   "user_wheels": sorted(user_wheels), "bytes": size})
     else:
         say(f"bundle for torch {spec.torch} ({spec.variant}) Python {spec.python} in {out} "
-            f"({size / 1e6:.0f} MB): system image {result.image_id[:19]}, {len(wheels)} wheels")
+            f"({size / 1e6:.0f} MB): system image {result.image_id[:19]}, "
+            f"{len(torch_wheels)} torch wheels"
+            + (f", {len(user_wheels)} wheels for --pip" if plan is not None else ""))
         say(f"offline: envbuild make --from-bundle {out}")
+
+
+COLLECT_TIMEOUT = 1800.0
+
+
+def _collect(plan: CollectPlan, image: str, prepared: Prepared, proxies: dict[str, str],
+             wheelhouse: Path, work: Path) -> dict[str, str]:
+    """`pip wheel` the user requirements in a container of the system image (its Python, its
+    platform), with the build's constraints, index options, proxies, CA bundle and index login
+    (mounted files, read-only); returns file name -> sha256 of the wheels it wrote to
+    work/out. A failure is exit 1 with pip's reason; the full output goes to a log."""
+    from envbuild import bundle as b
+    from envbuild import engine
+    from envbuild.build import default_log_dir, open_log
+    from envbuild.redact import redact
+    from envbuild.render import WHEELHOUSE_MOUNT
+
+    spec_hash = prepared.spec.hash
+    inputs, home, wheels = work / "in", work / "home", work / "out"
+    for d in (inputs, home, wheels):
+        d.mkdir(mode=0o700)
+    for name in ("user-requirements.txt", "constraints.txt"):
+        (inputs / name).write_text(str(prepared.files[name].content))
+    secret_files = {".netrc": prepared.secrets.contents.get("netrc", ""),
+                    "proxy.env": b.proxy_env_file(proxies) if proxies else ""}
+    for name, content in secret_files.items():
+        if content:
+            (home / name).touch(mode=0o600)
+            (home / name).write_text(content)
+    mounts = {WHEELHOUSE_MOUNT: (wheelhouse.resolve(), False), b.COLLECT_IN: (inputs, False),
+              b.COLLECT_HOME: (home, False), b.COLLECT_OUT: (wheels, True)}
+    env = {"HOME": b.COLLECT_HOME, "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    ca = prepared.secrets.files.get("ca")
+    if ca is not None:
+        mounts[b.COLLECT_CA] = (ca, False)
+        env["PIP_CERT"] = b.COLLECT_CA
+    run = engine.run_with_mounts(
+        image, plan.command(), mounts=mounts, user=f"{getuid()}:{getgid()}",
+        labels={engine.LABEL_ROLE: "bundle-collect", engine.LABEL_SPEC_HASH: spec_hash},
+        environment=env, timeout=COLLECT_TIMEOUT)
+    output = redact(prepared.secrets.redact(run.output))
+    log_path, log = open_log(default_log_dir(),
+                             f"bundle-collect-{spec_hash}-{time.strftime('%Y%m%d-%H%M%S')}")
+    with log:
+        log.write(f"# {shlex.join(plan.command())}\n{output}")
+    hint = b.collect_hint(output)
+    lines = [ln for ln in output.splitlines() if ln.strip()]
+    tail = [*lines[-15:], f"full log: {log_path}"]
+    if run.timed_out:
+        raise EnvbuildError(f"collecting the --pip packages as wheels took over "
+                            f"{COLLECT_TIMEOUT:.0f} s and was stopped", hint, tail)
+    if run.exit_code != 0:
+        raise EnvbuildError(f"collecting the --pip packages as wheels failed: "
+                            f"{b.collect_failure(output)}", hint, tail)
+    return b.wheels_in(wheels, "pip wheel", strict=True)
 
 
 def make_from_bundle(root: Path, *, tag: str | None, require_gpu: bool, timeout: float,
