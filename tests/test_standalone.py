@@ -32,8 +32,10 @@ ensurepip died; the venv is now made from /opt/python/3.11/bin (a link to uv's i
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +45,10 @@ from envbuild import build as build_mod
 from envbuild import engine
 from envbuild.build import ENV_BUILD_ARGS, BuildFailed, env_build_args
 from envbuild.errors import UsageError
-from tests.conftest import run_cli, work_dir
+from tests.conftest import ROOT, run_cli, work_dir
 from tests.standalone_python import Archive, archive, serve, site
 from tests.test_build import BASE, SYSTEM_CA, docker, fixtures, image_exists  # noqa: F401
+from tests.test_corp_bundle import _unshare
 from tests.test_corp_mirror import _gateway
 from tests.test_corp_proxy import PASSWORD, Proxy, bridge, proxy  # noqa: F401
 
@@ -279,3 +282,55 @@ def test_mirror_gets_the_upstream_layout_directly(standalone: Archive, fixtures:
     pattern = (r"GET /pbs/(\d{8})/cpython-3\.11\.\d+%2B\1-" + re.escape(standalone.arch)
                + r"-unknown-linux-gnu-install_only_stripped\.tar\.gz 404")
     assert any(re.fullmatch(pattern, s) for s in got), got
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_standalone_bundle_builds_offline(standalone: Archive, proxy: Proxy,  # noqa: F811
+                                          fixtures: Path, tmp_path: Path  # noqa: F811
+                                          ) -> None:
+    """`envbuild bundle --python-source standalone` behind the proxy (uv's download through it),
+    then `make --from-bundle` in a network namespace with no route: the system image carries
+    /opt/python (the uv stage ran on the connected side), the offline steps make the venv from it
+    with --network none and pip --require-hashes, and the image validates."""
+    out = tmp_path / "bundle"
+    tag = "envbuild-standalone/bundle:offline"
+    root = tmp_path / "site"
+    root.mkdir()
+    system_ref = None
+    try:
+        with serve(root, "127.0.0.1") as srv:
+            site(root, standalone, srv.url)
+            r = run_cli("bundle", "--target", "cpu", "--torch", "2.13.0", "--python", "3.11",
+                        "--python-source", "standalone", "--os", "debian12",
+                        "--base-image", BASE, "--without", "torchvision", "--without",
+                        "torchaudio", "--wheelhouse", str(fixtures), "--ca-cert",
+                        str(SYSTEM_CA), "--proxy", proxy.url, "--out", str(out), "--json",
+                        env={"UV_PYTHON_DOWNLOADS_JSON_URL": f"{srv.url}/downloads.json"},
+                        timeout=1800)
+        assert r.returncode == 0, (r.stderr + r.stdout)[-4000:]
+        system_ref = str(json.loads(r.stdout)["system_ref"])
+        assert PASSWORD not in r.stdout + r.stderr
+        meta = json.loads((out / "bundle.json").read_text())
+        assert meta["spec"]["python_source"] == "standalone"
+        context = (out / "context" / "Dockerfile").read_text()
+        assert "uv python install" not in context and "AS python" not in context, context
+        assert "/opt/python/3.11/bin/python3.11 -m venv" in context, context
+        docker("image", "rm", system_ref)  # the offline side loads it from system.tar
+        p = subprocess.run([*_unshare(), sys.executable, "-m", "envbuild", "make",
+                            "--from-bundle", str(out), "--tag", tag, "--json", "--rebuild"],
+                           capture_output=True, text=True, cwd=ROOT, timeout=1800,
+                           env=dict(os.environ))
+        assert p.returncode == 0, (p.stderr + p.stdout)[-3000:]
+        summary = json.loads(p.stdout)
+        assert summary["network"] == "none"
+        assert summary["validation"]["summary"]["status"] == "pass", summary["validation"]
+        log = Path(summary["log"]).read_text()
+        assert " --network none " in log.splitlines()[1]
+        q = docker("run", "--rm", "--entrypoint", "python", tag, "-c",
+                   "import sys, torch; print(sys.base_prefix)")
+        assert q.stdout.strip() == "/opt/python/3.11", q.stdout + q.stderr
+    finally:
+        for ref in (tag, system_ref):
+            if ref and image_exists(ref):
+                docker("image", "rm", ref, check=False)

@@ -34,7 +34,8 @@ def bundle(
     allow_url: o.AllowUrl = False, user: o.User = "envbuild",
     pip_index_url: o.PipIndex = None, pip_extra_index_url: o.PipExtraIndex = None,
     ca_cert: o.CaCert = None, wheelhouse: o.Wheelhouse = None,
-    base_image: o.BaseImage = None, proxy: o.Proxy = None, json: o.Json = False,
+    base_image: o.BaseImage = None, python_source: o.PythonSource = None,
+    proxy: o.Proxy = None, json: o.Json = False,
 ) -> None:
     """Collect an offline build: the system image (base + OS packages) as a docker archive with
     its id, the wheelhouse (torch, and the --pip packages with everything they need, built as
@@ -57,14 +58,13 @@ def bundle(
                          "give a new directory")
     req = o.make_request(target, cuda, rocm, torch, python, driver, gpu, os, flavor, without)
     ci = o.context_inputs(pip, apt, None, allow_url, user, pip_index_url, pip_extra_index_url,
-                          None, ca_cert, wheelhouse, base_image, None)
+                          None, ca_cert, wheelhouse, base_image, python_source)
     m = load()
     prepared = prepare(req, ci, m)
     spec = prepared.spec
-    if spec.target == "mps" or spec.python_source != "os":
-        raise UsageError("bundle builds container images whose Python comes from the OS "
-                         "packages", "use --target cuda/rocm/cpu without --python-source "
-                         "standalone")
+    if spec.target == "mps":
+        raise UsageError("bundle builds container images; --target mps is a native macOS "
+                         "environment", "use --target cuda/rocm/cpu")
     proxies = build_proxy_env(_environ, proxy)
     full = str(prepared.files["Dockerfile"].content)
     system_part, _ = b.split_dockerfile(full)
