@@ -3,8 +3,11 @@
 
 A bundle directory:
   bundle.json   what is in it: spec, the system image's id, every wheel's sha256, the files
-  system.tar    docker archive of the *system image*: the base image with the rendered OS-package
-                and user steps already run (apt/dnf need a network; nothing else does)
+  system.tar    the *system image* (the base image with the rendered OS-package and user steps
+                already run: apt/dnf need a network; nothing else does) as an OCI image layout in
+                a tar (oci-layout, index.json, blobs/sha256/...) that also keeps docker-archive's
+                manifest.json, like Docker >= 25's `docker save`: any OCI tool reads it and
+                dockerd 20.10's `docker load` still loads it (to_oci_archive)
   context/      the rendered build context: its Dockerfile starts FROM the system image and holds
                 the remaining steps; requirements.txt pins every wheel of --wheelhouse (the torch
                 stack) with --hash, user-requirements.txt every wheel of the --pip packages'
@@ -19,13 +22,16 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
+import posixpath
 import re
 import shlex
 import shutil
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from envbuild.errors import EnvbuildError, UsageError
 from envbuild.render import VENV, WHEELHOUSE_MOUNT
@@ -305,3 +311,231 @@ def copy_wheels(src: Path, dst: Path, expected: dict[str, str]) -> None:
         shutil.copyfile(src / name, dst / name)
         if sha256_file(dst / name) != digest:
             raise EnvbuildError(f"{src / name} changed while it was copied", "run bundle again")
+
+
+# --- system.tar: the docker archive of `docker save` as an OCI image layout ---------------------
+
+MT_INDEX = "application/vnd.oci.image.index.v1+json"
+MT_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+MT_CONFIG = "application/vnd.oci.image.config.v1+json"
+MT_LAYER = "application/vnd.oci.image.layer.v1.tar"
+REF_NAME = "org.opencontainers.image.ref.name"
+CONTAINERD_NAME = "io.containerd.image.name"
+OCI_LAYOUT = b'{"imageLayoutVersion":"1.0.0"}'
+_MAX_JSON = 16 << 20  # manifest.json and the image config: read whole, so bounded
+_DIFF_ID = re.compile(r"sha256:[0-9a-f]{64}", re.ASCII)
+
+
+@dataclass(frozen=True)
+class OciImage:
+    """What to_oci_archive wrote: the digests of the OCI manifest, the config (the image id) and
+    every layer (uncompressed tars: each equals its diff_id), and the image's name."""
+
+    manifest: str
+    config: str
+    layers: tuple[str, ...]
+    name: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": "oci-image-layout+docker-archive", "name": self.name,
+                "manifest_digest": self.manifest, "config_digest": self.config,
+                "layer_digests": list(self.layers)}
+
+
+class _Hashing:
+    """A reader that hashes what passes through it (a layer is copied once, never held)."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw, self.hash = raw, hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.raw.read(size)
+        self.hash.update(data)
+        return data
+
+
+def _bad(what: str, why: str) -> UsageError:
+    return UsageError(f"{what}: {why}", "save the image again with `docker save`; an archive "
+                      "from anywhere else is not taken")
+
+
+def archive_members(tf: tarfile.TarFile, what: str) -> dict[str, tarfile.TarInfo]:
+    """name -> member of a docker archive, every member checked (exit 2): no absolute name, no
+    `..`, no name twice, only files and directories, and a symlink only as `docker save` writes
+    one: a layer.tar pointing at another layer's regular layer.tar inside the archive."""
+    members: dict[str, tarfile.TarInfo] = {}
+    for m in tf:
+        name = m.name
+        parts = name.split("/")
+        if not name or name.startswith("/") or ".." in parts or "\\" in name or "\0" in name:
+            raise _bad(what, f"member {name[:80]!r} is outside the archive")
+        key = posixpath.normpath(name)
+        if key == ".":
+            continue
+        if key in members:
+            raise _bad(what, f"member {key[:80]!r} is in it twice")
+        if m.issym():
+            target = posixpath.normpath(posixpath.join(posixpath.dirname(key), m.linkname))
+            if (not key.endswith("/layer.tar") or m.linkname.startswith("/")
+                    or target.split("/")[0] == ".." or not target.endswith("/layer.tar")):
+                raise _bad(what, f"{key[:80]!r} is a link to {m.linkname[:80]!r}")
+        elif not (m.isreg() or m.isdir()):
+            raise _bad(what, f"member {key[:80]!r} is not a file or a directory")
+        members[key] = m
+    return members
+
+
+def _regular(members: dict[str, tarfile.TarInfo], path: object, what: str) -> tarfile.TarInfo:
+    """The regular file a manifest.json path names (through at most one layer.tar link)."""
+    if not isinstance(path, str) or not path:
+        raise _bad(what, f"manifest.json names {str(path)[:80]!r}")
+    key = posixpath.normpath(path)
+    m = members.get(key)
+    if m is not None and m.issym():
+        m = members.get(posixpath.normpath(posixpath.join(posixpath.dirname(key), m.linkname)))
+    if m is None or not m.isreg():
+        raise _bad(what, f"manifest.json names {path[:80]!r}, which is not a file in it")
+    return m
+
+
+def _read_small(tf: tarfile.TarFile, m: tarfile.TarInfo, what: str) -> bytes:
+    f = tf.extractfile(m)
+    if m.size > _MAX_JSON or f is None:
+        raise _bad(what, f"{m.name[:80]!r} is over {_MAX_JSON >> 20} MiB")
+    return f.read()
+
+
+def _json(data: bytes, what: str, name: str) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError:
+        raise _bad(what, f"{name} is not JSON") from None
+
+
+def _canonical(obj: object) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
+
+
+def containerd_name(ref: str) -> str:
+    """The fully qualified name (docker.io/library/x:latest) that io.containerd.image.name takes."""
+    from envbuild.registry import parse_ref
+
+    r = parse_ref(ref)
+    return f"{r.host}/{r.repo}:{r.tag or 'latest'}"
+
+
+def to_oci_archive(src: Path, dst: Path, ref: str) -> OciImage:
+    """Convert the docker archive `src` (`docker save` of one image, legacy format) into `dst`:
+    an OCI image layout (oci-layout, index.json naming `ref`, blobs/sha256/ holding the config,
+    the OCI manifest and every layer as an uncompressed tar) that keeps a docker-archive
+    manifest.json pointing at those blobs, as Docker >= 25 writes it, so older engines load it.
+    Layers are streamed (hashed while copied); each must equal its diff_id in the config (else
+    exit 1); a member name outside the archive or a stray link is refused (exit 2). Nothing is
+    left at dst on failure."""
+    what = f"docker archive {src.name}"
+    tmp = dst.with_name(dst.name + ".partial")
+    try:
+        with tarfile.open(src, "r:") as tf, tarfile.open(tmp, "w:",
+                                                         format=tarfile.PAX_FORMAT) as out:
+            members = archive_members(tf, what)
+            if "manifest.json" not in members or not members["manifest.json"].isreg():
+                raise _bad(what, "no manifest.json (not a docker archive)")
+            images = _json(_read_small(tf, members["manifest.json"], what), what, "manifest.json")
+            if not (isinstance(images, list) and len(images) == 1 and isinstance(images[0], dict)
+                    and isinstance(images[0].get("Layers"), list)):
+                raise _bad(what, "manifest.json does not describe exactly one image")
+            config_bytes = _read_small(tf, _regular(members, images[0].get("Config"), what), what)
+            config = _json(config_bytes, what, "the image config")
+            rootfs = config.get("rootfs") if isinstance(config, dict) else None
+            diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
+            layer_paths = images[0]["Layers"]
+            if (not isinstance(rootfs, dict) or rootfs.get("type") != "layers"
+                    or not isinstance(diff_ids, list)
+                    or not all(isinstance(d, str) and _DIFF_ID.fullmatch(d) for d in diff_ids)
+                    or len(diff_ids) != len(layer_paths)):
+                raise _bad(what, "its config's rootfs.diff_ids do not list its layers")
+
+            def blob(digest: str, size: int, data: IO[bytes] | _Hashing) -> None:
+                info = tarfile.TarInfo(f"blobs/sha256/{digest.removeprefix('sha256:')}")
+                info.size, info.mode, info.mtime = size, 0o644, 0
+                out.addfile(info, data)  # tarfile only read()s it
+
+            for d in ("blobs", "blobs/sha256"):
+                info = tarfile.TarInfo(d)
+                info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, 0
+                out.addfile(info)
+            layers: list[dict[str, Any]] = []
+            written: dict[str, tarfile.TarInfo] = {}
+            for path, diff_id in zip(layer_paths, diff_ids, strict=True):
+                m = _regular(members, path, what)
+                layers.append({"mediaType": MT_LAYER, "digest": diff_id, "size": m.size})
+                if written.get(diff_id) is m:  # docker save linked a layer seen twice: one blob
+                    continue
+                f = tf.extractfile(m)
+                assert f is not None  # a regular member
+                reader = _Hashing(f)
+                if diff_id in written:  # the same diff_id from another member: only checked
+                    while reader.read(1 << 20):
+                        pass
+                else:
+                    blob(diff_id, m.size, reader)
+                if "sha256:" + reader.hash.hexdigest() != diff_id:
+                    raise EnvbuildError(
+                        f"{what}: layer {path[:80]} has sha256 {reader.hash.hexdigest()[:12]}..., "
+                        f"not its diff_id {diff_id[7:19]}... in the image config",
+                        "the archive is damaged, or not what the engine saved: save it again")
+                written.setdefault(diff_id, m)
+            config_digest = "sha256:" + hashlib.sha256(config_bytes).hexdigest()
+            blob(config_digest, len(config_bytes), _bytes(config_bytes))
+            manifest = _canonical({
+                "schemaVersion": 2, "mediaType": MT_MANIFEST, "layers": layers,
+                "config": {"mediaType": MT_CONFIG, "digest": config_digest,
+                           "size": len(config_bytes)}})
+            manifest_digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+            blob(manifest_digest, len(manifest), _bytes(manifest))
+            name = containerd_name(ref)
+            index = _canonical({"schemaVersion": 2, "mediaType": MT_INDEX, "manifests": [{
+                "mediaType": MT_MANIFEST, "digest": manifest_digest, "size": len(manifest),
+                "annotations": {CONTAINERD_NAME: name, REF_NAME: name.rsplit(":", 1)[1]}}]})
+            docker_manifest = _canonical([{
+                "Config": f"blobs/sha256/{config_digest[7:]}", "RepoTags": [ref],
+                "Layers": [f"blobs/sha256/{la['digest'][7:]}" for la in layers]}])
+            for fname, data in (("oci-layout", OCI_LAYOUT), ("index.json", index),
+                                ("manifest.json", docker_manifest)):
+                info = tarfile.TarInfo(fname)
+                info.size, info.mode, info.mtime = len(data), 0o644, 0
+                out.addfile(info, _bytes(data))
+        tmp.replace(dst)
+    except (tarfile.TarError, EOFError) as exc:
+        raise _bad(what, f"not a readable tar ({str(exc)[:80]})") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return OciImage(manifest_digest, config_digest, tuple(la["digest"] for la in layers), name)
+
+
+def _bytes(data: bytes) -> IO[bytes]:
+    return io.BytesIO(data)
+
+
+def base_digest(ref: str, local: dict[str, Any] | None) -> dict[str, Any]:
+    """What bundle.json says about the base image a system image was built FROM: a digest the
+    reference pins; else the local image's registry digest (RepoDigests, of the same repository
+    when it has several); else its image id (a base made or loaded locally has no registry
+    digest); `kind` says which. None (kind "unknown") when the engine's image store does not hold
+    it (BuildKit pulled it into its own cache)."""
+    if "@" in ref:
+        return {"ref": ref, "digest": ref.split("@", 1)[1], "kind": "pinned_in_ref"}
+    if local is None:
+        return {"ref": ref, "digest": None, "kind": "unknown"}
+    repo_digests = [str(x) for x in local.get("repo_digests") or [] if "@" in str(x)]
+    if repo_digests:
+        try:
+            want = containerd_name(ref).rsplit(":", 1)[0]
+            same = [x for x in repo_digests
+                    if containerd_name(x.split("@")[0]).rsplit(":", 1)[0] == want]
+        except UsageError:
+            same = []
+        chosen = (same or repo_digests)[0]
+        return {"ref": ref, "digest": chosen.split("@", 1)[1], "kind": "repo_digest",
+                "repo_digest": chosen}
+    return {"ref": ref, "digest": str(local["id"]), "kind": "image_id"}

@@ -5,10 +5,13 @@ collection plan for --pip packages, the hashed requirements, the checks of a bun
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
 import shlex
 import subprocess
+import tarfile
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -20,9 +23,11 @@ from envbuild.bundle import (
     COLLECT_IN,
     COLLECT_OUT,
     OFFLINE_PIP_ARGS,
+    base_digest,
     collect_failure,
     collect_hint,
     collect_plan,
+    containerd_name,
     copy_wheels,
     hashed_requirements,
     merge_wheels,
@@ -32,6 +37,7 @@ from envbuild.bundle import (
     read_bundle,
     split_dockerfile,
     system_files,
+    to_oci_archive,
     wheel_pin,
     wheels_in,
     write_meta,
@@ -490,3 +496,261 @@ def test_collection_output_that_is_not_wheels_refused(
     with pytest.raises(EnvbuildError) as exc:
         _run_collect(matrix, tmp_path, monkeypatch, (0, "", False), written)
     assert exc.value.exit_code == code
+
+
+# --- system.tar: the docker archive as an OCI image layout ------------------------------------
+
+
+def layer_tar(files: dict[str, bytes]) -> bytes:
+    """An image layer: an uncompressed tar of these files."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _add(tf: tarfile.TarFile, name: str, data: bytes | None = None, **attrs: object) -> None:
+    info = tarfile.TarInfo(name)
+    for k, v in attrs.items():
+        setattr(info, k, v)
+    if data is not None:
+        info.size = len(data)
+    tf.addfile(info, io.BytesIO(data) if data is not None else None)
+
+
+def docker_archive(path: Path, layers: list[bytes], *, diff_ids: list[str] | None = None,
+                   ref: str = "envbuild-bundle/system:test",
+                   extra: tuple[tuple[str, dict[str, object]], ...] = (),
+                   manifest: object = None) -> str:
+    """A docker archive as dockerd 20.10's `docker save` writes it (legacy format: <id>/layer.tar
+    per layer, a layer seen twice as a symlink to the first, <config id>.json, manifest.json);
+    returns the image id. `extra`: more members (name, TarInfo attributes) for hostile cases."""
+    diff_ids = diff_ids or [_sha(layer) for layer in layers]
+    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Env": ["A=1"]},
+                         "rootfs": {"type": "layers", "diff_ids": diff_ids}}).encode()
+    image_id = _sha(config)
+    seen: dict[str, str] = {}
+    paths = []
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tf:
+        for i, layer in enumerate(layers):
+            d = hashlib.sha256(f"v1-{i}".encode()).hexdigest()
+            _add(tf, d, type=tarfile.DIRTYPE, mode=0o755)
+            _add(tf, f"{d}/VERSION", b"1.0")
+            if _sha(layer) in seen:
+                _add(tf, f"{d}/layer.tar", type=tarfile.SYMTYPE,
+                     linkname=f"../{seen[_sha(layer)]}/layer.tar")
+            else:
+                _add(tf, f"{d}/layer.tar", layer)
+                seen[_sha(layer)] = d
+            paths.append(f"{d}/layer.tar")
+        _add(tf, f"{image_id[7:]}.json", config)
+        for name, attrs in extra:
+            data = attrs.pop("data", None)
+            _add(tf, name, data if isinstance(data, bytes) else None, **attrs)
+        if manifest is None:
+            manifest = [{"Config": f"{image_id[7:]}.json", "RepoTags": [ref], "Layers": paths}]
+        _add(tf, "manifest.json", json.dumps(manifest).encode())
+    return image_id
+
+
+def read_oci_layout(path: Path) -> dict[str, object]:
+    """Check an archive against the OCI image-layout and image-manifest rules, independently of
+    envbuild's converter, and the docker-archive manifest.json it keeps: every blob's bytes
+    hash to its name; index.json -> manifest -> config and layers by digest, media type and size;
+    the layers are the config's diff_ids. Returns the digests and the names."""
+    with tarfile.open(path) as tf:
+        blobs: dict[str, bytes] = {}
+        files: dict[str, bytes] = {}
+        for m in tf:
+            assert not m.issym() and not m.islnk(), m.name
+            if m.isdir():
+                assert m.name in ("blobs", "blobs/sha256"), m.name
+                continue
+            f = tf.extractfile(m)
+            assert f is not None
+            data = f.read()
+            if m.name.startswith("blobs/sha256/"):
+                assert _sha(data) == "sha256:" + m.name.rsplit("/", 1)[1], m.name
+                blobs["sha256:" + m.name.rsplit("/", 1)[1]] = data
+            else:
+                files[m.name] = data
+    assert set(files) == {"oci-layout", "index.json", "manifest.json"}, set(files)
+    assert json.loads(files["oci-layout"]) == {"imageLayoutVersion": "1.0.0"}
+    index = json.loads(files["index.json"])
+    assert index["schemaVersion"] == 2
+    assert index["mediaType"] == "application/vnd.oci.image.index.v1+json"
+    [desc] = index["manifests"]
+    assert desc["mediaType"] == "application/vnd.oci.image.manifest.v1+json"
+    manifest_bytes = blobs[desc["digest"]]
+    assert desc["size"] == len(manifest_bytes)
+    manifest = json.loads(manifest_bytes)
+    assert manifest["schemaVersion"] == 2 and manifest["mediaType"] == desc["mediaType"]
+    cfg = manifest["config"]
+    assert cfg["mediaType"] == "application/vnd.oci.image.config.v1+json"
+    assert cfg["size"] == len(blobs[cfg["digest"]])
+    config = json.loads(blobs[cfg["digest"]])
+    for layer in manifest["layers"]:
+        assert layer["mediaType"] == "application/vnd.oci.image.layer.v1.tar"
+        assert layer["size"] == len(blobs[layer["digest"]])
+    layers = [la["digest"] for la in manifest["layers"]]
+    assert config["rootfs"] == {"type": "layers", "diff_ids": layers}
+    assert set(blobs) == {desc["digest"], cfg["digest"], *layers}  # nothing else, nothing less
+    [image] = json.loads(files["manifest.json"])
+    assert image["Config"] == f"blobs/sha256/{cfg['digest'][7:]}"
+    assert image["Layers"] == [f"blobs/sha256/{d[7:]}" for d in layers]
+    names = desc["annotations"]
+    return {"manifest": desc["digest"], "config": cfg["digest"], "layers": layers,
+            "name": names["io.containerd.image.name"],
+            "ref_name": names["org.opencontainers.image.ref.name"],
+            "repo_tags": image["RepoTags"], "blobs": blobs}
+
+
+LAYERS = [layer_tar({"etc/a": b"a"}), layer_tar({"usr/b": b"b" * 5000}),
+          layer_tar({"etc/a": b"a"})]  # the third is the first again: docker save links it
+
+
+def test_a_docker_archive_becomes_an_oci_layout(tmp_path: Path) -> None:
+    src, dst = tmp_path / "in.tar", tmp_path / "system.tar"
+    image_id = docker_archive(src, LAYERS)
+    oci = to_oci_archive(src, dst, "envbuild-bundle/system:test")
+    found = read_oci_layout(dst)
+    assert found["config"] == oci.config == image_id
+    assert found["manifest"] == oci.manifest and found["layers"] == list(oci.layers)
+    assert oci.layers == tuple(_sha(la) for la in LAYERS)
+    blobs = found["blobs"]
+    assert isinstance(blobs, dict) and [blobs[d] for d in oci.layers] == LAYERS
+    assert found["name"] == oci.name == "docker.io/envbuild-bundle/system:test"
+    assert found["ref_name"] == "test" and found["repo_tags"] == ["envbuild-bundle/system:test"]
+    assert oci.to_json()["config_digest"] == image_id
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.tar", "system.tar"]
+    # the same input gives the same bytes (bundle.json records the archive's sha256)
+    again = tmp_path / "again.tar"
+    to_oci_archive(src, again, "envbuild-bundle/system:test")
+    assert again.read_bytes() == dst.read_bytes()
+
+
+def test_a_layer_is_copied_not_held(tmp_path: Path) -> None:
+    """A 32 MiB layer goes through with far less than 32 MiB of memory (layers can be GBs)."""
+    src, dst = tmp_path / "in.tar", tmp_path / "system.tar"
+    big = layer_tar({"big": bytes(32 << 20)})
+    docker_archive(src, [big])
+    del big
+    tracemalloc.start()
+    try:
+        to_oci_archive(src, dst, "x:y")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, peak
+    assert read_oci_layout(dst)["config"]
+
+
+@pytest.mark.parametrize("diff_ids", [
+    [_sha(LAYERS[0]), _sha(b"another layer")],  # a layer that is not its diff_id
+    [_sha(LAYERS[0]), _sha(LAYERS[0])],  # a second, other layer under the first one's diff_id
+    [_sha(LAYERS[1]), _sha(LAYERS[1])],  # the first one under the second one's
+])
+def test_a_layer_that_is_not_its_diff_id_is_refused(tmp_path: Path, diff_ids: list[str]) -> None:
+    src, dst = tmp_path / "in.tar", tmp_path / "system.tar"
+    docker_archive(src, LAYERS[:2], diff_ids=diff_ids)
+    with pytest.raises(EnvbuildError) as exc:
+        to_oci_archive(src, dst, "x:y")
+    assert exc.value.exit_code == 1 and "not its diff_id" in exc.value.message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.tar"]  # nothing half-written
+
+
+_FILE = {"data": b"x"}
+_HOSTILE: dict[str, tuple[tuple[str, dict[str, object]], ...]] = {
+    "parent": (("../evil", _FILE),),
+    "parent-deep": (("a/b/../../../evil", _FILE),),
+    "absolute": (("/etc/evil", _FILE),),
+    "dotdot-dir": (("..", {"type": tarfile.DIRTYPE}),),
+    "link-absolute": (("z/layer.tar", {"type": tarfile.SYMTYPE, "linkname": "/etc/passwd"}),),
+    "link-out": (("z/layer.tar", {"type": tarfile.SYMTYPE, "linkname": "../../etc/passwd"}),),
+    "link-not-a-layer": (("z/layer.tar", {"type": tarfile.SYMTYPE, "linkname": "../x.json"}),),
+    "link-other-name": (("z/evil", {"type": tarfile.SYMTYPE, "linkname": "../y/layer.tar"}),),
+    "hardlink": (("z/layer.tar", {"type": tarfile.LNKTYPE, "linkname": "manifest.json"}),),
+    "device": (("z/dev", {"type": tarfile.CHRTYPE, "devmajor": 1, "devminor": 3}),),
+    "fifo": (("z/fifo", {"type": tarfile.FIFOTYPE}),),
+    "twice": (("w/VERSION", _FILE), ("w/VERSION", _FILE)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_HOSTILE))
+def test_hostile_archive_members_refused(tmp_path: Path, case: str) -> None:
+    src, dst = tmp_path / "in.tar", tmp_path / "system.tar"
+    docker_archive(src, LAYERS, extra=tuple((n, dict(a)) for n, a in _HOSTILE[case]))
+    with pytest.raises(UsageError) as exc:
+        to_oci_archive(src, dst, "x:y")
+    assert exc.value.exit_code == 2 and exc.value.message.startswith("docker archive in.tar: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.tar"]
+
+
+@pytest.mark.parametrize("manifest", [
+    [], [{}], {"Config": "a"}, [{"Config": "x.json", "Layers": []}] * 2,
+    [{"Config": "../../etc/passwd", "Layers": []}], [{"Config": "/etc/passwd", "Layers": []}],
+    [{"Config": None, "Layers": []}], [{"Config": "manifest.json", "Layers": []}],
+    "CONFIG_WITH_LAYERS:../../etc/shadow", "CONFIG_WITH_LAYERS:", "CONFIG_WITH_LAYERS:nowhere",
+])
+def test_a_manifest_json_naming_what_is_not_there_refused(tmp_path: Path,
+                                                          manifest: object) -> None:
+    src, dst = tmp_path / "in.tar", tmp_path / "system.tar"
+    if isinstance(manifest, str):  # the real config, one layer path replaced
+        first = tmp_path / "first.tar"
+        image_id = docker_archive(first, LAYERS[:1])
+        manifest = [{"Config": f"{image_id[7:]}.json",
+                     "Layers": [manifest.split(":", 1)[1]]}]
+    docker_archive(src, LAYERS[:1], manifest=manifest)
+    with pytest.raises(UsageError) as exc:
+        to_oci_archive(src, dst, "x:y")
+    assert exc.value.exit_code == 2
+    assert not dst.exists() and not (tmp_path / "system.tar.partial").exists()
+
+
+@pytest.mark.parametrize("data", [b"", b"not a tar at all" * 100, b"\0" * 1024])
+def test_not_a_tar_refused(tmp_path: Path, data: bytes) -> None:
+    (tmp_path / "in.tar").write_bytes(data)
+    with pytest.raises(UsageError):
+        to_oci_archive(tmp_path / "in.tar", tmp_path / "system.tar", "x:y")
+    assert not (tmp_path / "system.tar").exists()
+
+
+def test_a_config_whose_diff_ids_do_not_list_the_layers_refused(tmp_path: Path) -> None:
+    src = tmp_path / "in.tar"
+    docker_archive(src, LAYERS, diff_ids=[_sha(LAYERS[0])])
+    with pytest.raises(UsageError, match="diff_ids"):
+        to_oci_archive(src, tmp_path / "system.tar", "x:y")
+
+
+@pytest.mark.parametrize(("ref", "name"), [
+    ("foo", "docker.io/library/foo:latest"), ("a/b:1", "docker.io/a/b:1"),
+    ("localhost:5000/a/b:t", "localhost:5000/a/b:t"),
+    ("reg.example.com/x", "reg.example.com/x:latest"),
+])
+def test_containerd_name(ref: str, name: str) -> None:
+    assert containerd_name(ref) == name
+
+
+D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+
+
+@pytest.mark.parametrize(("ref", "local", "digest", "kind"), [
+    (f"reg.example.com/x@{D1}", None, D1, "pinned_in_ref"),
+    ("reg.example.com/x:1", {"id": D2, "repo_digests": [f"other.example.com/y@{D2}",
+                                                        f"reg.example.com/x@{D1}"]},
+     D1, "repo_digest"),
+    ("nvidia/cuda:12.8", {"id": D2, "repo_digests": [f"nvidia/cuda@{D1}"]}, D1, "repo_digest"),
+    ("local/debian:bookworm", {"id": D2, "repo_digests": []}, D2, "image_id"),
+    ("nvidia/cuda:12.8", None, None, "unknown"),
+])
+def test_the_base_images_digest(ref: str, local: dict[str, object] | None, digest: str | None,
+                                kind: str) -> None:
+    got = base_digest(ref, local)
+    assert (got["ref"], got["digest"], got["kind"]) == (ref, digest, kind)
