@@ -13,6 +13,7 @@ import subprocess
 import tarfile
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import example, given, settings
@@ -560,14 +561,16 @@ def docker_archive(path: Path, layers: list[bytes], *, diff_ids: list[str] | Non
     return image_id
 
 
-def read_oci_layout(path: Path) -> dict[str, object]:
+def read_oci_layout(path: Path) -> dict[str, Any]:
     """Check an archive against the OCI image-layout and image-manifest rules, independently of
     envbuild's converter, and the docker-archive manifest.json it keeps: every blob's bytes
     hash to its name; index.json -> manifest -> config and layers by digest, media type and size;
-    the layers are the config's diff_ids. Returns the digests and the names."""
+    the layers are the config's diff_ids. Streamed (a real system.tar is hundreds of MB): blobs
+    up to 1 MiB are kept. Returns the digests, the names and those blobs."""
+    sizes: dict[str, int] = {}
+    blobs: dict[str, bytes] = {}
+    files: dict[str, bytes] = {}
     with tarfile.open(path) as tf:
-        blobs: dict[str, bytes] = {}
-        files: dict[str, bytes] = {}
         for m in tf:
             assert not m.issym() and not m.islnk(), m.name
             if m.isdir():
@@ -575,12 +578,17 @@ def read_oci_layout(path: Path) -> dict[str, object]:
                 continue
             f = tf.extractfile(m)
             assert f is not None
-            data = f.read()
             if m.name.startswith("blobs/sha256/"):
-                assert _sha(data) == "sha256:" + m.name.rsplit("/", 1)[1], m.name
-                blobs["sha256:" + m.name.rsplit("/", 1)[1]] = data
+                digest, h, head = "sha256:" + m.name.rsplit("/", 1)[1], hashlib.sha256(), b""
+                while chunk := f.read(1 << 20):
+                    h.update(chunk)
+                    head = (head + chunk)[:1 << 20 | 1]
+                assert "sha256:" + h.hexdigest() == digest, m.name
+                sizes[digest] = m.size
+                if m.size <= 1 << 20:
+                    blobs[digest] = head
             else:
-                files[m.name] = data
+                files[m.name] = f.read()
     assert set(files) == {"oci-layout", "index.json", "manifest.json"}, set(files)
     assert json.loads(files["oci-layout"]) == {"imageLayoutVersion": "1.0.0"}
     index = json.loads(files["index.json"])
@@ -588,20 +596,19 @@ def read_oci_layout(path: Path) -> dict[str, object]:
     assert index["mediaType"] == "application/vnd.oci.image.index.v1+json"
     [desc] = index["manifests"]
     assert desc["mediaType"] == "application/vnd.oci.image.manifest.v1+json"
-    manifest_bytes = blobs[desc["digest"]]
-    assert desc["size"] == len(manifest_bytes)
-    manifest = json.loads(manifest_bytes)
+    assert desc["size"] == sizes[desc["digest"]]
+    manifest = json.loads(blobs[desc["digest"]])
     assert manifest["schemaVersion"] == 2 and manifest["mediaType"] == desc["mediaType"]
     cfg = manifest["config"]
     assert cfg["mediaType"] == "application/vnd.oci.image.config.v1+json"
-    assert cfg["size"] == len(blobs[cfg["digest"]])
+    assert cfg["size"] == sizes[cfg["digest"]]
     config = json.loads(blobs[cfg["digest"]])
     for layer in manifest["layers"]:
         assert layer["mediaType"] == "application/vnd.oci.image.layer.v1.tar"
-        assert layer["size"] == len(blobs[layer["digest"]])
+        assert layer["size"] == sizes[layer["digest"]]
     layers = [la["digest"] for la in manifest["layers"]]
     assert config["rootfs"] == {"type": "layers", "diff_ids": layers}
-    assert set(blobs) == {desc["digest"], cfg["digest"], *layers}  # nothing else, nothing less
+    assert set(sizes) == {desc["digest"], cfg["digest"], *layers}  # nothing else, nothing less
     [image] = json.loads(files["manifest.json"])
     assert image["Config"] == f"blobs/sha256/{cfg['digest'][7:]}"
     assert image["Layers"] == [f"blobs/sha256/{d[7:]}" for d in layers]
@@ -624,8 +631,7 @@ def test_a_docker_archive_becomes_an_oci_layout(tmp_path: Path) -> None:
     assert found["config"] == oci.config == image_id
     assert found["manifest"] == oci.manifest and found["layers"] == list(oci.layers)
     assert oci.layers == tuple(_sha(la) for la in LAYERS)
-    blobs = found["blobs"]
-    assert isinstance(blobs, dict) and [blobs[d] for d in oci.layers] == LAYERS
+    assert [found["blobs"][d] for d in oci.layers] == LAYERS
     assert found["name"] == oci.name == "docker.io/envbuild-bundle/system:test"
     assert found["ref_name"] == "test" and found["repo_tags"] == ["envbuild-bundle/system:test"]
     assert oci.to_json()["config_digest"] == image_id

@@ -42,8 +42,10 @@ from pathlib import Path
 
 import pytest
 
+from envbuild.bundle import to_oci_archive
 from tests.conftest import IN_CI, ROOT, run_cli
-from tests.test_build import BASE, docker, fixtures, image_exists  # noqa: F401
+from tests.test_build import BASE, DOCKER, docker, fixtures, image_exists  # noqa: F401
+from tests.test_bundle import docker_archive, layer_tar, read_oci_layout
 from tests.test_corp_mirror import _gateway, _Handler
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -216,6 +218,85 @@ def test_bundle_contents(bundle: tuple[Path, dict[str, object]]) -> None:
                                   "matrix/torch.toml"}
     # torch's requirements.txt is the torch wheelhouse alone: user packages leave that layer be
     assert not any("probe" in x for x in reqs)
+
+
+def test_system_tar_is_an_oci_image_layout(bundle: tuple[Path, dict[str, object]]) -> None:
+    """system.tar read as the OCI image-layout spec says (index.json -> manifest -> config and
+    layers, every blob's digest checked): its config is the system image's id, bundle.json
+    records the same digests, and the base the system image was built FROM with its digest (the
+    local test base has no registry digest: its image id)."""
+    out, data = bundle
+    meta = json.loads((out / "bundle.json").read_text())
+    found = read_oci_layout(out / "system.tar")
+    oci = meta["system_oci"]
+    assert found["config"] == oci["config_digest"] == meta["system_id"] == data["system_id"]
+    assert found["manifest"] == oci["manifest_digest"] and found["layers"] == oci["layer_digests"]
+    assert found["name"] == oci["name"] == f"docker.io/{data['system_ref']}"
+    assert found["repo_tags"] == [data["system_ref"]] and data["system_oci"] == oci
+    base_id = docker("image", "inspect", "--format", "{{.Id}}", BASE).stdout.strip()
+    assert meta["base"] == data["base"] == {"ref": BASE, "digest": base_id, "kind": "image_id"}
+
+
+def _ctr() -> list[str]:
+    """containerd's own client, on dockerd's containerd (or a system one)."""
+    exe = shutil.which("ctr")
+    for sock in ("/run/docker/containerd/containerd.sock", "/run/containerd/containerd.sock"):
+        if exe and Path(sock).exists() and subprocess.run(
+                [exe, "--address", sock, "--timeout", "10s", "version"], capture_output=True,
+                timeout=30).returncode == 0:
+            return [exe, "--address", sock]
+    pytest.skip("no containerd client (ctr) with a reachable containerd here")
+
+
+def test_containerd_reads_system_tar_as_oci(bundle: tuple[Path, dict[str, object]]) -> None:
+    """An independent OCI reader: containerd imports system.tar by its index.json (the image is
+    the OCI manifest by its digest) and unpacks it, which checks every layer against the config's
+    diff_ids. In a namespace of its own, removed after."""
+    out, data = bundle
+    found = read_oci_layout(out / "system.tar")
+    ctr = [*_ctr(), "-n", f"envbuild-oci-test-{uuid.uuid4().hex[:8]}"]
+    try:
+        r = subprocess.run([*ctr, "images", "import", str(out / "system.tar")],
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        listed = subprocess.run([*ctr, "images", "ls"], capture_output=True, text=True,
+                                check=True).stdout.splitlines()[1:]
+        assert [ln.split()[:3] for ln in listed] == [[
+            f"docker.io/{data['system_ref']}", "application/vnd.oci.image.manifest.v1+json",
+            str(found["manifest"])]], listed
+    finally:
+        subprocess.run([*ctr, "images", "rm", "--sync", f"docker.io/{data['system_ref']}"],
+                       capture_output=True)
+        subprocess.run([*ctr[:-2], "namespaces", "rm", ctr[-1]], capture_output=True)
+
+
+def test_docker_load_reads_the_layers_from_the_oci_blobs(docker_engine: None,
+                                                         tmp_path: Path) -> None:
+    """dockerd 20.10 loads a converted archive whose layers it has never seen, so it must read
+    them from the blobs/sha256/ paths manifest.json names: the image id is the config digest and
+    a file of the top layer comes back out of a container of it."""
+    marker = uuid.uuid4().hex
+    ref = f"envbuild-oci-test/load:{marker[:12]}"
+    layers = [layer_tar({"etc/envbuild-oci": marker.encode()}),
+              layer_tar({"usr/envbuild-oci": marker.encode() * 2})]
+    image_id = docker_archive(tmp_path / "in.tar", layers, ref=ref)
+    oci = to_oci_archive(tmp_path / "in.tar", tmp_path / "system.tar", ref)
+    try:
+        loaded = docker("load", "-i", str(tmp_path / "system.tar"))
+        assert f"Loaded image: {ref}" in loaded.stdout, loaded.stdout + loaded.stderr
+        assert docker("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip() == \
+            oci.config == image_id
+        cid = docker("create", ref, "none").stdout.strip()
+        try:
+            got = subprocess.run([DOCKER, "cp", f"{cid}:/usr/envbuild-oci", "-"],
+                                 capture_output=True, check=True, timeout=60).stdout
+        finally:
+            docker("rm", cid, check=False)
+        with tarfile.open(fileobj=io.BytesIO(got)) as tf:
+            f = tf.extractfile("envbuild-oci")
+            assert f is not None and f.read() == marker.encode() * 2
+    finally:
+        docker("image", "rm", ref, check=False)
 
 
 PROBES = ["envbuild_probe_a-1.0-py3-none-any.whl", "envbuild_probe_b-1.0-py3-none-any.whl"]

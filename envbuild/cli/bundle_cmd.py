@@ -37,10 +37,11 @@ def bundle(
     base_image: o.BaseImage = None, python_source: o.PythonSource = None,
     proxy: o.Proxy = None, json: o.Json = False,
 ) -> None:
-    """Collect an offline build: the system image (base + OS packages) as a docker archive with
-    its id, the wheelhouse (torch, and the --pip packages with everything they need, built as
-    wheels for the image's Python) with sha256 hashes, the rendered context and the matrix
-    snapshot. (--conda packages only go to environment.yml, not into the image: not taken.)"""
+    """Collect an offline build: the system image (base + OS packages) as an OCI image layout
+    that `docker load` also takes, with its digests and the base image's; the wheelhouse (torch,
+    and the --pip packages with everything they need, built as wheels for the image's Python)
+    with sha256 hashes; the rendered context and the matrix snapshot. (--conda packages only go
+    to environment.yml, not into the image: not taken.)"""
     from envbuild import bundle as b
     from envbuild import engine
     from envbuild.build import build as do_build
@@ -91,7 +92,17 @@ def bundle(
         if plan is not None:
             user_wheels = _collect(plan, system_ref, prepared, proxies, wheelhouse, work)
         new_wheels = b.merge_wheels(torch_wheels, user_wheels)
-        engine.save_image(system_ref, tmp / b.SYSTEM_ARCHIVE)
+        # the system image as an OCI image layout that `docker load` still takes
+        saved = tmp / ".docker-save.tar"
+        engine.save_image(system_ref, saved)
+        oci = b.to_oci_archive(saved, tmp / b.SYSTEM_ARCHIVE, system_ref)
+        saved.unlink()
+        if oci.config != result.image_id:
+            raise EnvbuildError(f"docker save {system_ref} wrote image {oci.config[:19]}, not the "
+                                f"one just built ({result.image_id[:19]})",
+                                "the tag moved while bundle ran: run bundle again")
+        base_ref = base_image or spec.base_image
+        base = b.base_digest(base_ref, engine.local_image(base_ref)) if base_ref else None
         # 3. the offline context: every wheel pinned with its hash
         files = dict(offline)
         files["Dockerfile"] = RenderedFile(b.offline_dockerfile(rest, system_ref))
@@ -109,7 +120,7 @@ def bundle(
             shutil.copyfile(f, tmp / "matrix" / f.name)
         b.write_meta(tmp, {"spec_hash": spec.hash, "spec": spec.to_json(),
                            "system_ref": system_ref, "system_id": result.image_id,
-                           "base_image": base_image or spec.base_image,
+                           "base_image": base_ref, "base": base, "system_oci": oci.to_json(),
                            "pip": list(prepared.options.pip), "torch_wheels": torch_wheels,
                            "user_wheels": user_wheels})
         if out.exists():
@@ -121,7 +132,8 @@ def bundle(
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     if json:
         emit_json({"out": str(out), "spec_hash": spec.hash, "system_ref": system_ref,
-                   "system_id": result.image_id, "wheels": sorted(torch_wheels),
+                   "system_id": result.image_id, "system_oci": oci.to_json(), "base": base,
+                   "wheels": sorted(torch_wheels),
                    "user_wheels": sorted(user_wheels), "bytes": size})
     else:
         say(f"bundle for torch {spec.torch} ({spec.variant}) Python {spec.python} in {out} "
