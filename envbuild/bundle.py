@@ -2,7 +2,8 @@
 `envbuild make --from-bundle DIR` builds and validates from it with no network.
 
 A bundle directory:
-  bundle.json   what is in it: spec, the system image's id, every wheel's sha256, the files
+  bundle.json   what is in it: spec, the system image's id and OCI digests, the base image it was
+                built FROM with its digest, every wheel's sha256, the files
   system.tar    the *system image* (the base image with the rendered OS-package and user steps
                 already run: apt/dnf need a network; nothing else does) as an OCI image layout in
                 a tar (oci-layout, index.json, blobs/sha256/...) that also keeps docker-archive's
@@ -382,6 +383,13 @@ def archive_members(tf: tarfile.TarFile, what: str) -> dict[str, tarfile.TarInfo
         elif not (m.isreg() or m.isdir()):
             raise _bad(what, f"member {key[:80]!r} is not a file or a directory")
         members[key] = m
+    for key, m in members.items():
+        if m.issym():
+            dest = members.get(posixpath.normpath(posixpath.join(posixpath.dirname(key),
+                                                                 m.linkname)))
+            if dest is None or not dest.isreg():
+                raise _bad(what, f"{key[:80]!r} is a link to {m.linkname[:80]!r}, which is not "
+                           "a layer in it")
     return members
 
 

@@ -682,6 +682,8 @@ _HOSTILE: dict[str, tuple[tuple[str, dict[str, object]], ...]] = {
     "link-out": (("z/layer.tar", {"type": tarfile.SYMTYPE, "linkname": "../../etc/passwd"}),),
     "link-not-a-layer": (("z/layer.tar", {"type": tarfile.SYMTYPE, "linkname": "../x.json"}),),
     "link-other-name": (("z/evil", {"type": tarfile.SYMTYPE, "linkname": "../y/layer.tar"}),),
+    "link-dangling": (("z/layer.tar", {"type": tarfile.SYMTYPE, "linkname": "../y/layer.tar"}),),
+    "link-to-link": (("z/layer.tar", {"type": tarfile.SYMTYPE, "linkname": "../z/layer.tar"}),),
     "hardlink": (("z/layer.tar", {"type": tarfile.LNKTYPE, "linkname": "manifest.json"}),),
     "device": (("z/dev", {"type": tarfile.CHRTYPE, "devmajor": 1, "devminor": 3}),),
     "fifo": (("z/fifo", {"type": tarfile.FIFOTYPE}),),
@@ -697,6 +699,21 @@ def test_hostile_archive_members_refused(tmp_path: Path, case: str) -> None:
         to_oci_archive(src, dst, "x:y")
     assert exc.value.exit_code == 2 and exc.value.message.startswith("docker archive in.tar: ")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.tar"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["..", "a", "layer.tar", "", "."]), min_size=1, max_size=5),
+       st.booleans())
+def test_any_member_name_reaching_outside_refused(tmp_path_factory: pytest.TempPathFactory,
+                                                  parts: list[str], absolute: bool) -> None:
+    name = ("/" if absolute else "") + "/".join(parts)
+    if not absolute and (".." not in parts or not name.strip("/")):
+        name = "../" + name
+    tmp = tmp_path_factory.mktemp("hostile")
+    docker_archive(tmp / "in.tar", LAYERS[:1], extra=((name, {"data": b"x"}),))
+    with pytest.raises(UsageError):
+        to_oci_archive(tmp / "in.tar", tmp / "system.tar", "x:y")
+    assert not (tmp / "system.tar").exists()
 
 
 @pytest.mark.parametrize("manifest", [
