@@ -80,6 +80,16 @@ def system_files(files: dict[str, Any], system_part: str) -> dict[str, Any]:
     return {n: f for n, f in files.items() if n in keep}
 
 
+def files_hash(files: dict[str, Any]) -> str:
+    """12 hex digits over the names, modes and contents of rendered files (a tag suffix)."""
+    h = hashlib.sha256()
+    for name in sorted(files):
+        f = files[name]
+        data = f.content.encode() if isinstance(f.content, str) else bytes(f.content)
+        h.update(f"{name}\0{f.mode:o}\0{len(data)}\0".encode() + data)
+    return h.hexdigest()[:12]
+
+
 def offline_options(opts: RenderOptions) -> RenderOptions:
     """The render options of the offline context: no build secrets (no CA bundle, no index
     login: an offline build has no network to use them on, and `make --from-bundle` takes none)."""

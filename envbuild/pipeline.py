@@ -145,11 +145,11 @@ def render_options(ci: ContextInputs, image_ref: str = "") -> tuple[RenderOption
 
 def prepare(req: Request, ci: ContextInputs, m: Matrix, image_ref: str = "") -> Prepared:
     from envbuild.render import render
-    from envbuild.resolve import resolve
+    from envbuild.resolve import resolve, with_python_source
     from envbuild.torch_index import plan
 
     opts, secrets = render_options(ci, image_ref)  # input errors first: nothing resolved yet
-    spec = resolve(req, m)
+    spec = with_python_source(resolve(req, m), ci.python_source)
     # A PyPI-like torch index: pins without the local tag, or refused before any build.
     local = plan(spec, m, opts.torch_index_url, ci.torch_index_kind).local_tag
     opts = dataclasses.replace(opts, torch_local_tag=local)
@@ -234,14 +234,16 @@ def prepare_all(base: Request, ci: ContextInputs,
     from envbuild import targets
     from envbuild.render import render
     from envbuild.request import parse
-    from envbuild.resolve import resolve_parsed
+    from envbuild.resolve import resolve_parsed, with_python_source
     from envbuild.torch_index import plan
 
     opts, secrets = render_options(ci)
     seen: dict[str, tuple[str, Prepared]] = {}
     for req in all_requests(base, m):
         try:
-            spec = resolve_parsed(m, dataclasses.replace(parse(req, m), given=frozenset()))
+            spec = with_python_source(
+                resolve_parsed(m, dataclasses.replace(parse(req, m), given=frozenset())),
+                ci.python_source)
             # on a PyPI-like torch index only the release's default variant exists
             local = plan(spec, m, opts.torch_index_url, ci.torch_index_kind).local_tag
         except (ConflictError, UsageError):

@@ -723,3 +723,15 @@ def _describe_alternative(key: str, s: Spec, p: Parsed) -> str:
 def resolve(request: Request, matrix: Matrix) -> Spec:
     """Resolve a request against the matrix; raise UsageError or ConflictError."""
     return resolve_parsed(matrix, parse(request, matrix))
+
+
+def with_python_source(spec: Spec, source: str | None) -> Spec:
+    """The spec with `--python-source` applied: the image's Python source is part of what the
+    spec says (its hash, its label, the validator's view), not only of the rendered files. The
+    render step refuses `os` where the OS does not ship the version."""
+    if source is None or source == spec.python_source or spec.python_source == "native":
+        return spec
+    where = ("a standalone CPython build (python-build-standalone through uv)"
+             if source == "standalone" else f"{spec.os}'s own packages")
+    return dataclasses.replace(spec, python_source=source, trace=(
+        *spec.trace, f"--python-source {source}: Python {spec.python} from {where}"))

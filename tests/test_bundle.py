@@ -777,3 +777,21 @@ def test_the_base_images_digest(ref: str, local: dict[str, object] | None, diges
                                 kind: str) -> None:
     got = base_digest(ref, local)
     assert (got["ref"], got["digest"], got["kind"]) == (ref, digest, kind)
+
+
+def test_system_tag_follows_what_goes_into_the_system_image() -> None:
+    """Two bundles of one spec with another user or OS package list must not share the system
+    image's tag (one would retag the other's image on the connected side)."""
+    from envbuild.bundle import files_hash
+    from envbuild.render import RenderedFile
+    base = {"Dockerfile": RenderedFile("FROM x\nRUN useradd a\n"),
+            "apt-packages.txt": RenderedFile("netbase\n")}
+    variants = [
+        {**base, "Dockerfile": RenderedFile("FROM x\nRUN useradd b\n")},
+        {**base, "apt-packages.txt": RenderedFile("netbase\ncurl\n")},
+        {**base, "apt-packages.txt": RenderedFile("netbase\n", 0o600)},
+        {"Dockerfile": base["Dockerfile"]},
+    ]
+    hashes = {files_hash(base)} | {files_hash(v) for v in variants}
+    assert len(hashes) == 1 + len(variants)
+    assert files_hash(dict(reversed(list(base.items())))) == files_hash(base)

@@ -386,3 +386,17 @@ def test_rocm_trace_says_what_the_wheel_bundles_and_what_devel_costs(matrix: Mat
     devel = resolve(Request(rocm="6.2", torch="2.5.1", flavor="devel"), matrix)
     line = next(t for t in devel.trace if t.startswith("base image "))
     assert str(meta["devel_image_gb"]) in line and "second time" in line
+
+
+def test_python_source_override_is_part_of_the_spec(matrix: Matrix) -> None:
+    """`--python-source standalone` where the OS ships the version: the spec says standalone (its
+    hash, label and trace), so the two images never share a spec hash, tag or validation."""
+    from envbuild.resolve import with_python_source
+    spec = resolve(Request(target="cpu", torch="2.13.0", python="3.11", os="debian12"), matrix)
+    assert spec.python_source == "os"
+    forced = with_python_source(spec, "standalone")
+    assert forced.python_source == "standalone" and forced.hash != spec.hash
+    assert "--python-source standalone" in forced.trace[-1]
+    assert with_python_source(spec, None) is spec and with_python_source(spec, "os") is spec
+    mps = resolve(Request(target="mps", torch="2.13.0"), matrix)
+    assert with_python_source(mps, "standalone") is mps

@@ -75,15 +75,17 @@ def bundle(
     offline = render(spec, b.offline_options(prepared.options), m)
     _, rest = b.split_dockerfile(str(offline["Dockerfile"].content))
     torch_wheels = b.wheels_in(wheelhouse, "--wheelhouse", strict=False)
-    system_ref = f"envbuild-bundle/system:{spec.hash}"
+    # Tagged by what goes into it (the system part and its files: OS packages, user, CA mount),
+    # not only the spec: two bundles of one spec with other --apt or --user never share a tag.
+    files = b.system_files(dict(prepared.files), system_part)
+    files["Dockerfile"] = RenderedFile(system_part)
+    system_ref = f"envbuild-bundle/system:{spec.hash}-{b.files_hash(files)}"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".envbuild-bundle-", dir=out.parent))
     work = Path(tempfile.mkdtemp(prefix="envbuild-bundle-collect-"))  # 0700, never in --out
     try:
         # 1. the system image: base + OS packages + user, built here (needs the network)
         sys_ctx = tmp / "system-context"
-        files = b.system_files(dict(prepared.files), system_part)
-        files["Dockerfile"] = RenderedFile(system_part)
         write_tree(files, sys_ctx)
         result = do_build(sys_ctx, tag=system_ref, secrets=prepared.secrets, proxies=proxies)
         shutil.rmtree(sys_ctx)
