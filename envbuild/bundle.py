@@ -112,22 +112,44 @@ def offline_dockerfile(rest: str, system_ref: str) -> str:
 
 @dataclass(frozen=True)
 class CollectPlan:
-    """How the user packages are collected as wheels: the image's interpreter, and the exact pip
-    options of the rendered user layer (its index, extra indexes, trusted hosts, --find-links)."""
+    """How a pip layer of the rendered Dockerfile is collected as wheels: the image's
+    interpreter, and the exact pip options of that layer (its index, extra indexes, trusted
+    hosts, --find-links). `layer` is "user" (the --pip packages: `pip wheel`, so sdists are built
+    here) or "torch" (the torch stack: `pip download` of wheels only, as the build installs
+    them)."""
 
     interpreter: str
     pip_args: tuple[str, ...]
+    layer: str = "user"
+
+    @property
+    def what(self) -> str:
+        return "the torch stack" if self.layer == "torch" else "the --pip packages"
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The rendered files the command reads (mounted under COLLECT_IN)."""
+        if self.layer == "torch":
+            return ("requirements.txt",)
+        return ("user-requirements.txt", "constraints.txt")
 
     def command(self) -> list[str]:
         """The collection container's command: a throwaway venv of the image's own Python (so
         the wheels fit its version and platform), then `pip wheel` of the user requirements under
-        the build's constraints. Arguments go as positional parameters: nothing is re-quoted."""
+        the build's constraints, or `pip download --only-binary=:all:` of the torch pins (every
+        dependency comes along: the nvidia-* / ROCm wheels of a GPU variant). Arguments go as
+        positional parameters: nothing is re-quoted."""
         script = ('set -e; if [ -f "$HOME/proxy.env" ]; then . "$HOME/proxy.env"; fi; '
                   '"$0" -m venv /tmp/envbuild-collect; exec /tmp/envbuild-collect/bin/pip "$@"')
-        return ["/bin/sh", "-c", script, self.interpreter, "wheel", "--no-cache-dir",
-                "--progress-bar", "off", "--wheel-dir", COLLECT_OUT, *self.pip_args,
-                "-r", f"{COLLECT_IN}/user-requirements.txt",
-                "-c", f"{COLLECT_IN}/constraints.txt"]
+        if self.layer == "torch":
+            verb = ["download", "--only-binary=:all:", "--no-cache-dir", "--progress-bar", "off",
+                    "--dest", COLLECT_OUT]
+        else:
+            verb = ["wheel", "--no-cache-dir", "--progress-bar", "off", "--wheel-dir",
+                    COLLECT_OUT]
+        files = [a for n in self.inputs
+                 for a in ("-c" if n == "constraints.txt" else "-r", f"{COLLECT_IN}/{n}")]
+        return ["/bin/sh", "-c", script, self.interpreter, *verb, *self.pip_args, *files]
 
 
 def proxy_env_file(proxies: dict[str, str]) -> str:
@@ -159,18 +181,24 @@ _COLLECT_HINTS = (
     (r"NewConnectionError|Name or service not known|Temporary failure in name resolution|"
      r"Network is unreachable|Connection refused",
      "the index cannot be reached from a container on docker's default network: check "
-     "--pip-index-url, --proxy and the container's DNS"),
+     "{index}, --proxy and the container's DNS"),
     (r"Failed building wheel|Could not build wheels|subprocess-exited-with-error",
      "an sdist did not build into a wheel: its build needs more than this image has (see the "
      "log); or give it as a wheel on the index"),
 )
 
 
-def collect_hint(output: str) -> str:
-    """What to do about a failed collection, from pip's output."""
+def collect_hint(output: str, layer: str = "user") -> str:
+    """What to do about a failed collection of a layer ("user" or "torch"), from pip's output."""
+    index = "--torch-index-url" if layer == "torch" else "--pip-index-url"
     for pattern, hint in _COLLECT_HINTS:
         if re.search(pattern, output):
-            return hint
+            return hint.format(index=index)
+    if layer == "torch":
+        return ("check that --torch-index-url (default: the PyTorch index of the variant) serves "
+                "these pins as wheels for the image's Python and platform, with all they need "
+                "(--torch-index-kind pypi for a PyPI mirror); or give the wheels with "
+                "--wheelhouse DIR")
     return ("check the --pip requirements, and that --pip-index-url / --pip-extra-index-url "
             "serve them and all they depend on to this machine")
 
@@ -186,6 +214,32 @@ def collect_plan(dockerfile: str) -> CollectPlan | None:
         raise UsageError("this rendered Dockerfile creates no venv to collect wheels for",
                          "re-render it with this envbuild version")
     return CollectPlan(shlex.split(py.group("python"))[0], tuple(shlex.split(m.group("args"))))
+
+
+_TORCH_PIP = re.compile(r"/bin/pip install (?P<args>[^\n]*) -r /opt/envbuild/requirements\.txt$",
+                        re.MULTILINE)
+
+
+def torch_plan(dockerfile: str) -> CollectPlan:
+    """The plan that downloads the torch stack: the rendered torch layer's own pip options (its
+    index, extra indexes, trusted hosts) and the venv's interpreter, from a Dockerfile rendered
+    without a wheelhouse (one rendered with --wheelhouse has nothing to download from)."""
+    m = _TORCH_PIP.search(dockerfile)
+    py = _VENV.search(dockerfile)
+    if m is None or py is None:
+        raise UsageError("this rendered Dockerfile has no torch layer to collect wheels for",
+                         "re-render it with this envbuild version")
+    args = tuple(shlex.split(m.group("args")))
+    if "--no-index" in args:
+        raise UsageError("this rendered Dockerfile installs torch from a wheelhouse: nothing to "
+                         "download", "render it without --wheelhouse")
+    return CollectPlan(shlex.split(py.group("python"))[0], args, layer="torch")
+
+
+def with_wheelhouse(options: RenderOptions) -> RenderOptions:
+    """The render options of a bundle whose torch wheels were collected: as if --wheelhouse had
+    been given (the torch layer from the wheelhouse, the user layer with it as --find-links)."""
+    return dataclasses.replace(options, wheelhouse=True)
 
 
 def sha256_file(path: Path) -> str:
@@ -212,6 +266,9 @@ def wheel_pin(filename: str) -> tuple[str, str]:
         raise UsageError(f"{filename[:80]!r} is not a valid wheel file name",
                          "a wheelhouse holds name-version-python-abi-platform.whl files only"
                          ) from None
+    if not re.fullmatch(r"[a-z0-9]+(?:-[a-z0-9]+)*", name, re.ASCII):  # "_-1-py3-none-any.whl"
+        raise UsageError(f"{filename[:80]!r} names no project",
+                         "a wheelhouse holds name-version-python-abi-platform.whl files only")
     return str(name), str(version)
 
 
@@ -246,8 +303,8 @@ def merge_wheels(torch: dict[str, str], user: dict[str, str]) -> dict[str, str]:
             new[name] = digest
         elif torch[name] != digest:
             raise EnvbuildError(
-                f"the --pip packages need {name} with sha256 {digest[:12]}..., but --wheelhouse "
-                f"has a different file of that name ({torch[name][:12]}...)",
+                f"the --pip packages need {name} with sha256 {digest[:12]}..., but the torch "
+                f"wheelhouse has a different file of that name ({torch[name][:12]}...)",
                 "the index and the wheelhouse serve different files under one name: refill the "
                 "wheelhouse from the same index, or remove that wheel from it")
     return new

@@ -39,8 +39,10 @@ from envbuild.bundle import (
     split_dockerfile,
     system_files,
     to_oci_archive,
+    torch_plan,
     wheel_pin,
     wheels_in,
+    with_wheelhouse,
     write_meta,
 )
 from envbuild.errors import EnvbuildError, UsageError
@@ -226,6 +228,114 @@ def test_the_offline_context_asks_for_no_secret(matrix: Matrix, tmp_path: Path) 
     assert "pypi.corp" not in offline_dockerfile(rest, "s")
 
 
+# --- the torch stack collected from the torch index (no --wheelhouse) ---------------------------
+
+_TORCH_INDEX = {"cpu-debian12": "https://download.pytorch.org/whl/cpu",
+                "cuda-base-ubuntu24.04": "https://download.pytorch.org/whl/cu128",
+                "cuda-devel-ubuntu24.04": "https://download.pytorch.org/whl/cu130",
+                "rocm-ubuntu22.04": "https://download.pytorch.org/whl/rocm6.2",
+                "cuda-pypi-mirror": "https://nexus.example.com/repository/pypi/simple"}
+
+
+def _torch_layer_args(dockerfile: str) -> list[str]:
+    """The torch layer's pip options, read with a pattern of the test's own."""
+    found = [ln for ln in dockerfile.splitlines()
+             if ln.endswith(" -r /opt/envbuild/requirements.txt") and "/bin/pip install " in ln]
+    assert len(found) == 1, found
+    return shlex.split(found[0].split("/bin/pip install ", 1)[1]
+                       .removesuffix(" -r /opt/envbuild/requirements.txt"))
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_the_torch_download_is_the_rendered_torch_layer(name: str) -> None:
+    """For every golden context (cpu, cuda, rocm; PyTorch index or a PyPI mirror; OS or
+    standalone Python): pip download, wheels only, of the rendered requirements.txt with the
+    torch layer's own index options, by the venv's interpreter."""
+    text = (GOLDEN / name / "Dockerfile").read_text()
+    plan = torch_plan(text)
+    assert plan.layer == "torch" and plan.inputs == ("requirements.txt",)
+    assert list(plan.pip_args) == _torch_layer_args(text)
+    assert f"{plan.interpreter} -m venv /opt/venv" in text
+    if name in _TORCH_INDEX:
+        assert plan.pip_args[:2] == ("--index-url", _TORCH_INDEX[name])
+    cmd = plan.command()
+    assert cmd[:2] == ["/bin/sh", "-c"] and cmd[3] == plan.interpreter
+    assert cmd[4:7] == ["download", "--only-binary=:all:", "--no-cache-dir"]
+    assert cmd[cmd.index("--dest") + 1] == COLLECT_OUT
+    assert cmd[-2:] == ["-r", f"{COLLECT_IN}/requirements.txt"] and "-c" not in cmd[3:]
+    assert cmd[cmd.index(COLLECT_OUT) + 1:-2] == list(plan.pip_args)
+
+
+def test_the_torch_pins_of_a_pypi_like_index_carry_no_local_tag() -> None:
+    pins = [x for x in (GOLDEN / "cuda-pypi-mirror" / "requirements.txt").read_text()
+            .splitlines() if x and not x.startswith("#")]
+    assert pins == ["torch==2.13.0", "torchvision==0.28.0", "torchaudio==2.11.0"]
+    pinned = [x for x in (GOLDEN / "cuda-devel-ubuntu24.04" / "requirements.txt").read_text()
+              .splitlines() if x and not x.startswith("#")]
+    assert all("+cu130" in x for x in pinned)
+
+
+@pytest.mark.parametrize(("url", "kind", "pin"), [
+    ("http://172.17.0.1:8080/simple", None, "torch==2.13.0+cpu"),  # --target cpu: refused below
+    ("http://172.17.0.1:8080/simple", "pytorch", "torch==2.13.0+cpu"),
+    ("http://172.17.0.1:8080/whl/cpu", None, "torch==2.13.0+cpu"),
+    ("https://u:tok@mirror.corp/whl/cpu/", None, "torch==2.13.0+cpu"),
+])
+def test_torch_plan_of_a_prepared_context(matrix: Matrix, url: str, kind: str | None,
+                                          pin: str) -> None:
+    """Rendered without a wheelhouse as `bundle` does: the plan takes the --torch-index-url the
+    build would use (a login goes to the netrc, never into the command), the pins as rendered."""
+    from envbuild.errors import ConflictError
+
+    req = Request(target="cpu", torch="2.13.0", python="3.11", os="debian12",
+                  components=("torch",))
+    ci = ContextInputs(torch_index_url=url, torch_index_kind=kind)
+    if url.endswith("/simple") and kind is None:  # PyPI has no +cpu build of 2.13.0
+        with pytest.raises(ConflictError):
+            prepare(req, ci, matrix)
+        return
+    p = prepare(req, ci, matrix)
+    plan = torch_plan(_dockerfile(p))
+    assert plan.pip_args[1] == url.replace("u:tok@", "") and "tok" not in " ".join(
+        plan.command())
+    assert pin in str(p.files["requirements.txt"].content).splitlines()
+
+
+def test_pypi_like_pins_for_the_pypi_default_variant(matrix: Matrix) -> None:
+    req = Request(target="cuda", cuda="13.0", torch="2.13.0", python="3.11", os="ubuntu24.04",
+                  components=("torch",))
+    p = prepare(req, ContextInputs(torch_index_url="http://172.17.0.1:8080/simple"), matrix)
+    plan = torch_plan(_dockerfile(p))
+    assert plan.pip_args == ("--index-url", "http://172.17.0.1:8080/simple",
+                             "--trusted-host", "172.17.0.1:8080")
+    pins = [x for x in str(p.files["requirements.txt"].content).splitlines()
+            if x and not x.startswith("#")]
+    assert pins == ["torch==2.13.0"]
+
+
+def test_a_wheelhouse_render_has_no_torch_download(matrix: Matrix, tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="wheelhouse"):
+        torch_plan(_dockerfile(_prepared(matrix, tmp_path)))
+    with pytest.raises(UsageError):
+        torch_plan("FROM x\nRUN true\n")
+
+
+def test_collected_torch_renders_as_a_wheelhouse_build(matrix: Matrix, tmp_path: Path) -> None:
+    """What bundle renders after collecting torch is exactly the --wheelhouse render (so the
+    offline context and the user layer's --find-links are as today), and the system part (so the
+    system image and its tag) is the same whichever way the torch wheels came."""
+    req = Request(target="cpu", torch="2.13.0", python="3.11", os="debian12",
+                  components=("torch",))
+    plain = prepare(req, ContextInputs(pip=("x",), apt=("curl",)), matrix)
+    collected = render(plain.spec, with_wheelhouse(plain.options), matrix)
+    given = _prepared(matrix, tmp_path, pip=("x",), apt=("curl",))
+    assert {n: f.content for n, f in collected.items()} == \
+        {n: f.content for n, f in given.files.items()}
+    assert split_dockerfile(_dockerfile(plain))[0] == \
+        split_dockerfile(str(collected["Dockerfile"].content))[0]
+    assert torch_plan(_dockerfile(plain)).pip_args[1] == "https://download.pytorch.org/whl/cpu"
+
+
 # --- the wheels and their hashes ---------------------------------------------------------------
 
 _STRICT_LINE = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*==[A-Za-z0-9.!+]+"
@@ -286,6 +396,7 @@ _PARTS = st.one_of(st.text(st.characters(codec="utf-8", exclude_categories=("Cs"
 @settings(max_examples=300, deadline=None)
 @example(name="Foo_Bar.baz", version="1.0.post1+cpu", tags="py3-none-any")  # the accepting path
 @example(name="a", version="1!2.0rc1", tags="cp311-cp311-manylinux_2_28_x86_64")
+@example(name="_", version="0", tags="py3-none-any")  # canonicalizes to "-": no project
 @given(name=_PARTS, version=_PARTS, tags=st.sampled_from(["py3-none-any", "cp311-cp311-"
                                                             "manylinux_2_28_x86_64", "x-y-z"]))
 def test_any_wheel_name_gives_one_strict_line_or_exit_2(name: str, version: str, tags: str
@@ -497,6 +608,109 @@ def test_collection_output_that_is_not_wheels_refused(
     with pytest.raises(EnvbuildError) as exc:
         _run_collect(matrix, tmp_path, monkeypatch, (0, "", False), written)
     assert exc.value.exit_code == code
+
+
+def _run_torch_collect(matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                       result: tuple[int, str, bool], wrote: list[str],
+                       **inputs: object) -> dict[str, object]:
+    from envbuild import engine
+    from envbuild.cli import bundle_cmd
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    req = Request(target="cpu", torch="2.13.0", python="3.11", os="debian12")
+    p = prepare(req, ContextInputs(**inputs), matrix)  # type: ignore[arg-type]
+    plan = torch_plan(_dockerfile(p))
+    seen: dict[str, object] = {}
+
+    def fake(image: str, command: list[str], **kw: object) -> engine.RunResult:
+        seen.update(kw, image=image, command=command)
+        mounts = kw["mounts"]
+        assert isinstance(mounts, dict)
+        src, _ = mounts[COLLECT_IN]
+        seen["inputs"] = {f.name: f.read_text() for f in Path(src).iterdir()}
+        out, _ = mounts[COLLECT_OUT]
+        for name in wrote:
+            (Path(out) / name).write_bytes(name.encode())
+        return engine.RunResult(*result)
+
+    monkeypatch.setattr(engine, "run_with_mounts", fake)
+    seen["wheels"] = bundle_cmd._collect(plan, "envbuild-bundle/system:x", p, {}, None,
+                                         tmp_path / "work" / "torch")
+    seen["requirements"] = str(p.files["requirements.txt"].content)
+    return seen
+
+
+TORCH_WHEELS = ["torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+                "torchvision-0.28.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+                "filelock-4.2.11-py3-none-any.whl"]
+
+
+def test_the_torch_download_gets_the_rendered_pins_and_no_wheelhouse(
+        matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _run_torch_collect(matrix, tmp_path, monkeypatch, (0, "Saved ...", False),
+                              TORCH_WHEELS, ca_cert=SYSTEM_CA,
+                              torch_index_url="https://u:t0ken@mirror.corp/whl/cpu")
+    assert seen["inputs"] == {"requirements.txt": seen["requirements"]}
+    assert "torch==2.13.0+cpu" in str(seen["requirements"]).splitlines()
+    mounts = seen["mounts"]
+    assert isinstance(mounts, dict) and "/run/envbuild/wheelhouse" not in mounts
+    assert mounts["/run/secrets/ca.pem"] == (SYSTEM_CA.resolve(), False)
+    command = seen["command"]
+    assert isinstance(command, list) and "download" in command
+    assert "https://mirror.corp/whl/cpu" in command and "t0ken" not in json.dumps(command)
+    labels = seen["labels"]
+    assert isinstance(labels, dict) and labels["io.envbuild.role"] == "bundle-collect"
+    assert seen["wheels"] == {w: hashlib.sha256(w.encode()).hexdigest() for w in TORCH_WHEELS}
+    reqs = hashed_requirements(seen["wheels"])  # type: ignore[arg-type]
+    assert "torch==2.13.0+cpu --hash=sha256:" in reqs and "filelock==4.2.11 --hash" in reqs
+
+
+@pytest.mark.parametrize(("output", "message", "hint"), [
+    ("Looking in indexes: http://172.17.0.1:9/simple\nWARNING: Retrying (Retry(total=4...)) "
+     "after connection broken by 'NewConnectionError(...: [Errno 111] Connection refused')'\n"
+     "ERROR: Could not find a version that satisfies the requirement torch==2.13.0+cpu (from "
+     "versions: none)\nERROR: No matching distribution found for torch==2.13.0+cpu\n",
+     "collecting the torch stack as wheels failed: No matching distribution found for "
+     "torch==2.13.0+cpu", "--torch-index-url, --proxy"),
+    ("ERROR: Could not find a version that satisfies the requirement torchvision==0.28.0+cpu "
+     "(from versions: 0.27.0+cpu)\nERROR: No matching distribution found for "
+     "torchvision==0.28.0+cpu\n",
+     "collecting the torch stack as wheels failed: No matching distribution found for "
+     "torchvision==0.28.0+cpu", "--wheelhouse DIR"),
+])
+def test_torch_collection_failures_are_one_line_exit_1(
+        matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, output: str,
+        message: str, hint: str) -> None:
+    with pytest.raises(EnvbuildError) as exc:
+        _run_torch_collect(matrix, tmp_path, monkeypatch, (1, output, False), [])
+    err = exc.value
+    assert err.exit_code == 1 and err.message == message and hint in err.hint
+    assert "--pip-index-url" not in err.hint
+    assert Path(err.alternatives[-1].removeprefix("full log: ")).name.startswith(
+        "bundle-collect-torch-")
+
+
+def test_bundle_without_a_wheelhouse_and_no_engine_is_exit_3(tmp_path: Path) -> None:
+    """No --wheelhouse is no longer refused; with no engine it is exit 3, nothing written."""
+    r = run_cli("bundle", "--target", "cpu", "--torch", "2.13.0", "--python", "3.11",
+                "--os", "debian12", "--out", str(tmp_path / "b"),
+                env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args", [["--torch-index-kind", "conda"],
+                                  ["--torch-index-url", "ftp://x/whl/cpu"],
+                                  ["--torch-index-url", "http://x/simple", "--torch-index-kind",
+                                   "pypi"]])
+def test_bad_torch_index_input_refused_before_any_build(tmp_path: Path, args: list[str]) -> None:
+    r = run_cli("bundle", "--target", "cpu", "--torch", "2.13.0", "--python", "3.11",
+                "--os", "debian12", *args, "--out", str(tmp_path / "b"),
+                env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert r.returncode in (1, 2), r.stderr  # malformed: 2; a cpu build PyPI lacks: 1
+    assert r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 # --- system.tar: the docker archive as an OCI image layout ------------------------------------

@@ -3,6 +3,7 @@ offline side of `envbuild make --from-bundle DIR`."""
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import shutil
 import tempfile
@@ -33,15 +34,17 @@ def bundle(
     flavor: o.Flavor = None, without: o.Without = None, pip: o.Pip = None, apt: o.Apt = None,
     allow_url: o.AllowUrl = False, user: o.User = "envbuild",
     pip_index_url: o.PipIndex = None, pip_extra_index_url: o.PipExtraIndex = None,
+    torch_index_url: o.TorchIndex = None, torch_index_kind: o.TorchIndexKind = None,
     ca_cert: o.CaCert = None, wheelhouse: o.Wheelhouse = None,
     base_image: o.BaseImage = None, python_source: o.PythonSource = None,
     proxy: o.Proxy = None, json: o.Json = False,
 ) -> None:
     """Collect an offline build: the system image (base + OS packages) as an OCI image layout
-    that `docker load` also takes, with its digests and the base image's; the wheelhouse (torch,
-    and the --pip packages with everything they need, built as wheels for the image's Python)
-    with sha256 hashes; the rendered context and the matrix snapshot. (--conda packages only go
-    to environment.yml, not into the image: not taken.)"""
+    that `docker load` also takes, with its digests and the base image's; the wheelhouse (the
+    torch stack downloaded from the torch index with every wheel it needs, or taken from
+    --wheelhouse DIR; the --pip packages with everything they need, built as wheels for the
+    image's Python) with sha256 hashes; the rendered context and the matrix snapshot. (--conda
+    packages only go to environment.yml, not into the image: not taken.)"""
     from envbuild import bundle as b
     from envbuild import engine
     from envbuild.build import build as do_build
@@ -50,16 +53,15 @@ def bundle(
     from envbuild.proxy import build_proxy_env
     from envbuild.render import RenderedFile, render, write_tree
     from envbuild.resources import matrix_dir
+    from envbuild.torch_index import index_kind
 
-    if wheelhouse is None:
-        raise UsageError("bundle needs --wheelhouse DIR (torch and its dependencies as wheels)",
-                         "fill it on this machine: pip download -d DIR torch==X.Y.Z ...")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"--out {out}: exists and is not an empty directory",
                          "give a new directory")
     req = o.make_request(target, cuda, rocm, torch, python, driver, gpu, os, flavor, without)
     ci = o.context_inputs(pip, apt, None, allow_url, user, pip_index_url, pip_extra_index_url,
-                          None, ca_cert, wheelhouse, base_image, python_source)
+                          torch_index_url, ca_cert, wheelhouse, base_image, python_source,
+                          torch_index_kind=torch_index_kind)
     m = load()
     prepared = prepare(req, ci, m)
     spec = prepared.spec
@@ -67,6 +69,11 @@ def bundle(
         raise UsageError("bundle builds container images; --target mps is a native macOS "
                          "environment", "use --target cuda/rocm/cpu")
     proxies = build_proxy_env(_environ, proxy)
+    torch_plan = None  # no --wheelhouse: the torch stack is downloaded as the build would
+    if wheelhouse is None:
+        torch_plan = b.torch_plan(str(prepared.files["Dockerfile"].content))
+        opts = b.with_wheelhouse(prepared.options)
+        prepared = dataclasses.replace(prepared, options=opts, files=render(spec, opts, m))
     full = str(prepared.files["Dockerfile"].content)
     system_part, _ = b.split_dockerfile(full)
     plan = b.collect_plan(full)  # None: no --pip packages
@@ -74,7 +81,15 @@ def bundle(
     # network to use them on); its pip installs are made offline by offline_dockerfile.
     offline = render(spec, b.offline_options(prepared.options), m)
     _, rest = b.split_dockerfile(str(offline["Dockerfile"].content))
-    torch_wheels = b.wheels_in(wheelhouse, "--wheelhouse", strict=False)
+    if wheelhouse is not None:
+        torch_wheels = b.wheels_in(wheelhouse, "--wheelhouse", strict=False)
+        source: dict[str, Any] = {"from": "wheelhouse", "wheelhouse": str(wheelhouse)}
+    else:
+        assert torch_plan is not None
+        args = torch_plan.pip_args
+        kind, _ = index_kind(ci.torch_index_url, m, torch_index_kind)
+        source = {"from": "index", "index_url": args[args.index("--index-url") + 1],
+                  "index_kind": kind}
     # Tagged by what goes into it (the system part and its files: OS packages, user, CA mount),
     # not only the spec: two bundles of one spec with other --apt or --user never share a tag.
     files = b.system_files(dict(prepared.files), system_part)
@@ -89,10 +104,17 @@ def bundle(
         write_tree(files, sys_ctx)
         result = do_build(sys_ctx, tag=system_ref, secrets=prepared.secrets, proxies=proxies)
         shutil.rmtree(sys_ctx)
-        # 2. the --pip packages' closure as wheels, for the system image's Python and platform
+        # 2. the torch stack as wheels (unless --wheelhouse gave them), then the --pip
+        #    packages' closure, both for the system image's Python and platform
+        torch_dir = wheelhouse
+        if torch_plan is not None:
+            torch_wheels = _collect(torch_plan, system_ref, prepared, proxies, None,
+                                    work / "torch")
+            torch_dir = work / "torch" / "out"
+        assert torch_dir is not None
         user_wheels: dict[str, str] = {}
         if plan is not None:
-            user_wheels = _collect(plan, system_ref, prepared, proxies, wheelhouse, work)
+            user_wheels = _collect(plan, system_ref, prepared, proxies, torch_dir, work / "user")
         new_wheels = b.merge_wheels(torch_wheels, user_wheels)
         # the system image as an OCI image layout that `docker load` still takes
         saved = tmp / ".docker-save.tar"
@@ -109,13 +131,14 @@ def bundle(
         files = dict(offline)
         files["Dockerfile"] = RenderedFile(b.offline_dockerfile(rest, system_ref))
         files["requirements.txt"] = RenderedFile(b.hashed_requirements(
-            torch_wheels, "every wheel of --wheelhouse (the torch stack)"))
+            torch_wheels, "the torch stack: every wheel of "
+            + ("--wheelhouse" if wheelhouse else f"{source['index_url']} it needs")))
         if plan is not None:
             files["user-requirements.txt"] = RenderedFile(b.hashed_requirements(
                 user_wheels, "the --pip packages and all they need, as wheels"))
         write_tree(files, tmp / "context")
-        b.copy_wheels(wheelhouse, tmp / "context" / "wheelhouse", torch_wheels)
-        b.copy_wheels(work / "out", tmp / "context" / "wheelhouse", new_wheels)
+        b.copy_wheels(torch_dir, tmp / "context" / "wheelhouse", torch_wheels)
+        b.copy_wheels(work / "user" / "out", tmp / "context" / "wheelhouse", new_wheels)
         # 4. the matrix the spec was resolved with
         (tmp / "matrix").mkdir()
         for f in sorted(matrix_dir().glob("*.toml")):
@@ -124,6 +147,7 @@ def bundle(
                            "system_ref": system_ref, "system_id": result.image_id,
                            "base_image": base_ref, "base": base, "system_oci": oci.to_json(),
                            "pip": list(prepared.options.pip), "torch_wheels": torch_wheels,
+                           "torch_source": source,
                            "user_wheels": user_wheels})
         if out.exists():
             out.rmdir()
@@ -135,12 +159,14 @@ def bundle(
     if json:
         emit_json({"out": str(out), "spec_hash": spec.hash, "system_ref": system_ref,
                    "system_id": result.image_id, "system_oci": oci.to_json(), "base": base,
-                   "wheels": sorted(torch_wheels),
+                   "wheels": sorted(torch_wheels), "torch_source": source,
                    "user_wheels": sorted(user_wheels), "bytes": size})
     else:
         say(f"bundle for torch {spec.torch} ({spec.variant}) Python {spec.python} in {out} "
             f"({size / 1e6:.0f} MB): system image {result.image_id[:19]}, "
-            f"{len(torch_wheels)} torch wheels"
+            f"{len(torch_wheels)} torch wheels "
+            + (f"from --wheelhouse {wheelhouse}" if wheelhouse is not None else
+               f"downloaded from {source['index_url']} ({source['index_kind']} index)")
             + (f", {len(user_wheels)} wheels for --pip" if plan is not None else ""))
         say(f"offline: envbuild make --from-bundle {out}")
 
@@ -149,11 +175,13 @@ COLLECT_TIMEOUT = 1800.0
 
 
 def _collect(plan: CollectPlan, image: str, prepared: Prepared, proxies: dict[str, str],
-             wheelhouse: Path, work: Path) -> dict[str, str]:
-    """`pip wheel` the user requirements in a container of the system image (its Python, its
-    platform), with the build's constraints, index options, proxies, CA bundle and index login
-    (mounted files, read-only); returns file name -> sha256 of the wheels it wrote to
-    work/out. A failure is exit 1 with pip's reason; the full output goes to a log."""
+             wheelhouse: Path | None, work: Path) -> dict[str, str]:
+    """Run the plan (`pip wheel` of the user requirements under the build's constraints, or
+    `pip download` of the torch pins) in a container of the system image (its Python, its
+    platform), with the layer's index options, proxies, CA bundle and index login (mounted files,
+    read-only) and `wheelhouse` (if any) where the rendered --find-links expects it; returns file
+    name -> sha256 of the wheels it wrote to work/out. A failure is exit 1 with pip's reason; the
+    full output goes to a log."""
     from envbuild import bundle as b
     from envbuild import engine
     from envbuild.build import default_log_dir, open_log
@@ -162,9 +190,10 @@ def _collect(plan: CollectPlan, image: str, prepared: Prepared, proxies: dict[st
 
     spec_hash = prepared.spec.hash
     inputs, home, wheels = work / "in", work / "home", work / "out"
+    work.mkdir(mode=0o700, parents=True, exist_ok=True)
     for d in (inputs, home, wheels):
         d.mkdir(mode=0o700)
-    for name in ("user-requirements.txt", "constraints.txt"):
+    for name in plan.inputs:
         (inputs / name).write_text(str(prepared.files[name].content))
     secret_files = {".netrc": prepared.secrets.contents.get("netrc", ""),
                     "proxy.env": b.proxy_env_file(proxies) if proxies else ""}
@@ -172,8 +201,10 @@ def _collect(plan: CollectPlan, image: str, prepared: Prepared, proxies: dict[st
         if content:
             (home / name).touch(mode=0o600)
             (home / name).write_text(content)
-    mounts = {WHEELHOUSE_MOUNT: (wheelhouse.resolve(), False), b.COLLECT_IN: (inputs, False),
-              b.COLLECT_HOME: (home, False), b.COLLECT_OUT: (wheels, True)}
+    mounts = {b.COLLECT_IN: (inputs, False), b.COLLECT_HOME: (home, False),
+              b.COLLECT_OUT: (wheels, True)}
+    if wheelhouse is not None:
+        mounts[WHEELHOUSE_MOUNT] = (wheelhouse.resolve(), False)
     env = {"HOME": b.COLLECT_HOME, "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     ca = prepared.secrets.files.get("ca")
     if ca is not None:
@@ -185,19 +216,20 @@ def _collect(plan: CollectPlan, image: str, prepared: Prepared, proxies: dict[st
         environment=env, timeout=COLLECT_TIMEOUT)
     output = redact(prepared.secrets.redact(run.output))
     log_path, log = open_log(default_log_dir(),
-                             f"bundle-collect-{spec_hash}-{time.strftime('%Y%m%d-%H%M%S')}")
+                             f"bundle-collect-{plan.layer}-{spec_hash}-"
+                             f"{time.strftime('%Y%m%d-%H%M%S')}")
     with log:
         log.write(f"# {shlex.join(plan.command())}\n{output}")
-    hint = b.collect_hint(output)
+    hint = b.collect_hint(output, plan.layer)
     lines = [ln for ln in output.splitlines() if ln.strip()]
     tail = [*lines[-15:], f"full log: {log_path}"]
     if run.timed_out:
-        raise EnvbuildError(f"collecting the --pip packages as wheels took over "
+        raise EnvbuildError(f"collecting {plan.what} as wheels took over "
                             f"{COLLECT_TIMEOUT:.0f} s and was stopped", hint, tail)
     if run.exit_code != 0:
-        raise EnvbuildError(f"collecting the --pip packages as wheels failed: "
+        raise EnvbuildError(f"collecting {plan.what} as wheels failed: "
                             f"{b.collect_failure(output)}", hint, tail)
-    return b.wheels_in(wheels, "pip wheel", strict=True)
+    return b.wheels_in(wheels, f"pip {plan.command()[4]}", strict=True)
 
 
 def make_from_bundle(root: Path, *, tag: str | None, require_gpu: bool, timeout: float,
