@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from functools import partial
 from http.server import ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 
@@ -47,6 +48,7 @@ from tests.conftest import IN_CI, ROOT, run_cli
 from tests.test_build import BASE, DOCKER, docker, fixtures, image_exists  # noqa: F401
 from tests.test_bundle import docker_archive, layer_tar, read_oci_layout
 from tests.test_corp_mirror import _gateway, _Handler
+from tests.test_corp_mirror import simple_index as wheel_index
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -164,13 +166,8 @@ class Index:
     seen: list[str]
 
 
-@pytest.fixture(scope="module")
-def probe_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Index]:
-    files = tmp_path_factory.mktemp("probe-files")
-    probe_wheel(files)
-    probe_sdist(files)
-    root = tmp_path_factory.mktemp("probe-index")
-    simple_index(files, root)
+def _serve(root: Path) -> Iterator[Index]:
+    """Serve root (root/simple, root/files) on docker's bridge gateway: containers reach it."""
     seen: list[str] = []
     handler = type("H", (_Handler,), {"seen": seen})
     server = ThreadingHTTPServer((_gateway(), 0), partial(handler, directory=str(root)))
@@ -183,16 +180,39 @@ def probe_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Index]:
         server.server_close()
 
 
+@pytest.fixture(scope="module")
+def probe_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Index]:
+    files = tmp_path_factory.mktemp("probe-files")
+    probe_wheel(files)
+    probe_sdist(files)
+    root = tmp_path_factory.mktemp("probe-index")
+    simple_index(files, root)
+    yield from _serve(root)
+
+
+@pytest.fixture(scope="module")
+def torch_index(fixtures: Path, tmp_path_factory: pytest.TempPathFactory  # noqa: F811
+                ) -> Iterator[Index]:
+    """The fixture wheelhouse (torch 2.13.0+cpu cp311 and what it needs) as a PEP 503 index in the
+    PyTorch layout (+cpu local versions): what `bundle` downloads the torch stack from."""
+    root = tmp_path_factory.mktemp("torch-index")
+    wheel_index(fixtures, root)
+    yield from _serve(root)
+
+
 COMMON = ["--target", "cpu", "--torch", "2.13.0", "--python", "3.11", "--os", "debian12",
           "--without", "torchvision", "--without", "torchaudio", "--base-image", BASE]
 
 
 @pytest.fixture(scope="module")
-def bundle(fixtures: Path, probe_index: Index,  # noqa: F811
+def bundle(torch_index: Index, probe_index: Index,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, object]]]:
+    """One bundle with no --wheelhouse: the torch stack is downloaded from torch_index, the
+    --pip packages from probe_index (the offline build below proves both sets work)."""
     out = tmp_path_factory.mktemp("bundle") / "b"
     user = "corp" + uuid.uuid4().hex[:8]  # a new system image: the offline steps really run
-    r = run_cli("bundle", *COMMON, "--wheelhouse", str(fixtures), "--user", user,
+    r = run_cli("bundle", *COMMON, "--torch-index-url", torch_index.url,
+                "--torch-index-kind", "pytorch", "--user", user,
                 "--pip", "envbuild-probe-a", "--pip-index-url", probe_index.url,
                 "--out", str(out), "--json")
     assert r.returncode == 0, (r.stderr + r.stdout)[-3000:]
@@ -218,6 +238,27 @@ def test_bundle_contents(bundle: tuple[Path, dict[str, object]]) -> None:
                                   "matrix/torch.toml"}
     # torch's requirements.txt is the torch wheelhouse alone: user packages leave that layer be
     assert not any("probe" in x for x in reqs)
+
+
+def test_the_torch_stack_was_downloaded_from_the_index(
+        bundle: tuple[Path, dict[str, object]], torch_index: Index, fixtures: Path  # noqa: F811
+) -> None:
+    """No --wheelhouse: every wheel the index serves for torch 2.13.0+cpu came down (torch and
+    all it needs), byte for byte, each pinned with its sha256; the output says where from."""
+    out, data = bundle
+    meta = json.loads((out / "bundle.json").read_text())
+    served = {f.name: _sha256(f) for f in fixtures.glob("*.whl")}
+    assert meta["torch_wheels"] == served and data["wheels"] == sorted(served)
+    assert meta["torch_source"] == data["torch_source"] == {
+        "from": "index", "index_url": torch_index.url, "index_kind": "pytorch"}
+    fetched = {unquote(x) for x in torch_index.seen}
+    for name, digest in served.items():
+        assert _sha256(out / "context" / "wheelhouse" / name) == digest
+        assert f"GET /files/{name}" in fetched, (name, sorted(fetched))
+    torch = served["torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"]
+    reqs = (out / "context" / "requirements.txt").read_text().splitlines()
+    assert f"torch==2.13.0+cpu --hash=sha256:{torch}" in reqs
+    assert torch_index.url not in (out / "context" / "Dockerfile").read_text()
 
 
 def test_system_tar_is_an_oci_image_layout(bundle: tuple[Path, dict[str, object]]) -> None:
@@ -444,7 +485,22 @@ def test_not_a_bundle(tmp_path: Path) -> None:
     assert r.returncode == 2 and "no readable bundle.json" in r.stderr, r.stderr
 
 
-def test_bundle_needs_a_wheelhouse(tmp_path: Path) -> None:
-    r = run_cli("bundle", "--target", "cpu", "--out", str(tmp_path / "b"))
-    assert r.returncode == 2 and "--wheelhouse" in r.stderr, r.stderr
-    assert not (tmp_path / "b").exists()
+def test_a_torch_pin_the_index_lacks(bundle: tuple[Path, dict[str, object]],
+                                    probe_index: Index, tmp_path: Path) -> None:
+    """An index without torch 2.13.0+cpu (the probe index): one line with pip's reason and a
+    hint, exit 1, nothing in --out or next to it, no container left. Cheap: the system image is
+    the fixture's (the torch index is not part of it)."""
+    _, data = bundle
+    out = tmp_path / "parent" / "b"
+    r = run_cli("bundle", *COMMON, "--torch-index-url", probe_index.url,
+                "--torch-index-kind", "pytorch", "--user", str(data["user"]), "--out", str(out))
+    assert r.returncode == 1, r.stderr
+    first = r.stderr.splitlines()[0]
+    assert first == "error: collecting the torch stack as wheels failed: No matching " \
+        "distribution found for torch==2.13.0+cpu", r.stderr
+    assert "hint: " in r.stderr and "--torch-index-url" in r.stderr and "Traceback" not in r.stderr
+    assert not out.exists() and list((tmp_path / "parent").iterdir()) == []
+    left = docker("ps", "-a", "--filter", "label=io.envbuild.role=bundle-collect", "-q").stdout
+    assert left.strip() == ""
+    system_id = docker("image", "inspect", "--format", "{{.Id}}", str(data["system_ref"]))
+    assert system_id.stdout.strip() == data["system_id"]
