@@ -10,10 +10,12 @@ A bundle directory:
                 manifest.json, like Docker >= 25's `docker save`: any OCI tool reads it and
                 dockerd 20.10's `docker load` still loads it (to_oci_archive)
   context/      the rendered build context: its Dockerfile starts FROM the system image and holds
-                the remaining steps; requirements.txt pins every wheel of --wheelhouse (the torch
-                stack) with --hash, user-requirements.txt every wheel of the --pip packages'
-                closure (collected as wheels on the connected side: sdists are built there, so the
-                offline side needs no build backend); wheelhouse/ holds both sets of wheels
+                the remaining steps; requirements.txt pins every wheel of the torch stack (pip
+                download of the rendered pins from the torch index in a container of the system
+                image, or every wheel of --wheelhouse) with --hash, user-requirements.txt every
+                wheel of the --pip packages' closure (collected as wheels on the connected side:
+                sdists are built there, so the offline side needs no build backend); wheelhouse/
+                holds both sets of wheels
   matrix/       the matrix the spec was resolved with (a snapshot, for the record)
 The offline build runs with `--network none` (every RUN step) and every pip install with
 `--no-index --require-hashes` (hash-checking mode) from the bundle's wheelhouse.
@@ -240,6 +242,13 @@ def with_wheelhouse(options: RenderOptions) -> RenderOptions:
     """The render options of a bundle whose torch wheels were collected: as if --wheelhouse had
     been given (the torch layer from the wheelhouse, the user layer with it as --find-links)."""
     return dataclasses.replace(options, wheelhouse=True)
+
+
+def torch_source_text(source: dict[str, Any]) -> str:
+    """Where the torch wheels came from, for the summary line (bundle.json's torch_source)."""
+    if source.get("from") == "wheelhouse":
+        return f"from --wheelhouse {source.get('wheelhouse')}"
+    return f"downloaded from {source.get('index_url')} ({source.get('index_kind')} index)"
 
 
 def sha256_file(path: Path) -> str:

@@ -40,6 +40,7 @@ from envbuild.bundle import (
     system_files,
     to_oci_archive,
     torch_plan,
+    torch_source_text,
     wheel_pin,
     wheels_in,
     with_wheelhouse,
@@ -311,6 +312,13 @@ def test_pypi_like_pins_for_the_pypi_default_variant(matrix: Matrix) -> None:
     pins = [x for x in str(p.files["requirements.txt"].content).splitlines()
             if x and not x.startswith("#")]
     assert pins == ["torch==2.13.0"]
+
+
+def test_the_summary_says_where_the_torch_wheels_came_from() -> None:
+    assert torch_source_text({"from": "wheelhouse", "wheelhouse": "/wh"}) == "from --wheelhouse /wh"
+    assert torch_source_text({"from": "index", "index_url": "http://gw:1/simple",
+                              "index_kind": "pytorch"}) == \
+        "downloaded from http://gw:1/simple (pytorch index)"
 
 
 def test_a_wheelhouse_render_has_no_torch_download(matrix: Matrix, tmp_path: Path) -> None:

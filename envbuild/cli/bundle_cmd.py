@@ -164,9 +164,7 @@ def bundle(
     else:
         say(f"bundle for torch {spec.torch} ({spec.variant}) Python {spec.python} in {out} "
             f"({size / 1e6:.0f} MB): system image {result.image_id[:19]}, "
-            f"{len(torch_wheels)} torch wheels "
-            + (f"from --wheelhouse {wheelhouse}" if wheelhouse is not None else
-               f"downloaded from {source['index_url']} ({source['index_kind']} index)")
+            f"{len(torch_wheels)} torch wheels {b.torch_source_text(source)}"
             + (f", {len(user_wheels)} wheels for --pip" if plan is not None else ""))
         say(f"offline: envbuild make --from-bundle {out}")
 
