@@ -28,6 +28,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
@@ -485,20 +486,32 @@ def test_not_a_bundle(tmp_path: Path) -> None:
     assert r.returncode == 2 and "no readable bundle.json" in r.stderr, r.stderr
 
 
+def _closed_port_url() -> str:
+    """An index URL on docker's bridge gateway where nothing listens."""
+    with socket.socket() as s:
+        s.bind((_gateway(), 0))
+        host, port = s.getsockname()[:2]
+    return f"http://{host}:{port}/simple"
+
+
+@pytest.mark.parametrize("case", ["lacks the pin", "unreachable"])
 def test_a_torch_pin_the_index_lacks(bundle: tuple[Path, dict[str, object]],
-                                    probe_index: Index, tmp_path: Path) -> None:
-    """An index without torch 2.13.0+cpu (the probe index): one line with pip's reason and a
-    hint, exit 1, nothing in --out or next to it, no container left. Cheap: the system image is
-    the fixture's (the torch index is not part of it)."""
+                                     probe_index: Index, tmp_path: Path, case: str) -> None:
+    """An index without torch 2.13.0+cpu (the probe index), or none listening: one line with
+    pip's reason and a hint, exit 1, nothing in --out or next to it, no container left. Cheap:
+    the system image is the fixture's (the torch index is not part of it)."""
     _, data = bundle
     out = tmp_path / "parent" / "b"
-    r = run_cli("bundle", *COMMON, "--torch-index-url", probe_index.url,
+    url = probe_index.url if case == "lacks the pin" else _closed_port_url()
+    r = run_cli("bundle", *COMMON, "--torch-index-url", url,
                 "--torch-index-kind", "pytorch", "--user", str(data["user"]), "--out", str(out))
     assert r.returncode == 1, r.stderr
     first = r.stderr.splitlines()[0]
     assert first == "error: collecting the torch stack as wheels failed: No matching " \
         "distribution found for torch==2.13.0+cpu", r.stderr
-    assert "hint: " in r.stderr and "--torch-index-url" in r.stderr and "Traceback" not in r.stderr
+    hint = next(ln for ln in r.stderr.splitlines() if ln.startswith("hint: "))
+    assert "--torch-index-url" in hint and "Traceback" not in r.stderr
+    assert ("cannot be reached" in hint) == (case == "unreachable"), hint
     assert not out.exists() and list((tmp_path / "parent").iterdir()) == []
     left = docker("ps", "-a", "--filter", "label=io.envbuild.role=bundle-collect", "-q").stdout
     assert left.strip() == ""
