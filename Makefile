@@ -23,6 +23,7 @@ $(BIN)/envbuild: pyproject.toml
 
 engine:
 	bash .ci/engine.sh start
+	bash .ci/engine.sh prune-if-low
 
 fixtures: engine
 	bash .ci/fixtures.sh $(WORK)
