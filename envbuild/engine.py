@@ -271,7 +271,7 @@ def run_container(image: str, command: list[str], *, target: str, gpus: bool, ti
 
     entry = targets.get(target)
     c = client()
-    kwargs: dict[str, Any] = {"shm_size": shm_size, "labels": dict(labels), "detach": True}
+    kwargs: dict[str, Any] = {"shm_size": shm_size, "labels": dict(labels)}
     if environment:
         kwargs["environment"] = dict(environment)
     if network_host:  # multi-node rendezvous: the ranks reach each other on the hosts' addresses
@@ -286,23 +286,30 @@ def run_container(image: str, command: list[str], *, target: str, gpus: bool, ti
             kwargs["group_add"] = list(entry.group_add)
         if entry.security_opt:
             kwargs["security_opt"] = list(entry.security_opt)
+    return _run_to_end(c, image, command, kwargs, timeout, stderr=False)
+
+
+def _run_to_end(c: Any, image: str, command: list[str], kwargs: dict[str, Any], timeout: float,
+                *, stderr: bool) -> RunResult:
+    """Start a detached container, wait for it (killed at the deadline), read its output; it is
+    always removed (failure, timeout, Ctrl-C too)."""
     container = None
     try:
         with _docker_errors():
-            container = c.containers.run(image, command, **kwargs)
-        deadline = time.monotonic() + timeout
-        timed_out = False
-        while True:
-            container.reload()
-            if container.status in ("exited", "dead"):
-                break
-            if time.monotonic() > deadline:
-                timed_out = True
-                container.kill()
-                break
-            time.sleep(0.2)
-        code = int(container.attrs["State"].get("ExitCode", -1))
-        out = container.logs(stdout=True, stderr=False).decode(errors="replace")
+            container = c.containers.run(image, command, detach=True, **kwargs)
+            deadline = time.monotonic() + timeout
+            timed_out = False
+            while True:
+                container.reload()
+                if container.status in ("exited", "dead"):
+                    break
+                if time.monotonic() > deadline:
+                    timed_out = True
+                    container.kill()
+                    break
+                time.sleep(0.2)
+            code = int(container.attrs["State"].get("ExitCode", -1))
+            out = container.logs(stdout=True, stderr=stderr).decode(errors="replace")
         return RunResult(code, out, timed_out)
     finally:
         if container is not None:
@@ -323,30 +330,9 @@ def run_with_mounts(image: str, command: list[str], *, mounts: Mapping[str, tupl
     c = client()
     binds = [docker.types.Mount(target, str(src), type="bind", read_only=not writable)
              for target, (src, writable) in sorted(mounts.items())]
-    container = None
-    try:
-        with _docker_errors():
-            container = c.containers.run(image, command, detach=True, labels=dict(labels),
-                                         mounts=binds, user=user,
-                                         environment=dict(environment or {}))
-            deadline = time.monotonic() + timeout
-            timed_out = False
-            while True:
-                container.reload()
-                if container.status in ("exited", "dead"):
-                    break
-                if time.monotonic() > deadline:
-                    timed_out = True
-                    container.kill()
-                    break
-                time.sleep(0.2)
-            code = int(container.attrs["State"].get("ExitCode", -1))
-            out = container.logs(stdout=True, stderr=True).decode(errors="replace")
-        return RunResult(code, out, timed_out)
-    finally:
-        if container is not None:
-            with suppress(Exception):  # best effort: the container may already be gone
-                container.remove(force=True)
+    return _run_to_end(c, image, command, {"labels": dict(labels), "mounts": binds, "user": user,
+                                           "environment": dict(environment or {})},
+                       timeout, stderr=True)
 
 
 def remove_containers(labels: Mapping[str, str]) -> list[str]:
