@@ -5,7 +5,7 @@ build tests (tests/test_standalone.py says what it proves and what it cannot).
 "install_only"-layout CPython tarball with fixtures/standalone/make-cpython.sh in a throw-away
 container of the base image. `downloads_json()` writes the list uv reads from
 UV_PYTHON_DOWNLOADS_JSON_URL: uv's own download-metadata format, one entry per archive, its sha256
-given (uv checks it). `serve()` serves a directory over HTTP and records the requests.
+given (uv checks it); tests/served.py serves it over HTTP and records the requests.
 """
 
 from __future__ import annotations
@@ -15,12 +15,7 @@ import json
 import os
 import shutil
 import subprocess
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -83,33 +78,6 @@ def downloads_json(a: Archive, base_url: str) -> dict[str, Any]:
         "libc": "gnu", "major": major, "minor": minor, "patch": patch, "prerelease": "",
         "url": f"{base_url}/{quote(a.name)}", "sha256": a.sha256, "variant": None,
         "build": "envbuildtest"}}
-
-
-class _Handler(SimpleHTTPRequestHandler):
-    seen: list[str]
-
-    def log_message(self, format: str, *args: Any) -> None:
-        self.seen.append(f"{self.command} {self.path} {args[1] if len(args) > 1 else ''}".strip())
-
-
-@dataclass
-class Served:
-    url: str  # http://host:port
-    seen: list[str]  # "GET /path status"
-
-
-@contextmanager
-def serve(root: Path, host: str) -> Iterator[Served]:
-    seen: list[str] = []
-    handler = type("H", (_Handler,), {"seen": seen})
-    server = ThreadingHTTPServer((host, 0), partial(handler, directory=str(root)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        h, port = server.server_address[:2]
-        yield Served(f"http://{h}:{port}", seen)
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def site(root: Path, a: Archive, url: str) -> Path:

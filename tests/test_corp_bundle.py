@@ -32,13 +32,10 @@ import socket
 import subprocess
 import sys
 import tarfile
-import threading
 import uuid
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import partial
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -46,9 +43,10 @@ import pytest
 
 from envbuild.bundle import to_oci_archive
 from tests.conftest import IN_CI, ROOT, run_cli
+from tests.served import serve
 from tests.test_build import BASE, DOCKER, docker, fixtures, image_exists  # noqa: F401
 from tests.test_bundle import docker_archive, layer_tar, read_oci_layout
-from tests.test_corp_mirror import _gateway, _Handler
+from tests.test_corp_mirror import _gateway
 from tests.test_corp_mirror import simple_index as wheel_index
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -169,16 +167,8 @@ class Index:
 
 def _serve(root: Path) -> Iterator[Index]:
     """Serve root (root/simple, root/files) on docker's bridge gateway: containers reach it."""
-    seen: list[str] = []
-    handler = type("H", (_Handler,), {"seen": seen})
-    server = ThreadingHTTPServer((_gateway(), 0), partial(handler, directory=str(root)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    host, port = server.server_address[:2]
-    try:
-        yield Index(f"http://{host}:{port}/simple", seen)
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve(root, _gateway()) as served:
+        yield Index(served.url + "/simple", served.seen)
 
 
 @pytest.fixture(scope="module")
@@ -255,7 +245,7 @@ def test_the_torch_stack_was_downloaded_from_the_index(
     fetched = {unquote(x) for x in torch_index.seen}
     for name, digest in served.items():
         assert _sha256(out / "context" / "wheelhouse" / name) == digest
-        assert f"GET /files/{name}" in fetched, (name, sorted(fetched))
+        assert f"GET /files/{name} 200" in fetched, (name, sorted(fetched))
     torch = served["torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"]
     reqs = (out / "context" / "requirements.txt").read_text().splitlines()
     assert f"torch==2.13.0+cpu --hash=sha256:{torch}" in reqs

@@ -25,17 +25,15 @@ import json
 import re
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import run_cli
+from tests.served import serve
 from tests.test_build import BASE, DOCKER, docker, fixtures, image_exists  # noqa: F401
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -70,13 +68,6 @@ class Mirror:
     requests: list[str] = field(default_factory=list)
 
 
-class _Handler(SimpleHTTPRequestHandler):
-    seen: list[str]
-
-    def log_message(self, format: str, *args: Any) -> None:
-        self.seen.append(f"{self.command} {self.path}")
-
-
 def _gateway() -> str:
     """The host's address on docker's default bridge (its gateway; dockerd 20.10 may record only
     the subnet, whose first host the bridge then takes)."""
@@ -94,17 +85,8 @@ def mirror(fixtures: Path, tmp_path_factory: pytest.TempPathFactory  # noqa: F81
            ) -> Iterator[Mirror]:
     root = tmp_path_factory.mktemp("mirror")
     simple_index(fixtures, root)
-    seen: list[str] = []
-    handler = type("H", (_Handler,), {"seen": seen})
-    server = ThreadingHTTPServer((_gateway(), 0), partial(handler, directory=str(root)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    host, port = server.server_address[:2]
-    try:
-        yield Mirror(f"http://{host}:{port}/simple", seen)
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve(root, _gateway()) as served:
+        yield Mirror(served.url + "/simple", served.seen)
 
 
 COMMON = ["--torch", "2.13.0", "--python", "3.11", "--without", "torchvision", "--without",

@@ -34,22 +34,18 @@ import shlex
 import shutil
 import socket
 import subprocess
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from ipaddress import ip_address, ip_network
 from pathlib import Path
-from typing import Any
-from urllib.parse import unquote
 
 import pytest
 
 from tests.conftest import IN_CI, Cli, run_cli
+from tests.served import Served, serve
 from tests.test_bases import STANDINS
 from tests.test_build import BASE, docker, fixtures, image_exists  # noqa: F401
 from tests.test_corp_mirror import simple_index
@@ -66,34 +62,6 @@ def _skip_or_fail(msg: str) -> None:
     if IN_CI:
         pytest.fail(msg)
     pytest.skip(msg)
-
-
-# -- HTTP servers that record who asked for what --------------------------------------------------
-
-class _Recorder(SimpleHTTPRequestHandler):
-    seen: list[tuple[str, str]]  # (client address, "GET /path")
-
-    def log_message(self, format: str, *args: Any) -> None:
-        self.seen.append((self.client_address[0], f"{self.command} {unquote(self.path)}"))
-
-
-@dataclass
-class Served:
-    url: str
-    seen: list[tuple[str, str]] = field(default_factory=list)
-
-
-@contextmanager
-def _serve(root: Path, host: str) -> Iterator[Served]:
-    seen: list[tuple[str, str]] = []
-    handler = partial(type("H", (_Recorder,), {"seen": seen}), directory=str(root))
-    server = ThreadingHTTPServer((host, 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield Served(f"http://{host}:{server.server_address[1]}", seen)
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 # -- docker's bridge and the rule that blocks its direct route ------------------------------------
@@ -189,7 +157,7 @@ def proxy(fixtures: Path, bridge: Bridge, tmp_path_factory: pytest.TempPathFacto
     conf = root / "tinyproxy.conf"
     conf.write_text(f'Port {port}\nListen {gw}\nTimeout 600\nLogFile "{log}"\nLogLevel Info\n'
                     f"MaxClients 20\nBasicAuth {USER} {PASSWORD}\n")
-    with _serve(root, "127.0.0.1") as mirror:
+    with serve(root, "127.0.0.1") as mirror:
         p = subprocess.Popen([binary, "-d", "-c", str(conf)], stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
         try:
@@ -199,7 +167,7 @@ def proxy(fixtures: Path, bridge: Bridge, tmp_path_factory: pytest.TempPathFacto
                         break
                 time.sleep(0.1)
             yield Proxy(f"http://{USER}:{PASSWORD}@{gw}:{port}", log,
-                        Served(mirror.url + "/simple", mirror.seen))
+                        Served(mirror.url + "/simple", mirror.seen, mirror.by_client))
         finally:
             p.terminate()
             p.wait(timeout=30)
@@ -319,7 +287,7 @@ def test_apt_and_pip_go_through_the_proxy_and_keep_no_trace(proxy: Proxy, bridge
         assert lists in docker("run", "--rm", tag, "apt-config", "dump").stdout
         # pip: the torch index on the host's loopback, fetched by the proxy for the build
         assert f"GET {proxy.mirror.url}/torch/" in log, log[-3000:]
-        assert ("127.0.0.1", "GET /simple/torch/") in proxy.mirror.seen
+        assert ("127.0.0.1", "GET /simple/torch/") in proxy.mirror.by_client
         _assert_no_trace(tag, r, proxy)
     finally:
         docker("image", "rm", "-f", tag, base, check=False)
@@ -360,7 +328,7 @@ def test_dnf_goes_through_the_proxy_and_no_proxy_hosts_are_direct(
         assert r0.returncode == 0, r0.stderr[-3000:]
         assert list((repos / "via-proxy").glob("python3.11-devel-*.rpm"))
         assert list((repos / "direct").glob("gcc-c++-*.rpm"))
-        with _serve(repos, "127.0.0.1") as loop, _serve(repos, bridge.gateway) as gw:
+        with serve(repos, "127.0.0.1") as loop, serve(repos, bridge.gateway) as gw:
             r0 = _build(f"FROM {standin}\nRUN rm -rf /srv/rhel-standin "
                         "/etc/yum.repos.d/rhel-standin.repo && printf '"
                         + _repo("envbuild-via-proxy", f"{loop.url}/via-proxy")
@@ -381,16 +349,18 @@ def test_dnf_goes_through_the_proxy_and_no_proxy_hosts_are_direct(
         # dnf fetched the repository on the host's loopback through the proxy, packages included
         assert f"GET {loop.url}/via-proxy/repodata/repomd.xml" in log, log[-3000:]
         assert f"GET {loop.url}/via-proxy/python3.11-devel-" in log, log[-3000:]
-        assert ("127.0.0.1", "GET /via-proxy/repodata/repomd.xml") in loop.seen, loop.seen
+        assert ("127.0.0.1", "GET /via-proxy/repodata/repomd.xml") in loop.by_client, \
+            loop.by_client
         assert any(c == "127.0.0.1" and w.startswith("GET /via-proxy/python3.11-devel-1-1.")
-                   for c, w in loop.seen), loop.seen
+                   for c, w in loop.by_client), loop.by_client
         # ... and the NO_PROXY host directly, from the build container's own address
         assert gw.url.split("//")[1] not in log
-        clients = {client for client, _ in gw.seen}
+        clients = {client for client, _ in gw.by_client}
         assert clients and all(ip_address(c) in ip_network(bridge.subnet) and
-                               c != bridge.gateway for c in clients), gw.seen
-        assert any(w.startswith("GET /direct/repodata/repomd.xml") for _, w in gw.seen), gw.seen
-        assert any(w.startswith("GET /direct/gcc-c++-1-1.") for _, w in gw.seen), gw.seen
+                               c != bridge.gateway for c in clients), gw.by_client
+        direct = [w for _, w in gw.by_client]
+        assert any(w.startswith("GET /direct/repodata/repomd.xml") for w in direct), direct
+        assert any(w.startswith("GET /direct/gcc-c++-1-1.") for w in direct), direct
         _assert_no_trace(tag, r, proxy)
     finally:
         docker("image", "rm", "-f", tag, base, standin, check=False)

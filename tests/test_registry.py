@@ -450,3 +450,28 @@ def test_docker_hub_helpers_are_found_by_the_keys_docker_writes(
     (tmp_path / "cfg" / "config.json").write_text(json.dumps(cfg))
     assert registry._docker_auth("docker.io") == (USER, PASSWORD)
     assert calls.read_text().split() == ["get", "https://index.docker.io/v1/"]
+
+
+_HELPER_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+@given(st.one_of(
+    st.text(min_size=1, max_size=80).filter(lambda s: not set(s) <= _HELPER_OK),
+    st.text(alphabet="._-", min_size=1, max_size=3).map(lambda p: p + "pass"),
+    st.just("a" * 65)))
+@settings(max_examples=300, deadline=None)
+def test_hostile_helper_names_never_reach_a_process(name: str) -> None:
+    """Any credHelpers/credsStore value outside [A-Za-z0-9][A-Za-z0-9._-]{0,63} (a path, a shell
+    word, an option, Unicode look-alikes, control characters) is refused before any lookup or
+    process: `docker-credential-<value>` is never looked up on PATH, let alone run."""
+    from envbuild import proc
+    calls: list[object] = []
+    orig_which, orig_run = proc.which, proc.run
+    proc.which = lambda *a, **k: calls.append(a) or "/bin/true"  # type: ignore[assignment]
+    proc.run = lambda *a, **k: calls.append(a)  # type: ignore[assignment]
+    try:
+        with pytest.raises(UsageError, match="not a helper name"):
+            registry._helper_login(name, "registry.example.com")
+    finally:
+        proc.which, proc.run = orig_which, orig_run
+    assert calls == []

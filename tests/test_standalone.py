@@ -40,13 +40,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from envbuild import build as build_mod
 from envbuild import engine
 from envbuild.build import ENV_BUILD_ARGS, BuildFailed, env_build_args
 from envbuild.errors import UsageError
 from tests.conftest import ROOT, run_cli, work_dir
-from tests.standalone_python import Archive, archive, serve, site
+from tests.served import serve
+from tests.standalone_python import Archive, archive, site
 from tests.test_build import BASE, SYSTEM_CA, docker, fixtures, image_exists  # noqa: F401
 from tests.test_corp_bundle import _unshare
 from tests.test_corp_mirror import _gateway
@@ -332,3 +335,24 @@ def test_standalone_bundle_builds_offline(standalone: Archive, proxy: Proxy,  # 
         for ref in (tag, system_ref):
             if ref and image_exists(ref):
                 docker("image", "rm", ref, check=False)
+
+
+@given(st.text(max_size=60).map(lambda t: "https://mirror.corp/" + t)
+       | st.text(max_size=60))
+@settings(max_examples=400, deadline=None)
+def test_any_value_is_refused_or_a_clean_url(value: str) -> None:
+    """Generated values: what passes is an http(s) URL with a host and no whitespace, quote,
+    backslash or control character; everything else is a UsageError (never another error)."""
+    from urllib.parse import urlsplit
+    for name in ENV_BUILD_ARGS:
+        try:
+            got = env_build_args(STANDALONE_ARGS, {name: value})
+        except UsageError:
+            continue
+        if not value:
+            assert got == {}
+            continue
+        assert got == {name: value}
+        assert urlsplit(value).scheme in ("http", "https") and urlsplit(value).hostname
+        assert not any(c.isspace() or c in "\"'`\\" or ord(c) < 32 or ord(c) == 127
+                       for c in value), value
