@@ -189,6 +189,20 @@ def _word(value: Any) -> str:
     return text
 
 
+# A Dockerfile ENV value: a word, with commas and comparisons too (compute,utility, cuda>=13.0),
+# which the Dockerfile parser (no shell) keeps as they are; never $, \\, a quote or a space, which
+# it would expand, unescape or split.
+_ENV_VALUE = re.compile(r"[A-Za-z0-9._:/@+=~,<>-]+")
+
+
+def _env_value(value: Any) -> str:
+    text = str(value)
+    if not _ENV_VALUE.fullmatch(text):
+        raise UsageError(f"refusing to render {redact(text)[:40]!r} as an ENV value",
+                         "check the values given on the command line")
+    return text
+
+
 def _yaml(value: Any) -> str:
     """A YAML double-quoted scalar: any string survives (': ', ' #', quotes, non-ASCII)."""
     out = []
@@ -217,7 +231,7 @@ def _env() -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
-    env.filters.update(sh=_sh, shjoin=_shjoin, word=_word, yaml=_yaml)
+    env.filters.update(sh=_sh, shjoin=_shjoin, word=_word, yaml=_yaml, env=_env_value)
     return env
 
 
@@ -379,6 +393,7 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
         "ca_cert": opts.ca_cert, "index_credentials": opts.index_credentials,
         "wheelhouse": opts.wheelhouse, "pip_args": pip_args, "user_pip_args": user_pip_args,
         "base_image": base_image, "spec_label": spec_label(spec),
+        "runtime": m.meta.get("cuda", {}).get("runtime", {}),
         "has_os_packages": bool(opts.apt),
         "package_layers": package_layers(opts),
         "secret_mounts": secret_mounts(opts, uid, home),

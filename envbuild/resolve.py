@@ -7,6 +7,7 @@ conflict and the nearest valid alternatives (found by relaxing one given option 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 from collections.abc import Iterable
@@ -169,14 +170,25 @@ def _check_gpus(v: Variant, gpus: tuple[GpuRef, ...], t: _Trace) -> None:
 
 
 def _min_driver(m: Matrix, image_minor: str, wheel_cuda: str, t: _Trace,
-                fw: FleetWindow | None = None) -> str:
+                fw: FleetWindow | None = None, plain: bool = False) -> str:
+    """max(what the image's NVIDIA_REQUIRE_CUDA demands, the wheel's minor-version-compatibility
+    floor, the first driver branch of every GPU). On a plain base envbuild writes
+    NVIDIA_REQUIRE_CUDA itself: cuda>=X.0 of the wheel's major, so only the floor counts."""
     rel = m.cuda_release(image_minor)
     floor = m.compat_floor(major_of(wheel_cuda))
-    assert rel is not None and floor is not None
-    need_image = rel.ga_driver_linux
+    assert floor is not None
     need_wheel = floor.min_driver_linux
-    t.add(f"the nvidia/cuda {image_minor} base image sets NVIDIA_REQUIRE_CUDA=cuda>={image_minor}: "
-          f"the driver must support CUDA {image_minor} natively (>= {need_image})")
+    if plain:
+        need_image = rel.ga_driver_linux if rel is not None else need_wheel
+        t.add(f"NVIDIA_REQUIRE_CUDA=cuda>={image_minor}, written by envbuild on the plain base: "
+              f"the container runtime refuses drivers older than CUDA {image_minor} "
+              "(no more: the wheel needs no newer minor, see below)")
+    else:
+        assert rel is not None
+        need_image = rel.ga_driver_linux
+        t.add(f"the nvidia/cuda {image_minor} base image sets NVIDIA_REQUIRE_CUDA=cuda>="
+              f"{image_minor}: the driver must support CUDA {image_minor} natively "
+              f"(>= {need_image})")
     t.add(f"the cu{wheel_cuda.replace('.', '')} wheel bundles its CUDA {wheel_cuda} libraries and "
           f"runs on any CUDA {major_of(wheel_cuda)}.x driver >= {need_wheel} through minor "
           "version compatibility")
@@ -252,6 +264,58 @@ def check_host(m: Matrix, p: Parsed) -> None:
             "check `nvidia-smi` on that host; a GPU outside its driver window is not usable")
 
 
+def _plain_base(m: Matrix, p: Parsed, image_version: str | None) -> bool:
+    """CUDA on the plain OS image: `--os` names an OS NVIDIA publishes no nvidia/cuda base image
+    of this CUDA for (debian12 has none at all). The wheel brings the whole CUDA userspace; the
+    template writes what the base image would have set for the container runtime."""
+    if p.os is None or p.flavor != "base":
+        return False
+    images = m.images_for(image_version) if image_version else []
+    return p.os not in {i.os for i in images if p.flavor in i.flavors}
+
+
+def _driver_cap(fw: FleetWindow, min_driver: str, what: str, t: _Trace) -> str | None:
+    """The newest driver branch a capping GPU allows (None: no cap); refused when the image
+    needs a newer driver than that GPU is driven by."""
+    capping = fw.capping()
+    if capping is None or capping.last_branch is None:
+        return None
+    if branch_of(min_driver) > capping.last_branch:
+        raise _Reject(f"{what} need a driver >= {min_driver}, but {capping.label} is driven "
+                      f"only by {capping.describe()}")
+    t.add(f"driver branch R{capping.last_branch} or older: {capping.label} is not driven by "
+          f"newer branches (R{capping.last_branch} is the last that supports "
+          f"{capping.arch_name})")
+    return str(capping.last_branch)
+
+
+def _resolve_plain_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch,
+                        v: Variant, t: _Trace, fw: FleetWindow) -> Spec:
+    """The CUDA wheel on the plain `--os` image (see _plain_base)."""
+    os_info = m.os_info(p.os or "")
+    assert os_info is not None
+    require = f"{major_of(v.version)}.0"
+    _check_gpus(v, p.gpus, t)
+    min_driver = _min_driver(m, require, v.version, t, fw, plain=True)
+    if p.driver is not None and version_key(p.driver) < version_key(min_driver):
+        raise _Reject(f"driver {p.driver} is older than the {min_driver} that the {v.tag} wheel "
+                      f"needs (torch {rel.version})")
+    max_driver = _driver_cap(fw, min_driver, f"the {v.tag} wheel", t)
+    t.add(f"OS {os_info.id} as requested: NVIDIA publishes no nvidia/cuda {p.cuda_minor or ''} "
+          f"base image for it, so the plain {os_info.image} image is the base".replace("  ", " "))
+    python, source = _pick_python(m, rel, os_info, p, t)
+    t.add(f"base image {os_info.image}: the {v.tag} wheel's nvidia-* packages bring the CUDA "
+          "userspace; envbuild writes what the container runtime reads (NVIDIA_VISIBLE_DEVICES, "
+          "NVIDIA_DRIVER_CAPABILITIES, NVIDIA_REQUIRE_CUDA) and the loader paths of the driver "
+          "libraries it mounts (/usr/local/nvidia/lib64). Saved: the base image's own CUDA "
+          "runtime and a registry pull of nvidia/cuda. Left out: NVIDIA's forward-compatibility "
+          "libraries (/usr/local/cuda/compat), the brand clauses of NVIDIA_REQUIRE_CUDA, and "
+          "nvcc (`--flavor devel` needs an nvidia/cuda OS)")
+    return _spec(m, p, rel, patch, v, t, python=python, python_source=source, os_id=os_info.id,
+                 base_image=os_info.image, min_driver=min_driver, max_driver=max_driver,
+                 require_cuda=require, verified=os_info.verified)
+
+
 def _resolve_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant,
                   t: _Trace) -> Spec:
     fw = _gpu_fleet(m, p)
@@ -269,6 +333,8 @@ def _resolve_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v:
     cuda_rel = m.cuda_release(image_minor)
     assert cuda_rel is not None
     image_version = cuda_rel.image
+    if _plain_base(m, p, image_version):
+        return _resolve_plain_cuda(m, p, rel, patch, v, t, fw)
     if p.cuda and p.cuda.count(".") == 2:
         if not m.images_for(p.cuda):
             raise _Reject(f"no nvidia/cuda {p.cuda} image is known (the maintained {image_minor} "
@@ -281,17 +347,8 @@ def _resolve_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v:
     if p.driver is not None and version_key(p.driver) < version_key(min_driver):
         raise _Reject(f"driver {p.driver} is older than the {min_driver} that CUDA {image_minor} "
                       f"images need (torch {rel.version} {v.tag})")
-    max_driver = None
-    capping = fw.capping()
-    if capping is not None and capping.last_branch is not None:
-        if branch_of(min_driver) > capping.last_branch:
-            raise _Reject(f"CUDA {image_minor} images with the {v.tag} wheel need a driver >= "
-                          f"{min_driver}, but {capping.label} is driven only by "
-                          f"{capping.describe()}")
-        max_driver = str(capping.last_branch)
-        t.add(f"driver branch R{capping.last_branch} or older: {capping.label} is not driven by "
-              f"newer branches (R{capping.last_branch} is the last that supports "
-              f"{capping.arch_name})")
+    max_driver = _driver_cap(fw, min_driver, f"CUDA {image_minor} images with the {v.tag} wheel",
+                             t)
     images = [i for i in m.images_for(image_version) if p.flavor in i.flavors]
     what = f"nvidia/cuda:{image_version}-{p.flavor}"
     os_info = _pick_os(m, [i.os for i in images], rel, p, t, what)
@@ -389,7 +446,7 @@ def _resolve_mps(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: 
 def _spec(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant, t: _Trace,
           *, python: str, python_source: str, os_id: str, base_image: str | None,
           cuda_image: str | None = None, min_driver: str | None = None,
-          max_driver: str | None = None,
+          max_driver: str | None = None, require_cuda: str | None = None,
           min_macos: str | None = None, variant_tag: str | None = None,
           index_url: str | None = None, verified: bool = True) -> Spec:
     index_base = str(m.meta["torch"]["index_base"]).rstrip("/")
@@ -426,6 +483,7 @@ def _spec(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant
         index_url=index_url or f"{index_base}/{v.tag}",
         min_driver=min_driver,
         max_driver=max_driver,
+        require_cuda=require_cuda,
         min_macos=min_macos,
         archs=tuple(arch_list(v)) if v.kind in ("cuda", "rocm") else (),
         gpus=tuple(g.to_json() for g in p.gpus),
@@ -681,7 +739,47 @@ def _alternatives(m: Matrix, p: Parsed) -> list[str]:
         except ConflictError:
             continue
         out.append(_describe_alternative(key, s, p))
+    said = {a.split(":", 1)[0] for a in out}
+    return out + [a for a in _image_alternatives(m, p) if a.split(":", 1)[0] not in said]
+
+
+def _image_alternatives(m: Matrix, p: Parsed) -> list[str]:
+    """`--cuda X.Y` names a CUDA no nvidia/cuda image is known for: the same major's wheels on
+    the newest older images (they run there through minor version compatibility), and the
+    plain-OS base, which needs no nvidia/cuda image at all."""
+    minor = p.cuda_minor
+    rel = m.cuda_release(minor) if minor else None
+    if minor is None or rel is None or rel.image or p.os is not None:
+        return []
+    out: list[str] = []
+    older = sorted((r for r in m.cuda if major_of(r.version) == major_of(minor) and r.image
+                    and version_key(r.version) < version_key(minor)),
+                   key=lambda r: version_key(r.version), reverse=True)
+    for r in older[:2]:
+        q = dataclasses.replace(p, cuda=r.version, cuda_minor=r.version)
+        with contextlib.suppress(ConflictError):
+            s = resolve_parsed(m, q)
+            mvc = s.torch_cuda and version_key(s.torch_cuda) > version_key(r.version)
+            out.append(f"--cuda {r.version}: {_core(s)}" + (
+                f" (the {s.variant} wheel runs on this older image through minor version "
+                "compatibility)" if mvc else ""))
+    plain = [o for o in m.meta.get("os", {}).get("preference", [])
+             if not any(i.os == o for i in m.images)]
+    for os_id in plain[:1]:
+        with contextlib.suppress(ConflictError):
+            s = resolve_parsed(m, dataclasses.replace(p, os=os_id))
+            out.append(f"--os {os_id}: {_core(s)} on the plain {s.base_image} base (no "
+                       "nvidia/cuda image needed)")
     return out
+
+
+def _core(s: Spec) -> str:
+    core = f"torch {s.torch} ({s.variant}), Python {s.python}"
+    if s.cuda_image:
+        core += f", CUDA image {s.cuda_image}"
+    if s.min_driver:
+        core += f", driver >= {s.min_driver}"
+    return core
 
 
 def _drop(p: Parsed, key: str) -> Parsed:
@@ -700,13 +798,15 @@ def _drop(p: Parsed, key: str) -> Parsed:
 
 
 def _describe_alternative(key: str, s: Spec, p: Parsed) -> str:
-    core = f"torch {s.torch} ({s.variant}), Python {s.python}"
-    if s.cuda_image:
-        core += f", CUDA image {s.cuda_image}, driver >= {s.min_driver}"
+    core = _core(s)
     if key == "torch":
         return f"--torch {minor_of(s.torch)}: {core}"
     if key == "cuda" and s.cuda_image:
-        return f"--cuda {minor_of(s.cuda_image)}: {core}"
+        image = minor_of(s.cuda_image)
+        if s.torch_cuda and version_key(s.torch_cuda) > version_key(image):
+            return (f"without --cuda: {core} (the {s.variant} wheel runs on the CUDA {image} "
+                    "image through minor version compatibility)")
+        return f"--cuda {image}: {core}"
     if key == "rocm" and s.rocm:
         return f"--rocm {s.rocm}: {core}"
     if key == "python":

@@ -9,6 +9,7 @@ from functools import cached_property
 from typing import Any
 
 SPEC_SCHEMA = 1
+_OPTIONAL = ("max_driver", "require_cuda")  # left out of the identity and JSON while None
 
 
 @dataclass(frozen=True)
@@ -37,14 +38,18 @@ class Spec:
     trace: tuple[str, ...]
     warnings: tuple[str, ...] = ()
     max_driver: str | None = None  # newest driver BRANCH (e.g. "580") when a GPU caps it
+    # CUDA on a plain OS base (no nvidia/cuda image under it): the X.Y the image's
+    # NVIDIA_REQUIRE_CUDA names, written by the template with the rest of the runtime's settings.
+    require_cuda: str | None = None
 
     def identity(self) -> dict[str, Any]:
         """The fields that define the environment (the trace only explains it)."""
         d = asdict(self)
         d.pop("trace")
         d.pop("warnings")
-        if d["max_driver"] is None:  # absent unless a GPU caps the driver: hashes stay stable
-            d.pop("max_driver")
+        for key in _OPTIONAL:  # absent unless set: the hashes of older specs stay stable
+            if d[key] is None:
+                d.pop(key)
         return d
 
     @cached_property
@@ -59,8 +64,9 @@ class Spec:
         d["components"] = list(self.components)
         d["trace"] = list(self.trace)
         d["warnings"] = list(self.warnings)
-        if d["max_driver"] is None:
-            d.pop("max_driver")
+        for key in _OPTIONAL:
+            if d[key] is None:
+                d.pop(key)
         return {"schema": SPEC_SCHEMA, **d, "spec_hash": self.hash}
 
 

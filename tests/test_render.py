@@ -42,6 +42,9 @@ CASES: dict[str, list[str]] = {
                            "https://user:s3cret@pypi.example.com/simple"],
     "rocm-ubuntu22.04": ["--rocm", "6.2", "--torch", "2.5.1"],
     "rocm-devel-ubuntu22.04": ["--rocm", "6.2", "--torch", "2.5.1", "--flavor", "devel"],
+    # CUDA on a plain OS base (no nvidia/cuda image for debian12): the runtime's settings rendered
+    "cuda-plain-debian12": ["--target", "cuda", "--torch", "2.13.0", "--os", "debian12"],
+    "cuda-plain-debian12-cu132": ["--target", "cuda", "--torch", "2.15.0", "--os", "debian12"],
     "cpu-debian12": ["--target", "cpu", "--torch", "2.13.0", "--os", "debian12"],
     "cpu-ubuntu24.04-root": ["--target", "cpu", "--torch", "2.9.1", "--os", "ubuntu24.04",
                              "--user", "root"],

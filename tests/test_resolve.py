@@ -304,8 +304,6 @@ WRONG_WAY: list[tuple[dict[str, Any], list[str]]] = [
     ({"python": "3.7", "target": "rocm"}, ["supports Python 3.7"]),
     ({"python": "3.7", "target": "mps"}, ["supports Python 3.7"]),
     ({"python": "3.99"}, ["supports Python 3.99"]),
-    ({"python": "3.8", "os": "ubuntu24.04"}, ["Python 3.8 needs torch <= 2.4",
-                                              "not published for ubuntu24.04"]),
     ({"python": "3.8", "os": "ubuntu24.04", "flavor": "devel"}, ["Python 3.8 needs torch <= 2.4"]),
     ({"cuda": "13", "python": "3.9"}, ["no CUDA 13.x fits",
                                        "supports Python 3.9 (torch <= 2.8) has a CUDA 13.x"]),

@@ -38,7 +38,9 @@ def format_spec(d: dict[str, object]) -> str:
     rows = [("target", d["target"]), ("torch", d["torch"]), ("torchvision", d["torchvision"]),
             ("torchaudio", d["torchaudio"]), ("python", f"{d['python']} ({d['python_source']})"),
             ("variant", d["variant"]), ("torch CUDA", d["torch_cuda"]), ("ROCm", d["rocm"]),
-            ("CUDA image", d["cuda_image"]), ("cuDNN", d["cudnn"]), ("NCCL", d["nccl"]),
+            ("CUDA image", d["cuda_image"]),
+            ("CUDA image", f"none: plain base, NVIDIA_REQUIRE_CUDA=cuda>={d['require_cuda']}"
+             if d.get("require_cuda") else None), ("cuDNN", d["cudnn"]), ("NCCL", d["nccl"]),
             ("OS", d["os"]), ("base image", d["base_image"]), ("index", d["index_url"]),
             ("min driver", d["min_driver"]),
             ("max driver", f"R{d['max_driver']} or older" if d.get("max_driver") else None),
