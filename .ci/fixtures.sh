@@ -2,6 +2,10 @@
 # Test fixtures that need the outside world once, then are reused:
 #   - local/debian:bookworm: a minimal Debian base image made with debootstrap (no image registry here)
 #   - $WORK/wheelhouse: torch==2.13.0 (CPU) and its dependencies for offline builds
+#   - $WORK/cuda-wheelhouse: PyPI's own torch==2.13.0, the CUDA 13.0 build, with its nvidia-* cu13
+#     wheels (about 2.7 GB), plus one CUDA 12 runtime wheel for the mixed-image test
+#     (tests/test_cuda_image.py). pip --isolated: this host's pip config adds a local CPU wheel
+#     directory, which must not answer here.
 # Stand-in bases for the real base images (ubuntu:24.04's uid-1000 user, odd uid/gid 1000 states,
 # python3 without venv, the dnf family) are built FROM local/debian:bookworm by tests/test_bases.py
 # itself, with BuildKit so that re-runs come from its cache; they need Debian's mirror like the
@@ -37,4 +41,23 @@ if ! ls "$wh"/torch-2.13.0*.whl >/dev/null 2>&1; then
   echo "wheelhouse ready: $(ls "$wh" | wc -l) files"
 else
   echo "wheelhouse present"
+fi
+
+cwh="$work/cuda-wheelhouse"
+if ! ls "$cwh"/torch-2.13.0-cp311-*.whl >/dev/null 2>&1 \
+    || ! ls "$cwh"/nvidia_cuda_runtime_cu12-*.whl >/dev/null 2>&1; then
+  mkdir -p "$cwh"
+  plats=()
+  for n in 17 18 24 25 26 27 28 31 34 35; do plats+=(--platform "manylinux_2_${n}_x86_64"); done
+  python3 -m pip download --isolated -q --only-binary=:all: --python-version 3.11 \
+    --implementation cp "${plats[@]}" --platform manylinux2014_x86_64 -d "$cwh" \
+    'torch==2.13.0' 2>"$work/pip-download-cuda.log" \
+    || { tail -20 "$work/pip-download-cuda.log" >&2; exit 1; }
+  python3 -m pip download --isolated -q --no-deps --only-binary=:all: --python-version 3.11 \
+    --implementation cp "${plats[@]}" --platform manylinux2014_x86_64 -d "$cwh" \
+    'nvidia-cuda-runtime-cu12==12.8.90' 2>>"$work/pip-download-cuda.log" \
+    || { tail -20 "$work/pip-download-cuda.log" >&2; exit 1; }
+  echo "CUDA wheelhouse ready: $(ls "$cwh" | wc -l) files, $(du -sh "$cwh" | cut -f1)"
+else
+  echo "CUDA wheelhouse present"
 fi

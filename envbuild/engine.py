@@ -168,6 +168,26 @@ def local_image(ref: str) -> dict[str, Any] | None:
         return {"id": image.id, "repo_digests": list(image.attrs.get("RepoDigests") or [])}
 
 
+def probe_base(ref: str, script: str, timeout: float = 120) -> tuple[str, dict[str, str], str]:
+    """(image id, environment, the script's output) of a base image: `sh -c script` in a
+    labelled container that is always removed. The engine pulls the image if it lacks it."""
+    c = client()
+    with _docker_errors():
+        result = _run_to_end(c, ref, ["-c", script],
+                             {"entrypoint": ["/bin/sh"], "labels": {LABEL_ROLE: "probe-base"},
+                              "network_disabled": True, "user": "0"}, timeout, stderr=False)
+        image = c.images.get(ref)
+    env = {}
+    for item in (image.attrs.get("Config") or {}).get("Env") or []:
+        key, _, value = str(item).partition("=")
+        env[key] = value
+    if result.timed_out or result.exit_code not in (0, 1):
+        raise EnvbuildError(f"could not read the base image {ref} (exit {result.exit_code})",
+                            "the base needs /bin/sh; check `docker run --rm --entrypoint sh "
+                            f"{ref} -c 'cat /etc/os-release'`")
+    return str(image.id), env, result.output
+
+
 def tag(image_id: str, ref: str) -> None:
     c = client()
     repo, _, t = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")

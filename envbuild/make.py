@@ -7,6 +7,7 @@ this module never prints. Heavy modules (jinja2, docker) load only when a stage 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 import time
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from envbuild.errors import UsageError
 
 if TYPE_CHECKING:
+    from envbuild.base_facts import BaseFacts
     from envbuild.build import BuildResult
     from envbuild.matrix import Matrix
     from envbuild.pipeline import ContextInputs, Secrets
@@ -65,6 +67,7 @@ class MakeRequest:
     recommend: bool = True  # no hardware asked for: build what the doctor recommends
     proxy: str | None = None  # --proxy; None: HTTP(S)_PROXY / NO_PROXY from the environment
     estimate_size: bool = True  # the size estimate beside the real size (make's summary)
+    push_requires_gpu: bool = False  # a team file's push_requires = "gpu"
 
 
 @dataclass(frozen=True)
@@ -176,13 +179,24 @@ def validate(ref: str, image_id: str, *, require_gpu: bool, timeout: float, reva
     return Checked(v, False, now)
 
 
-def gate(push_to: str | None, checked: Checked | None, push_unvalidated: bool) -> str:
-    """Why the image is not pushed ('' = push it): only a validated image leaves this host."""
+def gate(push_to: str | None, checked: Checked | None, push_unvalidated: bool,
+         requires_gpu: bool = False) -> str:
+    """Why the image is not pushed ('' = push it): only a validated image leaves this host, and
+    with requires_gpu only a GPU image validated on a GPU."""
     if not push_to or push_unvalidated:
         return ""
     if checked is None:
         return "not validated"
-    return "" if checked.passed else "validation failed"
+    if not checked.passed:
+        return "validation failed"
+    if requires_gpu:
+        from envbuild.validate import gpu_verdict
+
+        verdict = gpu_verdict(checked.validation.report)
+        if verdict is not None and not verdict["on_gpu"]:
+            return ("checked without a GPU only (push_requires = \"gpu\"): validate it on a GPU "
+                    "host first")
+    return ""
 
 
 def context_parent(wheelhouse: Path | None) -> str | None:
@@ -207,7 +221,8 @@ def recommended(req: Request, m: Matrix, status: StatusHook = _no_status) -> tup
     return apply_recommendation(req, rec), rec.reason
 
 
-def size_beside(spec: Spec, m: Matrix, ci: ContextInputs, real: int) -> dict[str, Any]:
+def size_beside(spec: Spec, m: Matrix, ci: ContextInputs, real: int,
+                local_tag: bool = True) -> dict[str, Any]:
     """The size estimate (envbuild/size.py) next to the real size: one call, for make."""
     from envbuild import engine
     from envbuild.errors import EnvbuildError
@@ -222,9 +237,22 @@ def size_beside(spec: Spec, m: Matrix, ci: ContextInputs, real: int) -> dict[str
     try:
         return for_make(spec, m.extra.get("sizes", {}), real, base_image=base,
                         base_on_disk=on_disk, wheelhouse=wheelhouse,
-                        torch_index=ci.torch_index_url, user_index=ci.pip_index_url, pip=ci.pip)
+                        torch_index=ci.torch_index_url, user_index=ci.pip_index_url, pip=ci.pip,
+                        local_tag=local_tag)
     except (OSError, ValueError) as exc:  # an estimate is never worth failing a built image
         return {"error": f"no size estimate: {exc}", "real_bytes": real}
+
+
+def inspect_base(ref: str, m: Matrix, status: StatusHook = _no_status) -> BaseFacts:
+    """Read what a --base-image really is (OS, Python, glibc, users, NVIDIA settings) through
+    the engine, once, before anything is rendered for it."""
+    from envbuild import base_facts, engine
+    from envbuild.render import image_reference
+
+    image_reference(ref)  # refused (exit 2) before any engine call
+    with status(f"reading the base image {ref}"):
+        image_id, env, output = engine.probe_base(ref, base_facts.PROBE)
+    return base_facts.parse(ref, image_id, output, env, m)
 
 
 def check(mr: MakeRequest) -> None:
@@ -257,6 +285,8 @@ def make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) -
     chosen = ""
     if mr.recommend and wants_recommendation(req):
         req, chosen = recommended(req, m, hooks.status)
+    if mr.inputs.base_image and req.base is None:
+        req = dataclasses.replace(req, base=inspect_base(mr.inputs.base_image, m, hooks.status))
     prepared = prepare(req, mr.inputs, m)
     proxies = build_proxy_env(os.environ, mr.proxy)  # before any build: a bad proxy is exit 2
     spec = prepared.spec
@@ -285,7 +315,7 @@ def make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) -
                                timeout=mr.timeout, revalidate=mr.revalidate,
                                status=hooks.status)
         times["validate"] = time.monotonic() - t3
-    out.push_skipped = gate(mr.push, out.checked, mr.push_unvalidated)
+    out.push_skipped = gate(mr.push, out.checked, mr.push_unvalidated, mr.push_requires_gpu)
     if mr.push and not out.push_skipped:
         t2 = time.monotonic()
         with hooks.status(f"pushing {result.tag} to {mr.push}"):
@@ -298,7 +328,8 @@ def make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) -
         times["push"] = time.monotonic() - t2
     out.size = engine.image_size(result.tag)
     if mr.estimate_size:
-        out.sized = size_beside(spec, m, mr.inputs, out.size)
+        out.sized = size_beside(spec, m, mr.inputs, out.size,
+                                local_tag=prepared.options.torch_local_tag)
     times["total"] = time.monotonic() - t0
     out.seconds = times
     return out

@@ -163,6 +163,9 @@ class OsInfo:
     compiler_packages: tuple[str, ...]
     extra_python: tuple[str, ...] = ()
     glibc: str = ""
+    # /etc/os-release's ID and VERSION_ID (a major matches any X.Y of it): how an inspected
+    # --base-image is told to be this OS
+    os_release: tuple[str, ...] = ()
     verified: bool = False
     source: tuple[str, ...] = ()
     note: str = ""

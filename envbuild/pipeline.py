@@ -143,6 +143,16 @@ def render_options(ci: ContextInputs, image_ref: str = "") -> tuple[RenderOption
     return opts, secrets
 
 
+def index_kind(ci: ContextInputs) -> str | None:
+    """--torch-index-kind, else (a --wheelhouse without a torch index) the layout its torch
+    wheel names: PyPI's torch-2.13.0-... is pinned without +cu130, torch-2.13.0+cpu-... with."""
+    from envbuild.torch_index import wheelhouse_kind
+
+    if ci.torch_index_kind is not None or ci.wheelhouse is None or ci.torch_index_url:
+        return ci.torch_index_kind
+    return wheelhouse_kind(sorted(p.name for p in ci.wheelhouse.glob("torch-*.whl")))
+
+
 def prepare(req: Request, ci: ContextInputs, m: Matrix, image_ref: str = "") -> Prepared:
     from envbuild.render import render
     from envbuild.resolve import resolve, with_python_source
@@ -151,7 +161,7 @@ def prepare(req: Request, ci: ContextInputs, m: Matrix, image_ref: str = "") -> 
     opts, secrets = render_options(ci, image_ref)  # input errors first: nothing resolved yet
     spec = with_python_source(resolve(req, m), ci.python_source)
     # A PyPI-like torch index: pins without the local tag, or refused before any build.
-    local = plan(spec, m, opts.torch_index_url, ci.torch_index_kind).local_tag
+    local = plan(spec, m, opts.torch_index_url, index_kind(ci)).local_tag
     opts = dataclasses.replace(opts, torch_local_tag=local)
     if not _container(spec.target) and (opts.base_image or opts.apt or opts.wheelhouse):
         raise UsageError("--base-image, --apt and --wheelhouse do not apply to --target mps")
@@ -245,7 +255,7 @@ def prepare_all(base: Request, ci: ContextInputs,
                 resolve_parsed(m, dataclasses.replace(parse(req, m), given=frozenset())),
                 ci.python_source)
             # on a PyPI-like torch index only the release's default variant exists
-            local = plan(spec, m, opts.torch_index_url, ci.torch_index_kind).local_tag
+            local = plan(spec, m, opts.torch_index_url, index_kind(ci)).local_tag
         except (ConflictError, UsageError):
             continue
         if spec.hash in seen:

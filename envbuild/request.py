@@ -17,6 +17,8 @@ from envbuild.matrix import Gpu, Matrix
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
 
+    from envbuild.base_facts import BaseFacts
+
 TARGETS = targets.NAMES
 FLAVORS = ("base", "runtime", "devel")
 COMPONENTS = ("torch", "torchvision", "torchaudio")
@@ -62,6 +64,7 @@ class Request:
     os: str | None = None
     flavor: str | None = None
     components: tuple[str, ...] = COMPONENTS
+    base: BaseFacts | None = None  # an inspected --base-image (make): the OS is the base's
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,7 @@ class Parsed:
     given: frozenset[str] = field(default_factory=frozenset)
     cuda_major: int | None = None  # `--cuda 12`: any 12.x, the newest that fits
     notes: tuple[str, ...] = ()  # how a loose input was read, for the trace
+    base: BaseFacts | None = None
 
 
 def _close(word: str, options: list[str]) -> list[str]:
@@ -157,7 +161,7 @@ def parse_gpu(text: str, matrix: Matrix) -> GpuRef:
 
 def parse(req: Request, matrix: Matrix) -> Parsed:
     given = frozenset(k for k, v in vars(req).items()
-                      if v not in (None, (), "") and k != "components")
+                      if v not in (None, (), "") and k not in ("components", "base"))
     if req.target is not None and req.target not in TARGETS:
         raise UsageError(f"--target {req.target!r} is not one of {', '.join(TARGETS)}",
                          "", _close(req.target, list(TARGETS)))
@@ -220,6 +224,11 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
                          f"known: {', '.join(ids)} (macOS only with --target mps)",
                          _close(req.os, ids))
     gpus = tuple(parse_gpu(g, matrix) for g in req.gpus)
+    os_id = req.os
+    if req.base is not None:
+        from envbuild.base_facts import check as check_base
+
+        os_id = check_base(req.base, req.os, matrix)
 
     target, why = _infer_target(req, gpus)
     entry = targets.get(target)
@@ -241,9 +250,9 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
                          f"use --target {other} for {_VENDOR[vendor]} GPUs")
     return Parsed(target=target, target_reason=why, cuda=req.cuda, cuda_minor=cuda_minor,
                   rocm=req.rocm, torch=spec, torch_text=req.torch, python=req.python,
-                  driver=driver, gpus=gpus, os=req.os, flavor=req.flavor or "base",
+                  driver=driver, gpus=gpus, os=os_id, flavor=req.flavor or "base",
                   components=tuple(c for c in COMPONENTS if c in req.components), given=given,
-                  cuda_major=cuda_major, notes=tuple(notes))
+                  cuda_major=cuda_major, notes=tuple(notes), base=req.base)
 
 
 _VENDOR = {"nvidia": "NVIDIA", "amd": "AMD"}

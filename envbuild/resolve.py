@@ -12,12 +12,16 @@ import dataclasses
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from envbuild import targets
 from envbuild.errors import ConflictError
 from envbuild.gpu_window import FleetWindow, branch_of, fleet, window
 from envbuild.matrix import CudaImage, Matrix, OsInfo, TorchPatch, TorchRelease, Variant
 from envbuild.request import GpuRef, Parsed, Request, parse
+
+if TYPE_CHECKING:
+    from envbuild.base_facts import BaseFacts
 from envbuild.spec import Spec
 from envbuild.validator import rules
 from envbuild.versions import major_of, minor_of, version_key
@@ -291,9 +295,11 @@ def _driver_cap(fw: FleetWindow, min_driver: str, what: str, t: _Trace) -> str |
 
 def _resolve_plain_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch,
                         v: Variant, t: _Trace, fw: FleetWindow) -> Spec:
-    """The CUDA wheel on the plain `--os` image (see _plain_base)."""
+    """The CUDA wheel on the plain `--os` image (see _plain_base), or on an inspected
+    --base-image that does not set NVIDIA_REQUIRE_CUDA itself."""
     os_info = m.os_info(p.os or "")
     assert os_info is not None
+    base = p.base.ref if p.base is not None else os_info.image
     require = f"{major_of(v.version)}.0"
     _check_gpus(v, p.gpus, t)
     min_driver = _min_driver(m, require, v.version, t, fw, plain=True)
@@ -301,10 +307,12 @@ def _resolve_plain_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPat
         raise _Reject(f"driver {p.driver} is older than the {min_driver} that the {v.tag} wheel "
                       f"needs (torch {rel.version})")
     max_driver = _driver_cap(fw, min_driver, f"the {v.tag} wheel", t)
-    t.add(f"OS {os_info.id} as requested: NVIDIA publishes no nvidia/cuda {p.cuda_minor or ''} "
-          f"base image for it, so the plain {os_info.image} image is the base".replace("  ", " "))
+    if p.base is None:
+        t.add(f"OS {os_info.id} as requested: NVIDIA publishes no nvidia/cuda "
+              f"{p.cuda_minor or ''} base image for it, so the plain {os_info.image} image is "
+              "the base".replace("  ", " "))
     python, source = _pick_python(m, rel, os_info, p, t)
-    t.add(f"base image {os_info.image}: the {v.tag} wheel's nvidia-* packages bring the CUDA "
+    t.add(f"base image {base}: the {v.tag} wheel's nvidia-* packages bring the CUDA "
           "userspace; envbuild writes what the container runtime reads (NVIDIA_VISIBLE_DEVICES, "
           "NVIDIA_DRIVER_CAPABILITIES, NVIDIA_REQUIRE_CUDA) and the loader paths of the driver "
           "libraries it mounts (/usr/local/nvidia/lib64). Saved: the base image's own CUDA "
@@ -312,8 +320,40 @@ def _resolve_plain_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPat
           "libraries (/usr/local/cuda/compat), the brand clauses of NVIDIA_REQUIRE_CUDA, and "
           "nvcc (`--flavor devel` needs an nvidia/cuda OS)")
     return _spec(m, p, rel, patch, v, t, python=python, python_source=source, os_id=os_info.id,
-                 base_image=os_info.image, min_driver=min_driver, max_driver=max_driver,
+                 base_image=base, min_driver=min_driver, max_driver=max_driver,
                  require_cuda=require, verified=os_info.verified)
+
+
+def _resolve_nvidia_base(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch,
+                         v: Variant, t: _Trace, fw: FleetWindow) -> Spec:
+    """The CUDA wheel on an inspected --base-image that sets NVIDIA_REQUIRE_CUDA itself (an
+    nvidia/cuda image, a mirror of one, or a team's image built on one): its CUDA is the
+    image's, its brand clauses and cuda-compat stay."""
+    b = p.base
+    assert b is not None and b.require_cuda
+    os_info = m.os_info(p.os or "")
+    assert os_info is not None
+    image_minor = b.require_cuda
+    if major_of(v.version) != major_of(image_minor):
+        raise _Reject(f"--base-image {b.ref} requires CUDA {image_minor} (its "
+                      f"NVIDIA_REQUIRE_CUDA); torch {rel.version} {v.tag} is a CUDA "
+                      f"{major_of(v.version)}.x wheel", narrow=True)
+    _check_gpus(v, p.gpus, t)
+    known = m.cuda_release(image_minor) is not None
+    min_driver = _min_driver(m, image_minor, v.version, t, fw, plain=not known)
+    if p.driver is not None and version_key(p.driver) < version_key(min_driver):
+        raise _Reject(f"driver {p.driver} is older than the {min_driver} that --base-image "
+                      f"{b.ref} with the {v.tag} wheel needs")
+    max_driver = _driver_cap(fw, min_driver, f"--base-image {b.ref} with the {v.tag} wheel", t)
+    python, source = _pick_python(m, rel, os_info, p, t)
+    t.add(f"base image {b.ref}: an nvidia/cuda base (its environment sets "
+          f"NVIDIA_REQUIRE_CUDA=cuda>={image_minor}"
+          + (f" and CUDA_VERSION={b.cuda_version}" if b.cuda_version else "")
+          + "): its CUDA runtime, cuda-compat and brand clauses stay; the wheel brings the "
+          "libraries torch uses")
+    return _spec(m, p, rel, patch, v, t, python=python, python_source=source, os_id=os_info.id,
+                 base_image=b.ref, cuda_image=b.cuda_version or image_minor,
+                 min_driver=min_driver, max_driver=max_driver, verified=os_info.verified)
 
 
 def _resolve_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant,
@@ -330,6 +370,9 @@ def _resolve_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v:
         image_minor = p.cuda_minor
     else:
         image_minor = _image_minor_for_driver(m, v, p, t, fw.last_branch)
+    if p.base is not None:
+        on_base = _resolve_nvidia_base if p.base.nvidia else _resolve_plain_cuda
+        return on_base(m, p, rel, patch, v, t, fw)
     cuda_rel = m.cuda_release(image_minor)
     assert cuda_rel is not None
     image_version = cuda_rel.image
@@ -450,6 +493,15 @@ def _spec(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant
           min_macos: str | None = None, variant_tag: str | None = None,
           index_url: str | None = None, verified: bool = True) -> Spec:
     index_base = str(m.meta["torch"]["index_base"]).rstrip("/")
+    base_id = None
+    if p.base is not None and base_image is not None:  # an inspected --base-image (make)
+        base_image, base_id = p.base.ref, p.base.image_id
+        _check_base_glibc(m, p.base, rel)
+        b = p.base
+        t.add(f"--base-image {b.ref} inspected ({b.image_id[:19]}): {b.os_release} "
+              f"(/etc/os-release) so {os_id}; python3 {b.python or 'none'}, glibc "
+              f"{b.glibc or 'unknown'}, uid 1000 {b.uid_1000 or 'free'}, gid 1000 "
+              f"{b.gid_1000 or 'free'}")
     vision = patch.torchvision if "torchvision" in p.components else None
     audio = (patch.torchaudio or None) if "torchaudio" in p.components else None
     if "torchaudio" in p.components and not patch.torchaudio:
@@ -484,6 +536,7 @@ def _spec(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant
         min_driver=min_driver,
         max_driver=max_driver,
         require_cuda=require_cuda,
+        base_id=base_id,
         min_macos=min_macos,
         archs=tuple(arch_list(v)) if v.kind in ("cuda", "rocm") else (),
         gpus=tuple(g.to_json() for g in p.gpus),
@@ -491,6 +544,22 @@ def _spec(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant
         trace=tuple(t.lines),
         warnings=tuple(unverified),
     )
+
+
+def wheel_glibc(m: Matrix, release: str) -> str:
+    """The glibc a torch release's Linux wheels need (torch.toml [meta] manylinux_glibc)."""
+    rows = [(str(r), str(g)) for r, g in m.meta.get("torch", {}).get("manylinux_glibc", [])]
+    fitting = [g for r, g in rows if version_key(r) <= version_key(release)]
+    return fitting[-1] if fitting else ""
+
+
+def _check_base_glibc(m: Matrix, base: BaseFacts, rel: TorchRelease) -> None:
+    from envbuild.base_facts import glibc_ok
+
+    need = wheel_glibc(m, rel.version)
+    if not glibc_ok(base.glibc, need):
+        raise _Reject(f"--base-image {base.ref} has glibc {base.glibc}, older than the {need} "
+                      f"that torch {rel.version}'s manylinux wheels need")
 
 
 # The target registry (envbuild/targets.py) names each target's wheel kind and resolver part.

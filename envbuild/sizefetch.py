@@ -456,8 +456,10 @@ def exact_pins(pip: Iterable[str]) -> tuple[list[str], list[str]]:
 def gather(spec: Spec, sizes: Mapping[str, Any], *, base_image: str | None = None,
            base_on_disk: int | None = None, wheelhouse: Path | None = None,
            torch_index: str | None = None, user_index: str | None = None,
-           pip: Iterable[str] = (), fetch: Fetch = http_get) -> SizeEstimate:
-    """Fetch the facts for `spec` and estimate: never raises for a missing network."""
+           pip: Iterable[str] = (), fetch: Fetch = http_get,
+           local_tag: bool = True) -> SizeEstimate:
+    """Fetch the facts for `spec` and estimate: never raises for a missing network.
+    local_tag: the torch pins carry +<variant> (a PyTorch-layout index) or not (PyPI-like)."""
     from envbuild.render import torch_pins
 
     ref = base_image or spec.base_image or ""
@@ -467,7 +469,7 @@ def gather(spec: Spec, sizes: Mapping[str, Any], *, base_image: str | None = Non
         base = base_fact(ref, fetch)
     pypi = _no_userinfo(user_index or PYPI_SIMPLE)
     lookup = Lookup([_no_userinfo(torch_index or spec.index_url), pypi], fetch, wheelhouse)
-    torch_facts, missing, notes = collect(lookup, torch_pins(spec), spec.python)
+    torch_facts, missing, notes = collect(lookup, torch_pins(spec, local_tag), spec.python)
     pinned, other = exact_pins(pip)
     user_lookup = Lookup([pypi], fetch, None)
     user_facts, user_missing, user_notes = collect(user_lookup, pinned, spec.python,
@@ -481,10 +483,11 @@ def gather(spec: Spec, sizes: Mapping[str, Any], *, base_image: str | None = Non
 def for_make(spec: Spec, sizes: Mapping[str, Any], real: int | None, *,
              base_image: str | None, base_on_disk: int | None, wheelhouse: Path | None,
              torch_index: str | None, user_index: str | None,
-             pip: Iterable[str]) -> dict[str, Any]:
+             pip: Iterable[str], local_tag: bool = True) -> dict[str, Any]:
     """make's hook: the estimate beside the built image's real size (summary and --json)."""
     from envbuild.size import beside
 
     est = gather(spec, sizes, base_image=base_image, base_on_disk=base_on_disk,
-                 wheelhouse=wheelhouse, torch_index=torch_index, user_index=user_index, pip=pip)
+                 wheelhouse=wheelhouse, torch_index=torch_index, user_index=user_index, pip=pip,
+                 local_tag=local_tag)
     return beside(est, real)

@@ -9,7 +9,8 @@ from functools import cached_property
 from typing import Any
 
 SPEC_SCHEMA = 1
-_OPTIONAL = ("max_driver", "require_cuda")  # left out of the identity and JSON while None
+# Left out of the identity and the JSON while None: the hashes of older specs stay stable.
+_OPTIONAL = ("max_driver", "require_cuda", "base_id")
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class Spec:
     # CUDA on a plain OS base (no nvidia/cuda image under it): the X.Y the image's
     # NVIDIA_REQUIRE_CUDA names, written by the template with the rest of the runtime's settings.
     require_cuda: str | None = None
+    base_id: str | None = None  # the inspected --base-image's id (sha256:...): the real base
 
     def identity(self) -> dict[str, Any]:
         """The fields that define the environment (the trace only explains it)."""

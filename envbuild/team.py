@@ -261,11 +261,14 @@ class Built:
         r = self.result
         if r is None or r.checked is None:
             return {"status": "error" if self.error else "skipped"}
+        from envbuild.validate import gpu_verdict
+
         rep = r.checked.validation.report
         s = rep.get("summary", {})
         return {"status": "pass" if r.checked.passed else "fail",
                 "pass": s.get("pass", 0), "fail": s.get("fail", 0), "warn": s.get("warn", 0),
-                "skip": s.get("skip", 0), "cached": r.checked.cached,
+                "skip": s.get("skip", 0), "not_run": s.get("not_run", 0),
+                "gpu": gpu_verdict(rep), "cached": r.checked.cached,
                 "validated_at": r.checked.created.isoformat(timespec="seconds"),
                 "report": r.report_ref}
 
@@ -356,7 +359,7 @@ def build(planned: list[Planned], m: Matrix, *, push: bool, jobs: int = 1, rebui
         mr = MakeRequest(p.image.request, p.image.inputs, tag=p.tag, rebuild=rebuild,
                          push=p.image.registry if push else None, revalidate=revalidate,
                          timeout=timeout, attach_report=True, recommend=False,
-                         estimate_size=False)
+                         estimate_size=False, push_requires_gpu=p.image.push_requires_gpu)
         b = Built(p)
         try:
             b.result = make(mr, m, hooks_for(p.name) if hooks_for else None)

@@ -36,9 +36,12 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 SCALARS = ("target", "cuda", "rocm", "torch", "python", "driver", "os", "flavor", "base_image",
            "wheelhouse", "ca_cert", "pip_index_url", "torch_index_url", "python_source", "user",
-           "registry")
+           "registry", "push_requires")
 LISTS = ("gpu", "pip", "apt", "conda", "without", "pip_extra_index_url")
 KEYS = frozenset(SCALARS + LISTS)
+# What --push needs of an image's validation: "validation" (it passed, on a GPU or not) or "gpu"
+# (it passed on a GPU: an image checked only without one stays here).
+PUSH_REQUIRES = ("validation", "gpu")
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class TeamImage:
     inputs: ContextInputs  # inputs.team_pip: the defaults' packages; inputs.pip: its own
     registry: str | None
     values: dict[str, Any]  # the merged keys, as written (for plan and the lock)
+    push_requires_gpu: bool = False  # push_requires = "gpu"
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,7 @@ def _check_value(key: str, value: str) -> None:
     patterns = {"cuda": _CUDA, "rocm": _ROCM, "python": _PYTHON, "driver": _DRIVER}
     choices: dict[str, tuple[str, ...]] = {
         "target": TARGETS, "flavor": FLAVORS, "python_source": ("os", "standalone"),
+        "push_requires": PUSH_REQUIRES,
         "without": tuple(c for c in COMPONENTS if c != "torch")}
     if key in simple:
         simple[key](value)
@@ -196,7 +201,8 @@ def image_of(name: str, defaults: dict[str, Any], own: dict[str, Any], base: Pat
         torch_index_url=v.get("torch_index_url"), ca_cert=_path(v.get("ca_cert"), base),
         wheelhouse=_path(v.get("wheelhouse"), base), base_image=v.get("base_image"),
         python_source=v.get("python_source"))
-    return TeamImage(name, req, ci, v.get("registry"), v)
+    return TeamImage(name, req, ci, v.get("registry"), v,
+                     push_requires_gpu=v.get("push_requires") == "gpu")
 
 
 def parse(text: str, path: Path) -> TeamFile:

@@ -65,6 +65,15 @@ def index_kind(url: str | None, m: Matrix, override: str | None = None) -> tuple
     return "pytorch", "assumed a PyTorch-index mirror (--torch-index-kind pypi if it is not)"
 
 
+def wheelhouse_kind(names: list[str]) -> str | None:
+    """The index layout a wheelhouse's torch wheels came from (pure): 'pypi' when they carry no
+    local tag (torch-2.13.0-cp311-...: PyPI's default build), 'pytorch' when they do
+    (torch-2.13.0+cpu-...), None without a torch wheel or with both kinds."""
+    kinds = {("pytorch" if "+" in n.split("-")[1] else "pypi") for n in names
+             if n.startswith("torch-") and n.endswith(".whl") and n.count("-") >= 4}
+    return kinds.pop() if len(kinds) == 1 else None
+
+
 def plan(spec: Spec, m: Matrix, url: str | None, override: str | None = None) -> TorchIndex:
     """How to pin torch for this index; ConflictError (exit 1) when the index cannot have the
     resolved variant: the request and the index are each well formed, together unsatisfiable

@@ -24,6 +24,37 @@ class Validation:
     note: str
 
 
+def gpu_verdict(report: dict[str, Any]) -> dict[str, Any] | None:
+    """Where a GPU image was validated (pure): on a GPU (its names), or without one (how many
+    facts were proved, which GPU checks were not run). None for a CPU or MPS report."""
+    target = (report.get("spec") or {}).get("target")
+    if target not in ("cuda", "rocm"):
+        return None
+    block = report.get("gpu_less")
+    if block:
+        return {"on_gpu": False, "gpus": [], "facts": int(block.get("facts", 0)),
+                "not_run": list(block.get("not_run", [])),
+                "cpu_only": list(block.get("cpu_only", []))}
+    names: list[str] = []
+    for c in report.get("checks", []):
+        if c.get("id") == "device.properties" and c.get("status") in ("pass", "warn"):
+            for d in (c.get("evidence") or {}).get("devices") or []:
+                if isinstance(d, dict) and d.get("name"):
+                    names.append(str(d["name"]))
+    return {"on_gpu": True, "gpus": sorted(set(names)), "facts": None, "not_run": [],
+            "cpu_only": []}
+
+
+def describe_gpu_verdict(v: dict[str, Any]) -> str:
+    if not v["on_gpu"]:
+        line = (f"checked without GPU: {v['facts']} facts, {len(v['not_run'])} GPU checks not "
+                "run")
+        if v["cpu_only"]:
+            line += f" ({len(v['cpu_only'])} ran on the CPU only)"
+        return line
+    return "validated on GPU " + (", ".join(v["gpus"]) or "(unnamed)")
+
+
 def _parse_report(output: str) -> dict[str, Any]:
     start = output.find("{")
     if start < 0:

@@ -1,7 +1,7 @@
 """`make bench`: start-up, resolve, render --all, and (with a Docker engine) build/make/validate.
 
 Numbers are printed, never asserted: speed and size are measured here, not in the tests.
-Usage: python tests/bench.py [--quick] [--no-docker] [--only explain|team] [--cluster-only]
+Usage: python tests/bench.py [--quick] [--no-docker] [--only explain|team|cuda] [--cluster-only]
 """
 
 from __future__ import annotations
@@ -322,6 +322,55 @@ def bench_cluster(runs: int) -> None:
     print(f"  of which the slowest node's validator: {statistics.median(jobs):.1f} s")
 
 
+def bench_cuda() -> None:
+    """The real CUDA image (PyPI's torch 2.13.0 = CUDA 13.0 on the plain Debian base, the wheels
+    from .work/cuda-wheelhouse): cold build with BuildKit's cache pruned, warm make, and the
+    GPU-less check; size against the estimate and the floor."""
+    print("== CUDA image (PyPI torch 2.13.0 cu130 on the plain Debian base, GPU-less check)")
+    wheels = WORK / "cuda-wheelhouse"
+    if not list(wheels.glob("torch-2.13.0-cp311-*.whl")):
+        print(f"  skipped: no CUDA wheelhouse in {wheels} (make fixtures)")
+        return
+    tag = "envbuild-bench/cuda:bench"
+
+    def make(*extra: str) -> tuple[float, dict[str, object]]:
+        t = time.perf_counter()
+        p = subprocess.run([PY, "-m", "envbuild", "make", "--target", "cuda", "--torch", "2.13.0",
+                            "--without", "torchvision", "--without", "torchaudio",
+                            "--base-image", BASE, "--wheelhouse", str(wheels), "--tag", tag,
+                            "--progress", "plain", "--json", *extra],
+                           capture_output=True, text=True, cwd=ROOT)
+        if p.returncode != 0:
+            print(p.stderr[-2000:])
+            raise SystemExit(f"CUDA make failed with {p.returncode}")
+        return time.perf_counter() - t, json.loads(p.stdout)
+
+    subprocess.run(["/usr/bin/docker", "rmi", "-f", tag], capture_output=True)
+    subprocess.run(["/usr/bin/docker", "builder", "prune", "-af"], capture_output=True)
+    with tempfile.TemporaryDirectory() as cache:
+        env_cache = {"XDG_CACHE_HOME": cache}
+        os.environ.update(env_cache)
+        try:
+            cold, first = make("--rebuild")
+            warm = [make()[0] for _ in range(3)]
+        finally:
+            os.environ.pop("XDG_CACHE_HOME", None)
+    secs = first["seconds"]  # type: ignore[index]
+    v = first["validation"]  # type: ignore[index]
+    block = v.get("gpu_less") or {}  # type: ignore[union-attr]
+    print(f"cold CUDA make: {cold:.1f} s wall (build {secs['build']:.1f} s, "  # type: ignore
+          f"validate {secs.get('validate', 0):.1f} s)")  # type: ignore[union-attr]
+    print(f"warm CUDA make, nothing changed: {statistics.median(warm):.2f} s wall (median of 3)")
+    print(f"checked without GPU: {block.get('facts')} facts, {len(block.get('not_run', []))} "
+          "GPU checks not run")
+    size = int(first["image"]["size_bytes"])  # type: ignore[index]
+    est = first.get("size") or {}
+    if isinstance(est, dict) and est.get("estimate"):
+        print(f"CUDA image {size / 1e6:.0f} MB, estimated "
+              f"{est['estimate']['total_bytes'] / 1e6:.0f} MB ({est.get('error_pct', 0):+.1f}%)")
+    subprocess.run(["/usr/bin/docker", "rmi", "-f", tag], capture_output=True)
+
+
 def main() -> None:
     quick = "--quick" in sys.argv
     if "--only" in sys.argv and sys.argv[sys.argv.index("--only") + 1:][:1] == ["explain"]:
@@ -333,11 +382,15 @@ def main() -> None:
     if "--cluster-only" in sys.argv:
         bench_cluster(3)
         return
+    if "--only" in sys.argv and sys.argv[sys.argv.index("--only") + 1:][:1] == ["cuda"]:
+        bench_cuda()
+        return
     bench_startup(5 if quick else 20)
     bench_render_all(1 if quick else 3)
     bench_explain(3 if quick else 5)
     if "--no-docker" not in sys.argv and shutil.which("dockerd"):
         bench_docker()
+        bench_cuda()
         bench_team()
         bench_cluster(1 if quick else 3)
 

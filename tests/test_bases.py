@@ -226,6 +226,11 @@ def test_existing_uid_1000_user_is_removed_its_files_kept(matrix: Matrix,
 # AppStream from 9.2; S-RHEL-DEV-PACKAGES: -devel headers, gcc-c++, glibc-devel).
 RHEL9_NAMES = ("python3.11", "python3.11-devel", "gcc", "gcc-c++", "glibc-devel")
 
+# make reads a --base-image's /etc/os-release to know its OS: a stand-in for another OS says
+# which one it stands for (os.toml's os_release), as that OS's image does.
+OS_RELEASE = ("RUN rm -f /etc/os-release && printf 'ID={id}\\nVERSION_ID=\"{version}\"\\n"
+              "PRETTY_NAME=\"envbuild stand-in\"\\n' >/etc/os-release\n")
+
 # name -> (Dockerfile body after FROM, envbuild make arguments). Each reproduces os.toml properties:
 STANDINS: dict[str, tuple[str, list[str]]] = {
     # ubuntu:24.04 / nvidia/cuda:*-ubuntu24.04: user and group `ubuntu` with uid/gid 1000 (exactly
@@ -247,7 +252,7 @@ STANDINS: dict[str, tuple[str, list[str]]] = {
         " && useradd --uid 1001 --gid 1000 --no-create-home other \\\n"
         " && apt-get update && apt-get install -y --no-install-recommends python3-minimal \\\n"
         " && rm -rf /var/lib/apt/lists/* \\\n"
-        " && ! python3 -c 'import ensurepip'\n",
+        " && ! python3 -c 'import ensurepip'\n" + OS_RELEASE.format(id="ubuntu", version="22.04"),
         ["--os", "ubuntu22.04", "--python", "3.11"]),
     # The dnf family (rockylinux9 row, Python 3.11 from its python3.11 package): Debian's real dnf 4
     # and rpm, with a local repository of EMPTY packages carrying RHEL 9's names (RHEL9_NAMES); the
@@ -267,7 +272,7 @@ STANDINS: dict[str, tuple[str, list[str]]] = {
         " && createrepo_c -q /srv/rhel-standin && rm -rf /tmp/rpmb \\\n"
         " && printf '[rhel-standin]\\nname=stand-in\\nbaseurl=file:///srv/rhel-standin\\n"
         "gpgcheck=0\\nenabled=1\\n' >/etc/yum.repos.d/rhel-standin.repo \\\n"
-        " && rm /usr/bin/apt-get /usr/bin/apt\n",
+        " && rm /usr/bin/apt-get /usr/bin/apt\n" + OS_RELEASE.format(id="rocky", version="9.4"),
         ["--os", "rockylinux9", "--python", "3.11"]),
 }
 # What each stand-in reproduces, in os.toml's terms; the test below keeps this honest against the

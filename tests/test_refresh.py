@@ -461,6 +461,20 @@ def test_cli_refresh_pypi_agrees_and_json(server: Server, mdir: Path) -> None:
     assert out["changes"] == [] and out["checked"]["pypi"]["torch_releases"] == 26
 
 
+def test_cli_check_compares_every_release_and_never_writes(server: Server, mdir: Path) -> None:
+    base = ("matrix", "refresh", "--check", "--dir", str(mdir), "--pypi-url", server.url)
+    r = run_cli(*base, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["checked"]["pypi"]["torch_releases"] == 26
+    _mutate(mdir, *MUTATIONS[0][:4])
+    before = (mdir / "torch.toml").read_text()
+    r = run_cli(*base)
+    assert r.returncode == 1 and "cudnn: \"9.17.1.4\" -> \"9.19.0.56\"" in r.stdout, r.stdout
+    assert (mdir / "torch.toml").read_text() == before
+    r = run_cli(*base, "--write")
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+
+
 def test_cli_write_corrects_and_exit_codes(server: Server, mdir: Path) -> None:
     _mutate(mdir, *MUTATIONS[0][:4])
     args = ("matrix", "refresh", "--source", "pypi", "--dir", str(mdir), "--pypi-url", server.url)

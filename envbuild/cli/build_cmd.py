@@ -93,9 +93,21 @@ def _status(text: str, as_json: bool) -> Iterator[None]:
 
 
 def _counts(v: Validation) -> str:
-    s = v.report.get("summary", {})
+    return _summary_counts(v.report.get("summary", {}))
+
+
+def _summary_counts(s: dict[str, int]) -> str:
     return (f"{s.get('pass', 0)} passed, {s.get('fail', 0)} failed, {s.get('warn', 0)} warned, "
-            f"{s.get('skip', 0)} skipped")
+            f"{s.get('skip', 0)} skipped" + (f", {s['not_run']} not run" if s.get("not_run")
+                                              else ""))
+
+
+def _gpu_line(v: Validation) -> None:
+    from envbuild.validate import describe_gpu_verdict, gpu_verdict
+
+    verdict = gpu_verdict(v.report)
+    if verdict is not None:
+        say(f"gpu         {describe_gpu_verdict(verdict)}")
 
 
 def _say_failed_checks(v: Validation) -> None:
@@ -148,6 +160,7 @@ def build(
                 f"{result.log_path}")
         if checked is not None:
             say(f"validation  {_validation_line(checked)}")
+            _gpu_line(checked.validation)
         if pushed:
             say(f"pushed {pushed}" + (" (unvalidated: --push-unvalidated)"
                                       if push_unvalidated else " (validated)"))
@@ -170,11 +183,10 @@ def _validation_line(c: Checked) -> str:
 def _print_report(v: Validation) -> None:
     for c in v.report["checks"]:
         extra = c.get("reason") or c.get("remediation") or ""
-        say(f"{c['status']:<5} {c['id']:<32} {c.get('title', '')}"
+        say(f"{c['status'].replace('_', ' '):<7} {c['id']:<27} {c.get('title', '')}"
             + (f"  ({extra})" if extra and c["status"] != "pass" else ""))
-    s = v.report["summary"]
-    say(f"{s.get('pass', 0)} passed, {s.get('fail', 0)} failed, {s.get('warn', 0)} warned, "
-        f"{s.get('skip', 0)} skipped")
+    say(_summary_counts(v.report["summary"]))
+    _gpu_line(v)
     if v.note:
         warn(f"note: {v.note}")
 
@@ -340,6 +352,7 @@ def _say_make(r: MakeResult, out: Path | None, push_unvalidated: bool) -> None:
         say("validation  skipped (--no-validate)")
     elif r.checked.cached:
         say(f"validation  {_validation_line(r.checked)}")
+        _gpu_line(r.checked.validation)
     else:
         _print_report(r.checked.validation)
     if r.pushed:

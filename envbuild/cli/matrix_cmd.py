@@ -100,6 +100,10 @@ def refresh_cmd(
     write: Annotated[bool, typer.Option(
         "--write", help="Apply the applicable changes to the TOML files (comments and sources "
         "kept; edited rows cite the refresh source).")] = False,
+    check: Annotated[bool, typer.Option(
+        "--check", help="Compare only (CI): for every torch release, PyPI's default variant and "
+        "its wheel's Requires-Dist pins (CUDA runtime, cuDNN, NCCL) against the matrix; never "
+        "writes; exit 1 on any difference. Implies --source pypi unless given.")] = False,
     json: Json = False, directory: Dir = None,
     pypi_url: Annotated[str, typer.Option("--pypi-url", help="PyPI root.")] = "https://pypi.org",
     index_url: Annotated[str | None, typer.Option(
@@ -116,6 +120,11 @@ def refresh_cmd(
     differ from the matrix; exit 1 while differences remain (0 = the matrix agrees)."""
     from envbuild.refresh import run_refresh
 
+    if check and write:
+        raise UsageError("--check compares only; --write edits the matrix",
+                         "drop one of them: --check in CI, --write to apply the differences")
+    if check and source == "all":
+        source = "pypi"
     if source not in ("pypi", "pytorch-index", "nvidia-tags", "all"):
         raise UsageError(f"unknown source {source!r}",
                          "choose one of: pypi, pytorch-index, nvidia-tags, all")

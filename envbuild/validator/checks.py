@@ -40,6 +40,8 @@ from .judges import (
     is_wsl2,
     judge_arch_coverage,
     judge_archs,
+    judge_cuda_libs,
+    judge_cuda_packages,
     judge_cuda_version,
     judge_cudnn,
     judge_device_count,
@@ -48,6 +50,7 @@ from .judges import (
     judge_nccl,
     judge_perf,
     judge_python,
+    judge_require_cuda,
     judge_rocm_version,
     judge_spec_gpus,
     judge_torch_version,
@@ -55,11 +58,13 @@ from .judges import (
     judge_torchaudio_version,
     judge_torchvision,
     judge_torchvision_version,
+    judge_triton,
     lib_stem,
     library_origin_verdict,
     loss_verdict,
     no_gpu_outcome,
     parse_ldconfig,
+    parse_ldd,
     parse_mountinfo,
     passed,
     scan_driver_userspace,
@@ -70,7 +75,9 @@ from .judges import (
     wsl2_verdict,
 )
 from .rules import (
+    cuda_major_of_dist,
     cudnn_version_str,
+    is_cuda_dist,
     nccl_version_str,
     parse_cc,
     split_arch_flags,
@@ -1162,6 +1169,88 @@ def t_libs_origin(ctx: TorchContext) -> Outcome:
                                   os.environ.get("LD_LIBRARY_PATH", ""))
 
 
+def _package_dir(name: str) -> str | None:
+    """The directory of an importable top-level package, without importing it."""
+    try:
+        found = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if found is None or not found.submodule_search_locations:
+        return None
+    return os.path.realpath(next(iter(found.submodule_search_locations)))
+
+
+def cuda_dists() -> list[dict[str, Any]]:
+    rows: dict[str, dict[str, Any]] = {}
+    for dist in importlib.metadata.distributions():
+        try:
+            name = str(dist.metadata["Name"] or "")
+        except KeyError:
+            continue
+        if not is_cuda_dist(name):
+            continue
+        files = [str(f) for f in (dist.files or []) if str(f).startswith("nvidia/")]
+        major, how = cuda_major_of_dist(name, dist.version, files)
+        rows.setdefault(name.lower(), {"name": name, "version": dist.version, "major": major,
+                                       "how": how})
+    return sorted(rows.values(), key=lambda r: str(r["name"]))
+
+
+def h_cuda_packages(spec: dict[str, Any], opts: Options) -> Outcome:
+    return judge_cuda_packages(spec, cuda_dists())
+
+
+def h_cuda_libs(spec: dict[str, Any], opts: Options) -> Outcome:
+    torch_dir = _package_dir("torch")
+    if torch_dir is None:
+        return judge_cuda_libs(spec, [], "torch", [], "torch is not installed")
+    lib = os.path.join(torch_dir, "lib", "libtorch_cuda.so")
+    if not os.path.exists(lib):
+        return judge_cuda_libs(spec, [], lib, [], "no libtorch_cuda.so: not a CUDA build of torch")
+    site = os.path.dirname(torch_dir)
+    dirs = [os.path.join(site, "nvidia") + "/", os.path.join(torch_dir, "lib") + "/"]
+    try:
+        out = subprocess.run(["ldd", lib], capture_output=True, text=True, timeout=20,
+                             check=False)
+    except (OSError, subprocess.SubprocessError) as e:
+        return judge_cuda_libs(spec, [], lib, dirs, _err(e))
+    rows = [(n, os.path.realpath(p) if p else None) for n, p in parse_ldd(out.stdout)]
+    return judge_cuda_libs(spec, rows, lib, dirs, None if rows else (out.stderr.strip()[:300]
+                                                                    or "ldd printed nothing"))
+
+
+def h_cuda_require(spec: dict[str, Any], opts: Options) -> Outcome:
+    keys = ("NVIDIA_REQUIRE_CUDA", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES")
+    return judge_require_cuda(spec, {k: os.environ.get(k) for k in keys})
+
+
+def triton_facts() -> dict[str, Any]:
+    f: dict[str, Any] = {"version": None, "dir": _package_dir("triton"), "ptxas": None,
+                         "ptxas_version": None, "error": None}
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        f["version"] = importlib.metadata.version("triton")
+    if f["dir"] is None:
+        f["version"] = None
+        return f
+    ptxas = os.path.join(f["dir"], "backends", "nvidia", "bin", "ptxas")
+    if os.access(ptxas, os.X_OK):
+        f["ptxas"] = ptxas
+        try:
+            out = subprocess.run([ptxas, "--version"], capture_output=True, text=True,
+                                 timeout=20, check=False)
+            last = [ln for ln in out.stdout.splitlines() if ln.strip()]
+            f["ptxas_version"] = last[-1].strip() if out.returncode == 0 and last else None
+            if out.returncode != 0:
+                f["error"] = (out.stderr.strip() or f"exit {out.returncode}")[:300]
+        except (OSError, subprocess.SubprocessError) as e:
+            f["error"] = _err(e)
+    return f
+
+
+def h_triton(spec: dict[str, Any], opts: Options) -> Outcome:
+    return judge_triton(spec, triton_facts())
+
+
 def h_wsl2(spec: dict[str, Any], opts: Options) -> Outcome:
     return wsl2_verdict(wsl2_facts())
 
@@ -1206,6 +1295,14 @@ CHECKS: tuple[CheckDef, ...] = (
              torch=_spec_judge(judge_rocm_version, "torch")),
     CheckDef("expect.archs", "torch carries the GPU archs the spec promises", 10,
              torch=_spec_judge(judge_archs, "torch")),
+    CheckDef("cuda.packages", "every nvidia-*/cuda-* package is of the spec's CUDA major", 30,
+             host=h_cuda_packages),
+    CheckDef("cuda.libs", "libtorch_cuda.so's libraries resolve inside the wheel's directories",
+             30, host=h_cuda_libs),
+    CheckDef("cuda.require", "NVIDIA_REQUIRE_CUDA and the runtime settings agree with the spec",
+             5, host=h_cuda_require),
+    CheckDef("cuda.triton", "Triton and its ptxas for torch.compile on NVIDIA GPUs", 30,
+             host=h_triton),
     CheckDef("device.spec_gpus", "the spec's GPUs are covered by torch's arch list (static)", 10,
              torch=_spec_judge(judge_spec_gpus, "torch")),
     CheckDef("device.count", "GPUs visible to torch", 90, torch=_device_judge(judge_device_count)),

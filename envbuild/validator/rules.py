@@ -187,3 +187,51 @@ def split_arch_flags(flags: str | None) -> list[str]:
     return [a for a in re.split(r"[\s;,]+", flags or "") if a]
 
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure decisions: which CUDA major an installed nvidia-*/cuda-* distribution belongs to
+
+# CUDA 12 wheels are named nvidia-<component>-cu12 and install under nvidia/<component>/lib; the
+# CUDA 13 component wheels drop the suffix (nvidia-cublas 13.1.1.3, nvidia-cufft 12.0.0.61: their
+# versions are the component's own, not CUDA's) and install under nvidia/cu13/lib, while cuDNN,
+# NCCL, cuSPARSELt and NVSHMEM keep a -cu13 suffix. Neither a version's major nor the lack of a
+# suffix says the CUDA major: the suffix does, else the install path, else (cuda-toolkit,
+# cuda-bindings, cuda-python) the version's major.
+_CU_SUFFIX = re.compile(r"-cu(\d+)$")
+_CU_PATH = re.compile(r"^nvidia/cu(\d+)/")
+_VERSIONED_AS_CUDA = ("cuda-toolkit", "cuda-bindings", "cuda-python", "cuda-runtime")
+
+
+def canonical_dist(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def is_cuda_dist(name: str) -> bool:
+    n = canonical_dist(name)
+    return n.startswith("nvidia-") or n in _VERSIONED_AS_CUDA
+
+
+def cuda_major_of_dist(name: str, version: str, files: Sequence[str]) -> tuple[int | None, str]:
+    """(CUDA major, how it was told) of an installed distribution; (None, why) when it has
+    none (nvidia-ml-py) or cannot be told."""
+    n = canonical_dist(name)
+    m = _CU_SUFFIX.search(n)
+    if m:
+        return int(m.group(1)), f"its name ends in -cu{m.group(1)}"
+    majors = {int(p.group(1)) for p in (_CU_PATH.match(f) for f in files) if p}
+    if len(majors) == 1:
+        major = majors.pop()
+        return major, f"it installs under nvidia/cu{major}/"
+    if n in _VERSIONED_AS_CUDA:
+        parts = version_parts(version)
+        if parts:
+            return parts[0], f"{n} is versioned as CUDA ({version})"
+    return None, "no -cuNN suffix, no nvidia/cuNN/ files"
+
+
+def parse_require_cuda(value: str | None) -> str | None:
+    """NVIDIA_REQUIRE_CUDA's leading `cuda>=X.Y` (the brand clauses that follow are alternatives
+    for the cuda-compat package of nvidia/cuda bases)."""
+    m = re.match(r"\s*cuda>=(\d+\.\d+)", value or "")
+    return m.group(1) if m else None

@@ -41,9 +41,11 @@ from .judges import (
     VALIDATOR_VERSION,
     Outcome,
     _err,
+    _gpu_present,
     _sanitize,
     exit_code_for,
     failed,
+    gpu_less,
     load_peaks,
     make_check,
     summarize,
@@ -335,6 +337,8 @@ def validate(spec: dict[str, Any], peaks: dict[str, Any] | None, opts: Options,
         torch_results, facts = run_torch_checks(torch_defs, spec, peaks, opts)
         by_id.update((c["id"], c) for c in torch_results)
     checks = [by_id[d.id] for d in defs if d.id in by_id]
+    gpu_visible = "devices" in facts and _gpu_present(facts)
+    without_gpu = gpu_less(checks, spec.get("target"), gpu_visible)
     report = {
         "schema_version": SCHEMA_VERSION,
         "envbuild_validator": VALIDATOR_VERSION,
@@ -349,6 +353,8 @@ def validate(spec: dict[str, Any], peaks: dict[str, Any] | None, opts: Options,
         "summary": summarize(checks),
         "checks": checks,
     }
+    if without_gpu is not None:
+        report["gpu_less"] = without_gpu
     return report, facts
 
 
@@ -372,7 +378,8 @@ def write_json_atomic(path: str, data: Any) -> None:
 def format_table(report: dict[str, Any]) -> str:
     s = report["summary"]
     lines = [f"envbuild validator {report['envbuild_validator']}: {s['status'].upper()} "
-             f"({s['pass']} pass, {s['warn']} warn, {s['fail']} fail, {s['skip']} skip) "
+             f"({s['pass']} pass, {s['warn']} warn, {s['fail']} fail, {s['skip']} skip"
+             + (f", {s['not_run']} not run" if s.get("not_run") else "") + ") "
              f"in {report['duration_s']:.1f}s"]
     width = max((len(c["id"]) for c in report["checks"]), default=10)
     for c in report["checks"]:
@@ -380,8 +387,8 @@ def format_table(report: dict[str, Any]) -> str:
         if c["status"] in ("warn", "fail"):
             msg = f"{msg} -- fix: {c['remediation']}" if msg else c["remediation"]
         msg = " ".join(msg.split())
-        lines.append(f"{c['status'].upper():4}  {c['id']:<{width}}  {c['duration_s']:6.2f}s  "
-                     f"{msg[:240]}")
+        status = c["status"].upper().replace("_", " ")
+        lines.append(f"{status:4}  {c['id']:<{width}}  {c['duration_s']:6.2f}s  {msg[:240]}")
     return "\n".join(lines)
 
 
