@@ -283,10 +283,15 @@ def make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) -
     t0 = time.monotonic()
     req = mr.request
     chosen = ""
+    if mr.inputs.base_image and req.base is None and req.target != "mps":
+        base = inspect_base(mr.inputs.base_image, m, hooks.status)
+        req = dataclasses.replace(req, base=base)
+        if base.nvidia and wants_recommendation(req):
+            req = dataclasses.replace(req, target="cuda")
+            chosen = (f"target cuda: --base-image {base.ref} is an nvidia/cuda base "
+                      f"(NVIDIA_REQUIRE_CUDA=cuda>={base.require_cuda} in its environment)")
     if mr.recommend and wants_recommendation(req):
         req, chosen = recommended(req, m, hooks.status)
-    if mr.inputs.base_image and req.base is None:
-        req = dataclasses.replace(req, base=inspect_base(mr.inputs.base_image, m, hooks.status))
     prepared = prepare(req, mr.inputs, m)
     proxies = build_proxy_env(os.environ, mr.proxy)  # before any build: a bad proxy is exit 2
     spec = prepared.spec

@@ -41,6 +41,25 @@ class CudaCompat:
 
 
 @dataclass(frozen=True)
+class CompatPackage:
+    """NVIDIA's forward-compatibility libraries (cuda_compat in redistrib_<latest>.json): a newer
+    libcuda that lets an older driver branch run CUDA `cuda` (and older minors of its major)
+    applications, on the GPUs NVIDIA supports."""
+
+    cuda: str  # the CUDA minor it brings: 13.2
+    version: str  # its driver libraries' version: 595.71.05
+    redist: str  # the redistrib release it is listed in: 13.2.2
+    arch: str  # linux-x86_64 | linux-sbsa
+    path: str  # relative_path under the redist root
+    sha256: str
+    size: int
+    host_branches: tuple[str, ...]  # driver branches it runs on
+    verified: bool = False
+    source: tuple[str, ...] = ()
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class CudaRelease:
     version: str
     latest: str
@@ -176,6 +195,7 @@ class Matrix:
     cuda_compat: tuple[CudaCompat, ...]
     cuda: tuple[CudaRelease, ...]
     images: tuple[CudaImage, ...]
+    compat_packages: tuple[CompatPackage, ...]
     torch: tuple[TorchRelease, ...]
     patches: tuple[TorchPatch, ...]
     variants: tuple[Variant, ...]
@@ -230,6 +250,7 @@ _TABLES: tuple[tuple[str, str, type, str], ...] = (
     ("cuda", "compat", CudaCompat, "cuda_compat"),
     ("cuda", "release", CudaRelease, "cuda"),
     ("cuda", "image", CudaImage, "images"),
+    ("cuda", "compat_package", CompatPackage, "compat_packages"),
     ("torch", "release", TorchRelease, "torch"),
     ("torch", "patch", TorchPatch, "patches"),
     ("torch", "variant", Variant, "variants"),
@@ -400,6 +421,8 @@ def cross_check(m: Matrix) -> list[Problem]:
     p += _sorted_unique(m.cuda, vk("version"), "cuda.toml", "release", _label)
     p += _sorted_unique(m.images, lambda r: (version_key(r.cuda), r.os), "cuda.toml", "image",
                         _label)
+    p += _sorted_unique(m.compat_packages, lambda r: (version_key(r.cuda), r.arch),
+                        "cuda.toml", "compat_package", _label)
     p += _sorted_unique(m.torch, vk("version"), "torch.toml", "release", _label)
     p += _sorted_unique(m.patches, vk("torch"), "torch.toml", "patch", _label)
     p += _sorted_unique(m.variants, lambda r: (version_key(r.release), r.kind, r.tag),

@@ -34,6 +34,7 @@ class ContextInputs:
     pip_extra_index_urls: tuple[str, ...] = ()
     torch_index_url: str | None = None
     torch_index_kind: str | None = None  # pypi | pytorch: overrides the URL-shape guess
+    cuda_redist_url: str | None = None  # a mirror of NVIDIA's redist root (--forward-compat)
     ca_cert: Path | None = None
     wheelhouse: Path | None = None
     base_image: str | None = None
@@ -132,6 +133,12 @@ def render_options(ci: ContextInputs, image_ref: str = "") -> tuple[RenderOption
                                       or not any(ci.wheelhouse.glob("*.whl"))):
         raise UsageError(f"--wheelhouse {ci.wheelhouse}: not a directory of *.whl files",
                          "fill it with: pip download -d DIR torch==X.Y.Z ...")
+    redist_url = None
+    if ci.cuda_redist_url:
+        redist_url, c = index_url(ci.cuda_redist_url, "--cuda-redist-url")
+        if c:
+            raise UsageError("--cuda-redist-url: credentials in the URL are not supported",
+                             "serve the mirror without a login, or from the build's network")
     opts = RenderOptions(
         user=user_name(ci.user), pip=tuple(pip), team_pip=tuple(team_pip), apt=tuple(apt),
         conda=tuple(conda),
@@ -139,7 +146,8 @@ def render_options(ci: ContextInputs, image_ref: str = "") -> tuple[RenderOption
         index_credentials=creds, ca_cert=ci.ca_cert is not None,
         wheelhouse=ci.wheelhouse is not None,
         base_image=image_reference(ci.base_image) if ci.base_image else None,
-        python_source=ci.python_source, apptainer=ci.apptainer, image_ref=image_ref)
+        python_source=ci.python_source, apptainer=ci.apptainer, image_ref=image_ref,
+        cuda_redist_url=redist_url)
     return opts, secrets
 
 
@@ -163,6 +171,11 @@ def prepare(req: Request, ci: ContextInputs, m: Matrix, image_ref: str = "") -> 
     # A PyPI-like torch index: pins without the local tag, or refused before any build.
     local = plan(spec, m, opts.torch_index_url, index_kind(ci)).local_tag
     opts = dataclasses.replace(opts, torch_local_tag=local)
+    if spec.forward_compat and opts.cuda_redist_url:  # the mirror's manifest gives the checksum
+        from envbuild import redist
+
+        opts = dataclasses.replace(opts, compat=redist.from_mirror(m, spec.forward_compat,
+                                                                   opts.cuda_redist_url))
     if not _container(spec.target) and (opts.base_image or opts.apt or opts.wheelhouse):
         raise UsageError("--base-image, --apt and --wheelhouse do not apply to --target mps")
     files = render(spec, opts, m)

@@ -15,7 +15,7 @@ import tomllib
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import jinja2
@@ -26,6 +26,9 @@ from envbuild.matrix import Matrix, OsInfo
 from envbuild.redact import redact
 from envbuild.resources import matrix_dir, templates_dir
 from envbuild.spec import Spec
+
+if TYPE_CHECKING:
+    from envbuild.redist import CompatArchive
 
 VENV = "/opt/venv"
 WHEELHOUSE_MOUNT = "/run/envbuild/wheelhouse"
@@ -63,6 +66,8 @@ class RenderOptions:
     apptainer: bool = False
     image_ref: str = ""
     extra: dict[str, str] = field(default_factory=dict)
+    cuda_redist_url: str | None = None  # a mirror of NVIDIA's redist root (--cuda-redist-url)
+    compat: CompatArchive | None = None  # the forward-compat archive read from that mirror
 
 
 def image_reference(value: str, flag: str = "--base-image") -> str:
@@ -203,6 +208,12 @@ def _env_value(value: Any) -> str:
     return text
 
 
+def _env_words(values: Any) -> str:
+    """Several ENV-value words as one value: bare when one, else space-joined in quotes."""
+    words = [_env_value(v) for v in values]
+    return words[0] if len(words) == 1 else '"' + " ".join(words) + '"'
+
+
 def _yaml(value: Any) -> str:
     """A YAML double-quoted scalar: any string survives (': ', ' #', quotes, non-ASCII)."""
     out = []
@@ -231,7 +242,8 @@ def _env() -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
-    env.filters.update(sh=_sh, shjoin=_shjoin, word=_word, yaml=_yaml, env=_env_value)
+    env.filters.update(sh=_sh, shjoin=_shjoin, word=_word, yaml=_yaml, env=_env_value,
+                       env_words=_env_words)
     return env
 
 
@@ -399,6 +411,10 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
         "secret_mounts": secret_mounts(opts, uid, home),
         "root_secret_mounts": secret_mounts(opts, 0, "/root"),
     }
+    ctx.update(_runtime_context(spec, opts, m))
+    if ctx["compat"] is not None:
+        files["install-cuda-compat.py"] = RenderedFile(
+            (templates_dir() / "install-cuda-compat.py").read_text(encoding="utf-8"))
     files["Dockerfile"] = RenderedFile(_template("Dockerfile.j2", **ctx))
     files[".dockerignore"] = RenderedFile(_template("dockerignore.j2", **ctx))
     files["apt-packages.txt"] = RenderedFile(_template("apt-packages.txt.j2", **ctx))
@@ -407,6 +423,29 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
         ref = opts.image_ref or default_tag(spec)
         files["apptainer.def"] = RenderedFile(_template("apptainer.def.j2", image_ref=ref, **ctx))
     return files
+
+
+def _runtime_context(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, Any]:
+    """What a CUDA image on a plain base writes for the NVIDIA runtime: NVIDIA_REQUIRE_CUDA
+    (with brand clauses for the driver branches its forward-compatibility libraries serve) and
+    the archive of those libraries."""
+    if spec.target != "cuda" or not spec.require_cuda:
+        return {"require_words": [], "compat": None}
+    words = [f"cuda>={spec.require_cuda}"]
+    compat = None
+    if spec.forward_compat:
+        from envbuild import redist
+
+        archive = opts.compat or redist.from_matrix(m, spec.forward_compat, opts.cuda_redist_url)
+        pkg = redist.package(m, spec.forward_compat)
+        brands = m.meta["cuda"]["forward_compat"]["brands"]
+        words += [f"brand={b},driver>={br},driver<{int(br) + 1}"
+                  for br in pkg.host_branches for b in brands]
+        compat = {"url": archive.url, "sha256": archive.sha256, "size": archive.size,
+                  "version": archive.version, "cuda": archive.cuda,
+                  "dest": f"/usr/local/cuda-{archive.cuda}", "where": archive.where,
+                  "branches": list(pkg.host_branches)}
+    return {"require_words": words, "compat": compat}
 
 
 def package_layers(opts: RenderOptions) -> list[dict[str, Any]]:

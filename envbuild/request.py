@@ -65,6 +65,7 @@ class Request:
     flavor: str | None = None
     components: tuple[str, ...] = COMPONENTS
     base: BaseFacts | None = None  # an inspected --base-image (make): the OS is the base's
+    forward_compat: bool = False  # --forward-compat: a newer CUDA on an older driver branch
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class Parsed:
     cuda_major: int | None = None  # `--cuda 12`: any 12.x, the newest that fits
     notes: tuple[str, ...] = ()  # how a loose input was read, for the trace
     base: BaseFacts | None = None
+    forward_compat: bool = False
 
 
 def _close(word: str, options: list[str]) -> list[str]:
@@ -161,7 +163,8 @@ def parse_gpu(text: str, matrix: Matrix) -> GpuRef:
 
 def parse(req: Request, matrix: Matrix) -> Parsed:
     given = frozenset(k for k, v in vars(req).items()
-                      if v not in (None, (), "") and k not in ("components", "base"))
+                      if v not in (None, (), "", False)
+                      and k not in ("components", "base", "forward_compat"))
     if req.target is not None and req.target not in TARGETS:
         raise UsageError(f"--target {req.target!r} is not one of {', '.join(TARGETS)}",
                          "", _close(req.target, list(TARGETS)))
@@ -241,6 +244,13 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
         raise UsageError("--flavor runtime applies to CUDA images; ROCm has base (the plain OS, "
                          "the wheel brings the ROCm userspace) and devel (AMD's dev image)",
                          "use --flavor devel for hipcc, or leave --flavor out")
+    if req.forward_compat:
+        if target != "cuda":
+            raise UsageError(f"--forward-compat applies to CUDA images, not --target {target}")
+        if driver is None or not gpus:
+            raise UsageError("--forward-compat needs the host's --driver and its --gpu: NVIDIA "
+                             "supports forward compatibility on some GPUs and driver branches "
+                             "only", "e.g. --forward-compat --driver 535.104.05 --gpu H100")
     vendors = {g.vendor for g in gpus}
     if gpus and not entry.gpu_vendor:
         raise UsageError(f"--gpu does not apply to --target {target}")
@@ -252,7 +262,8 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
                   rocm=req.rocm, torch=spec, torch_text=req.torch, python=req.python,
                   driver=driver, gpus=gpus, os=os_id, flavor=req.flavor or "base",
                   components=tuple(c for c in COMPONENTS if c in req.components), given=given,
-                  cuda_major=cuda_major, notes=tuple(notes), base=req.base)
+                  cuda_major=cuda_major, notes=tuple(notes), base=req.base,
+                  forward_compat=req.forward_compat)
 
 
 _VENDOR = {"nvidia": "NVIDIA", "amd": "AMD"}

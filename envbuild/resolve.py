@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING
 from envbuild import targets
 from envbuild.errors import ConflictError
 from envbuild.gpu_window import FleetWindow, branch_of, fleet, window
-from envbuild.matrix import CudaImage, Matrix, OsInfo, TorchPatch, TorchRelease, Variant
+from envbuild.matrix import (
+    CompatPackage,
+    CudaImage,
+    Matrix,
+    OsInfo,
+    TorchPatch,
+    TorchRelease,
+    Variant,
+)
 from envbuild.request import GpuRef, Parsed, Request, parse
 
 if TYPE_CHECKING:
@@ -356,10 +364,83 @@ def _resolve_nvidia_base(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPa
                  min_driver=min_driver, max_driver=max_driver, verified=os_info.verified)
 
 
+def compat_refusal(m: Matrix, gpus: Iterable[GpuRef]) -> str | None:
+    """Why NVIDIA's forward compatibility cannot serve these GPUs (None: it can)."""
+    fc = m.meta.get("cuda", {}).get("forward_compat", {})
+    allowed, jetson = set(fc.get("gpus", [])), set(fc.get("jetson", []))
+    for g in gpus:
+        if g.label in jetson:
+            return (f"{g.label}: Jetson boards take NVIDIA's cuda-compat-orin package (aarch64, "
+                    "JetPack), which envbuild does not render")
+        if g.label not in allowed:
+            return (f"NVIDIA supports forward compatibility only on data-center GPUs, select NGC "
+                    f"Server Ready RTX SKUs and Jetson boards; {g.label} is not among them (its "
+                    "first CUDA call would fail with error 804, "
+                    "cudaErrorCompatNotSupportedOnDevice)")
+    return None
+
+
+def compat_package(m: Matrix, wheel_cuda: str, branch: int, arch: str = "linux-x86_64"
+                   ) -> CompatPackage | None:
+    """The newest forward-compatibility package of the wheel's CUDA major, at least its minor,
+    that runs on this driver branch."""
+    fits = [c for c in m.compat_packages if c.arch == arch
+            and major_of(c.cuda) == major_of(wheel_cuda)
+            and version_key(c.cuda) >= version_key(wheel_cuda) and str(branch) in c.host_branches]
+    return max(fits, key=lambda c: version_key(c.version)) if fits else None
+
+
+def _resolve_forward_compat(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch,
+                            v: Variant, t: _Trace, fw: FleetWindow) -> Spec | None:
+    """--forward-compat: the wheel on a driver older than its CUDA needs, through NVIDIA's
+    forward-compatibility libraries rendered into a plain-base image. None when the driver runs
+    the wheel natively (the ordinary resolution then applies)."""
+    assert p.driver is not None
+    floor = m.compat_floor(major_of(v.version))
+    assert floor is not None
+    if version_key(p.driver) >= version_key(floor.min_driver_linux):
+        return None
+    why_not = compat_refusal(m, p.gpus)
+    if why_not is not None:
+        raise ConflictError(f"--forward-compat: {why_not}",
+                            f"upgrade the driver to >= {floor.min_driver_linux} (R"
+                            f"{branch_of(floor.min_driver_linux)}) for the {v.tag} wheel, or drop "
+                            "--forward-compat for a wheel this driver runs natively")
+    branch = branch_of(p.driver)
+    pkg = compat_package(m, v.version, branch)
+    if pkg is None:
+        known = sorted({b for c in m.compat_packages if major_of(c.cuda) == major_of(v.version)
+                        for b in c.host_branches}, key=int)
+        raise _Reject(f"no forward-compatibility package of CUDA {v.version}+ serves driver "
+                      f"branch R{branch} (the known ones serve R{', R'.join(known) or ' none'})")
+    _check_gpus(v, p.gpus, t)
+    t.add(f"the {v.tag} wheel needs a CUDA {major_of(v.version)}.x driver >= "
+          f"{floor.min_driver_linux}; the {p.driver} driver (R{branch}) runs it through NVIDIA's "
+          f"forward-compatibility libraries {pkg.version} (CUDA {pkg.cuda}, from "
+          f"redistrib_{pkg.redist}.json), which serve R{', R'.join(pkg.host_branches)}")
+    t.add(f"{', '.join(g.label for g in p.gpus)}: data-center GPUs, which NVIDIA supports "
+          "forward compatibility on; the NVIDIA container toolkit loads the libraries from "
+          "/usr/local/cuda/compat when the host driver is older than they are")
+    os_info = _pick_os(m, [o.id for o in m.oses], rel, p, t, "a plain OS base")
+    python, source = _pick_python(m, rel, os_info, p, t)
+    base = p.base.ref if p.base is not None else os_info.image
+    t.add(f"base image {base}: plain, with the forward-compatibility libraries in "
+          f"/usr/local/cuda-{pkg.cuda}/compat and NVIDIA_REQUIRE_CUDA=cuda>="
+          f"{major_of(v.version)}.0 plus brand clauses for R{', R'.join(pkg.host_branches)} "
+          "(as NVIDIA's own base images write them)")
+    return _spec(m, p, rel, patch, v, t, python=python, python_source=source, os_id=os_info.id,
+                 base_image=base, min_driver=p.driver, require_cuda=f"{major_of(v.version)}.0",
+                 forward_compat=pkg.version, verified=pkg.verified and os_info.verified)
+
+
 def _resolve_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant,
                   t: _Trace) -> Spec:
     fw = _gpu_fleet(m, p)
     _check_gpu_toolkit(v, fw)
+    if p.forward_compat and p.driver is not None:
+        compat = _resolve_forward_compat(m, p, rel, patch, v, t, fw)
+        if compat is not None:
+            return compat
     if p.cuda_minor is not None:
         if major_of(v.version) != major_of(p.cuda_minor):
             raise _Reject(f"torch {rel.version} {v.tag} is a CUDA {major_of(v.version)}.x wheel",
@@ -490,7 +571,8 @@ def _spec(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant
           *, python: str, python_source: str, os_id: str, base_image: str | None,
           cuda_image: str | None = None, min_driver: str | None = None,
           max_driver: str | None = None, require_cuda: str | None = None,
-          min_macos: str | None = None, variant_tag: str | None = None,
+          forward_compat: str | None = None, min_macos: str | None = None,
+          variant_tag: str | None = None,
           index_url: str | None = None, verified: bool = True) -> Spec:
     index_base = str(m.meta["torch"]["index_base"]).rstrip("/")
     base_id = None
@@ -537,6 +619,7 @@ def _spec(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant
         max_driver=max_driver,
         require_cuda=require_cuda,
         base_id=base_id,
+        forward_compat=forward_compat,
         min_macos=min_macos,
         archs=tuple(arch_list(v)) if v.kind in ("cuda", "rocm") else (),
         gpus=tuple(g.to_json() for g in p.gpus),

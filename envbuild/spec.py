@@ -10,7 +10,7 @@ from typing import Any
 
 SPEC_SCHEMA = 1
 # Left out of the identity and the JSON while None: the hashes of older specs stay stable.
-_OPTIONAL = ("max_driver", "require_cuda", "base_id")
+_OPTIONAL = ("max_driver", "require_cuda", "base_id", "forward_compat")
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,8 @@ class Spec:
     # NVIDIA_REQUIRE_CUDA names, written by the template with the rest of the runtime's settings.
     require_cuda: str | None = None
     base_id: str | None = None  # the inspected --base-image's id (sha256:...): the real base
+    # --forward-compat: the version of NVIDIA's forward-compatibility libraries in the image
+    forward_compat: str | None = None
 
     def identity(self) -> dict[str, Any]:
         """The fields that define the environment (the trace only explains it)."""

@@ -13,18 +13,23 @@ Every image is removed at the end; the torch layer is shared by the plain and th
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import zipfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from envbuild.matrix import Matrix
 from envbuild.validator.rules import cudnn_version_str
-from tests.conftest import IN_CI, run_cli, work_dir
+from tests.conftest import IN_CI, ROOT, run_cli, work_dir
+from tests.served import Served, serve
+from tests.test_corp_mirror import _gateway
+from tests.test_forward_compat import TOP, _standin_archive
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -36,6 +41,12 @@ PLAIN = "envbuild-cuda-test/cuda:plain"
 ON_STANDIN = "envbuild-cuda-test/cuda:standin"
 MIXED = "envbuild-cuda-test/cuda:mixed"
 STANDIN = "envbuild-cuda-test/nvidia-cuda:13.0.2-base-standin"
+COMPAT = "envbuild-cuda-test/cuda:forward-compat"
+COMPAT_BAD = "envbuild-cuda-test/cuda:forward-compat-tampered"
+# --forward-compat for an H100 on R535: the plain image plus NVIDIA's compat libraries, from a
+# mirror of the redist root served on docker's bridge (the recorded manifest, its archive entry
+# pointing at a stand-in archive of the same layout)
+FORWARD = ["--forward-compat", "--driver", "535.104.05", "--gpu", "H100"]
 
 # What nvidia/cuda:13.0.2-base-* gives an image, from NVIDIA's base Dockerfile (dist/13.0.2,
 # S-NV-CONTAINER-MIRROR): the runtime's environment with NVIDIA_REQUIRE_CUDA's brand clauses,
@@ -120,9 +131,35 @@ def built(docker_engine: None, tmp_path_factory: pytest.TempPathFactory
         # warm: nothing changed, the passing GPU-less validation is reused, said in words
         out["warm"] = _make("--target", "cuda", "--base-image", BASE, "--tag", PLAIN, *common,
                             json_out=False)
+        mirror = tmp_path_factory.mktemp("redist")
+        with serve(mirror, _gateway()) as served:
+            out["compat"] = _forward_compat(mirror, served, COMPAT, common, tamper=False)
+            out["compat_bad"] = _forward_compat(mirror, served, COMPAT_BAD, common, tamper=True)
+            out["compat_log"] = (0, None, "\n".join(served.seen))
         yield out
     finally:
-        docker("rmi", "-f", PLAIN, ON_STANDIN, MIXED, STANDIN, check=False)
+        docker("rmi", "-f", PLAIN, ON_STANDIN, MIXED, STANDIN, COMPAT, COMPAT_BAD, check=False)
+        # each build sent the 2.6 GB wheelhouse as a new context, which BuildKit keeps as a
+        # source.local snapshot (about 33 GB after this module): drop those, keep the layers
+        docker("builder", "prune", "--filter", "type=source.local", "-f", check=False)
+
+
+def _forward_compat(mirror: Path, served: Served, tag: str, common: list[str], *,
+                    tamper: bool) -> tuple[int, Any, str]:
+    archive = _standin_archive({f"{TOP}/compat/libcuda.so.595.71.05": b"\x7fELF stand-in",
+                                f"{TOP}/LICENSE": b"stand-in"},
+                               {f"{TOP}/compat/libcuda.so.1": "libcuda.so.595.71.05"})
+    rel = "cuda_compat/linux-x86_64/standin-595.71.05_cuda13.2-archive.tar.xz"
+    (mirror / rel).parent.mkdir(parents=True, exist_ok=True)
+    (mirror / rel).write_bytes(archive)
+    doc = json.loads((ROOT / "tests" / "fixtures" / "compat" / "redistrib_13.2.2.json")
+                     .read_text())
+    doc["cuda_compat"]["linux-x86_64"]["cuda13.x"] = {
+        "relative_path": rel, "size": str(len(archive)),
+        "sha256": ("0" * 64) if tamper else hashlib.sha256(archive).hexdigest()}
+    (mirror / "redistrib_13.2.2.json").write_text(json.dumps(doc))
+    return _make("--target", "cuda", "--base-image", BASE, "--tag", tag, *common, *FORWARD,
+                 "--cuda-redist-url", served.url + "/")
 
 
 def _checks(data: Any) -> dict[str, dict[str, Any]]:
@@ -210,3 +247,32 @@ def test_make_says_what_was_checked_without_a_gpu(built: dict[str, tuple[int, An
     line = next(ln for ln in text.splitlines() if ln.startswith("gpu "))
     assert "checked without GPU: " in line and f"{len(GPU_ONLY)} GPU checks not run" in line
     assert "cached pass" in text  # the warm run reused the GPU-less validation
+
+
+def test_forward_compat_image_carries_the_checked_libraries(
+        built: dict[str, tuple[int, Any, str]]) -> None:
+    code, data, text = built["compat"]
+    assert code == 0 and data is not None, text
+    spec = data["spec"]
+    assert spec["forward_compat"] == "595.71.05" and spec["min_driver"] == "535.104.05"
+    checks = _checks(data)
+    for cid in ("cuda.require", "image.no_driver_userspace", "cuda.packages", "device.spec_gpus"):
+        assert checks[cid]["status"] == "pass", (cid, checks[cid])
+    allowed = checks["image.no_driver_userspace"]["evidence"]["allowed"]
+    assert any(p.endswith("/compat/libcuda.so.1") for p in allowed), allowed
+    env = json.loads(docker("image", "inspect", COMPAT, "--format",
+                            "{{json .Config.Env}}").stdout)
+    require = next(e for e in env if e.startswith("NVIDIA_REQUIRE_CUDA="))
+    assert "brand=tesla,driver>=535,driver<536" in require
+    ls = docker("run", "--rm", COMPAT, "bash", "-c",
+                "readlink /usr/local/cuda; ls /usr/local/cuda/compat").stdout.split()
+    assert ls == ["cuda-13.2", "libcuda.so.1", "libcuda.so.595.71.05"]
+    # the build container fetched the manifest's archive from the mirror
+    assert "standin-595.71.05_cuda13.2-archive.tar.xz" in built["compat_log"][2]
+
+
+def test_forward_compat_archive_with_another_checksum_fails_the_build(
+        built: dict[str, tuple[int, Any, str]]) -> None:
+    code, _, text = built["compat_bad"]
+    assert code != 0 and "not the archive envbuild resolved" in text, text[-3000:]
+    assert docker("image", "inspect", COMPAT_BAD, check=False).returncode != 0

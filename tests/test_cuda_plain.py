@@ -74,7 +74,7 @@ def test_every_os_without_an_image_gets_the_plain_base(matrix: Matrix) -> None:
         assert any("Saved:" in line and "Left out:" in line for line in s.trace)
         docker = render(s, RenderOptions(), matrix)["Dockerfile"].content
         assert isinstance(docker, str)
-        assert f"NVIDIA_REQUIRE_CUDA=cuda>={s.require_cuda} " in docker
+        assert f"NVIDIA_REQUIRE_CUDA=cuda>={s.require_cuda}\n" in docker
         for name, value in runtime["env"]:
             assert f"{name}={value}" in docker
         assert f"FROM {info.image}\n" in docker

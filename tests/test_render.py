@@ -21,7 +21,7 @@ UPDATE = os.environ.get("ENVBUILD_UPDATE_GOLDEN") == "1"
 # Files compared byte for byte; validator.pyz and peaks.json are checked against their sources.
 COMPARED = ("Dockerfile", ".dockerignore", "environment.yml", "requirements.txt", "constraints.txt",
             "user-requirements.txt", "apt-packages.txt", "envbuild-validate", "spec.json",
-            "apptainer.def", "setup-macos.sh")
+            "apptainer.def", "setup-macos.sh", "install-cuda-compat.py")
 
 CASES: dict[str, list[str]] = {
     "cuda-base-ubuntu22.04": ["--cuda", "12.2", "--torch", "2.5.1", "--os", "ubuntu22.04"],
@@ -45,6 +45,9 @@ CASES: dict[str, list[str]] = {
     # CUDA on a plain OS base (no nvidia/cuda image for debian12): the runtime's settings rendered
     "cuda-plain-debian12": ["--target", "cuda", "--torch", "2.13.0", "--os", "debian12"],
     "cuda-plain-debian12-cu132": ["--target", "cuda", "--torch", "2.15.0", "--os", "debian12"],
+    # an H100 on R535 runs the cu130 wheel through NVIDIA's forward-compatibility libraries
+    "cuda-forward-compat-r535": ["--forward-compat", "--driver", "535.104.05", "--gpu", "H100",
+                                 "--torch", "2.13.0", "--os", "ubuntu22.04"],
     "cpu-debian12": ["--target", "cpu", "--torch", "2.13.0", "--os", "debian12"],
     "cpu-ubuntu24.04-root": ["--target", "cpu", "--torch", "2.9.1", "--os", "ubuntu24.04",
                              "--user", "root"],

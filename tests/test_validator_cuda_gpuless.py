@@ -198,3 +198,24 @@ def test_wheelhouse_kind_from_the_torch_file_name() -> None:
     assert wheelhouse_kind([local]) == "pytorch"
     assert wheelhouse_kind([pypi, local]) is None
     assert wheelhouse_kind(["torchvision-0.28.0-cp311-cp311-linux_x86_64.whl"]) is None
+
+
+def _attached(message: str) -> dict[str, Any]:
+    return {"devices": {"backend": "cuda", "count": 0, "devices": [], "dev_nodes":
+                        ["/dev/nvidiactl", "/dev/nvidia0"], "init_warnings": [message],
+                        "env": {}}}
+
+
+def test_forward_compat_errors_803_804_are_named() -> None:
+    from envbuild.validator.judges import no_gpu_outcome
+
+    o = no_gpu_outcome(_attached("CUDA initialization: Unexpected error from cudaGetDeviceCount()"
+                                 ". Error 804: forward compatibility was attempted on non "
+                                 "supported HW"), False, "cuda")
+    assert o.status == "fail" and "error 804" in o.remediation
+    o = no_gpu_outcome(_attached("Error 803: system has unsupported display driver / cuda "
+                                 "driver combination"), False, "cuda")
+    assert o.status == "fail" and "error 803" in o.remediation and "--forward-compat" in \
+        o.remediation
+    o = no_gpu_outcome(_attached("CUDA driver initialization failed"), False, "cuda")
+    assert "error 80" not in o.remediation

@@ -31,6 +31,9 @@ Flavor = Annotated[str | None, typer.Option(
     "devel (nvcc / hipcc).")]
 Without = Annotated[list[str] | None, typer.Option(
     "--without", help="Leave out a companion: torchvision or torchaudio. Repeatable.")]
+ForwardCompat = Annotated[bool, typer.Option(
+    "--forward-compat", help="Allow a CUDA newer than --driver runs natively, through NVIDIA's "
+    "forward-compatibility libraries (data-center GPUs only; needs --driver and --gpu).")]
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 Size = Annotated[bool, typer.Option(
     "--size", help="Estimate the image size per layer (asks the package indexes and the base "
@@ -39,12 +42,13 @@ Size = Annotated[bool, typer.Option(
 
 def make_request(target: str | None, cuda: str | None, rocm: str | None, torch: str | None,
                  python: str | None, driver: str | None, gpu: list[str] | None,
-                 os: str | None, flavor: str | None, without: list[str] | None) -> Request:
+                 os: str | None, flavor: str | None, without: list[str] | None,
+                 forward_compat: bool = False) -> Request:
     left_out = set(without or ())
     # Target names are case-insensitive (--target CPU); the resolver checks the value.
     return Request(target=target.strip().lower() if target else target, cuda=cuda, rocm=rocm,
                    torch=torch, python=python, driver=driver, gpus=tuple(gpu or ()), os=os,
-                   flavor=flavor,
+                   flavor=flavor, forward_compat=forward_compat,
                    components=tuple(c for c in COMPONENTS if c not in left_out)
                    + tuple(sorted(left_out - set(COMPONENTS))))
 
@@ -75,6 +79,10 @@ Proxy = Annotated[str | None, typer.Option(
 TorchIndexKind = Annotated[str | None, typer.Option(
     "--torch-index-kind", help="pypi | pytorch: the layout of --torch-index-url when its URL "
     "shape misleads (e.g. an Artifactory mirror of download.pytorch.org ending in /simple).")]
+CudaRedist = Annotated[str | None, typer.Option(
+    "--cuda-redist-url", help="A mirror of NVIDIA's redist root (developer.download.nvidia.com/"
+    "compute/cuda/redist/) for --forward-compat: its redistrib_<ver>.json gives the archive's "
+    "checksum.")]
 CaCert = Annotated[Path | None, typer.Option(
     "--ca-cert", help="CA bundle for HTTPS inside the build (a BuildKit secret, never stored).")]
 Wheelhouse = Annotated[Path | None, typer.Option(
@@ -90,10 +98,12 @@ def context_inputs(pip: list[str] | None, apt: list[str] | None, conda: list[str
                    pip_extra_index_url: list[str] | None, torch_index_url: str | None,
                    ca_cert: Path | None, wheelhouse: Path | None, base_image: str | None,
                    python_source: str | None, apptainer: bool = False,
-                   torch_index_kind: str | None = None) -> ContextInputs:
+                   torch_index_kind: str | None = None,
+                   cuda_redist_url: str | None = None) -> ContextInputs:
     return ContextInputs(pip=tuple(pip or ()), apt=tuple(apt or ()), conda=tuple(conda or ()),
                          allow_url=allow_url, user=user, pip_index_url=pip_index_url,
                          pip_extra_index_urls=tuple(pip_extra_index_url or ()),
                          torch_index_url=torch_index_url, torch_index_kind=torch_index_kind,
                          ca_cert=ca_cert, wheelhouse=wheelhouse,
-                         base_image=base_image, python_source=python_source, apptainer=apptainer)
+                         base_image=base_image, python_source=python_source, apptainer=apptainer,
+                         cuda_redist_url=cuda_redist_url)

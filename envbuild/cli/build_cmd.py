@@ -252,6 +252,7 @@ def make(
     target: o.Target = None, cuda: o.Cuda = None, rocm: o.Rocm = None, torch: o.Torch = None,
     python: o.Python = None, driver: o.Driver = None, gpu: o.Gpu = None, os: o.Os = None,
     flavor: o.Flavor = None, without: o.Without = None,
+    forward_compat: o.ForwardCompat = False, cuda_redist_url: o.CudaRedist = None,
     pip: o.Pip = None, apt: o.Apt = None, conda: o.Conda = None, allow_url: o.AllowUrl = False,
     user: o.User = "envbuild", pip_index_url: o.PipIndex = None,
     pip_extra_index_url: o.PipExtraIndex = None, torch_index_url: o.TorchIndex = None,
@@ -291,10 +292,12 @@ def make(
         if code:
             raise typer.Exit(code)
         return
-    req = o.make_request(target, cuda, rocm, torch, python, driver, gpu, os, flavor, without)
+    req = o.make_request(target, cuda, rocm, torch, python, driver, gpu, os, flavor, without,
+                         forward_compat)
     ci = o.context_inputs(pip, apt, conda, allow_url, user, pip_index_url, pip_extra_index_url,
                           torch_index_url, ca_cert, wheelhouse, base_image, python_source,
-                          torch_index_kind=torch_index_kind)
+                          torch_index_kind=torch_index_kind,
+                          cuda_redist_url=cuda_redist_url)
     mr = MakeRequest(req, ci, tag=tag, rebuild=rebuild, push=push, proxy=proxy,
                      push_unvalidated=push_unvalidated, validate=not no_validate,
                      revalidate=revalidate, require_gpu=require_gpu, timeout=timeout, out=out)

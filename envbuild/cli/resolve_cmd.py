@@ -10,14 +10,16 @@ from envbuild.cli._app import app, emit_json, say
 def resolve(
     target: o.Target = None, cuda: o.Cuda = None, rocm: o.Rocm = None, torch: o.Torch = None,
     python: o.Python = None, driver: o.Driver = None, gpu: o.Gpu = None, os: o.Os = None,
-    flavor: o.Flavor = None, without: o.Without = None, json: o.Json = False,
+    flavor: o.Flavor = None, without: o.Without = None,
+    forward_compat: o.ForwardCompat = False, json: o.Json = False,
     size: o.Size = False,
 ) -> None:
     """Resolve driver / CUDA / cuDNN / torch / Python / OS into one explained spec."""
     from envbuild.matrix import load
     from envbuild.resolve import resolve as do_resolve
 
-    req = o.make_request(target, cuda, rocm, torch, python, driver, gpu, os, flavor, without)
+    req = o.make_request(target, cuda, rocm, torch, python, driver, gpu, os, flavor, without,
+                         forward_compat)
     m = load()
     spec = do_resolve(req, m)
     est = None
@@ -43,6 +45,8 @@ def format_spec(d: dict[str, object]) -> str:
              if d.get("require_cuda") else None), ("cuDNN", d["cudnn"]), ("NCCL", d["nccl"]),
             ("OS", d["os"]), ("base image", d["base_image"]), ("index", d["index_url"]),
             ("min driver", d["min_driver"]),
+            ("fwd compat", f"NVIDIA's forward-compatibility libraries {d['forward_compat']}"
+             if d.get("forward_compat") else None),
             ("max driver", f"R{d['max_driver']} or older" if d.get("max_driver") else None),
             ("min macOS", d["min_macos"]),
             ("archs", " ".join(d["archs"]) if d["archs"] else None),  # type: ignore[arg-type]

@@ -82,6 +82,9 @@ def recommend_cuda(v: View, m: Matrix, req: Request, pin: Callable[[str], str]) 
         alt = Recommendation("cuda", cuda=newest_choice.cuda, torch=pin(newest_choice.torch),
                              gpus=gpus, driver=linux_driver)
         alts.append(f"{alt.command}  (newest torch {newest_choice.torch} on this driver)")
+    fwd = forward_compat_alternative(v, m, linux_driver, choice.torch)
+    if fwd:
+        alts.append(fwd)
     # Through minor-version compatibility the image's CUDA must stay one the driver runs
     # natively: the resolver picks it from --driver, so no --cuda then.
     cuda = choice.cuda if choice.how == "native" or v.wsl else ""
@@ -112,3 +115,33 @@ def checked(rec: Recommendation, m: Matrix) -> Recommendation:
     if not problem:
         return loose
     return Recommendation("cpu", reason=f"no CUDA image fits this host: {problem}")
+
+
+def forward_compat_alternative(v: View, m: Matrix, driver: str, torch: str) -> str:
+    """The make command that runs a newer torch on this driver through NVIDIA's forward
+    compatibility, when NVIDIA supports it for these GPUs and this branch and it gives a newer
+    torch than `torch` ('' otherwise). The command is resolved here, so it resolves."""
+    import shlex
+
+    from envbuild.errors import EnvbuildError
+    from envbuild.request import Request as Ask
+    from envbuild.request import parse_gpu
+    from envbuild.resolve import resolve
+    from envbuild.versions import version_key
+
+    if not driver or not v.gpus:
+        return ""
+    try:
+        names = sorted({parse_gpu(g.name, m).label for g in v.gpus})
+        spec = resolve(Ask(target="cuda", forward_compat=True, driver=driver,
+                           gpus=tuple(names)), m)
+    except EnvbuildError:
+        return ""
+    if not spec.forward_compat or version_key(spec.torch) <= version_key(torch or "0"):
+        return ""
+    argv = ["envbuild", "make", "--target", "cuda", "--forward-compat", "--driver", driver]
+    for n in names:
+        argv += ["--gpu", n]
+    return (" ".join(shlex.quote(a) for a in argv) + f"  (torch {spec.torch} {spec.variant} on "
+            f"this driver through NVIDIA's forward-compatibility libraries {spec.forward_compat}"
+            "; data-center GPUs only)")

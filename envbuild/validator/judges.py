@@ -219,6 +219,24 @@ def hidden_by_env(env: dict[str, str | None], dev_nodes: Sequence[str]) -> list[
     return found
 
 
+def forward_compat_error(text: str) -> str | None:
+    """The remedy for CUDA errors 803/804, the two ways NVIDIA's forward-compatibility libraries
+    (cuda-compat, /usr/local/cuda/compat) fail; None for any other message."""
+    if re.search(r"\b804\b|not supported HW|CompatNotSupportedOnDevice", text):
+        return ("error 804: forward-compatibility libraries were loaded on a GPU NVIDIA does not "
+                "support them on (only data-center GPUs, select NGC Server Ready RTX SKUs and "
+                "Jetson): upgrade the host driver to one that runs this CUDA natively, and use "
+                "an image without /usr/local/cuda/compat")
+    if re.search(r"\b803\b|unsupported display driver / cuda driver combination|"
+                 r"SystemDriverMismatch|SYSTEM_DRIVER_MISMATCH", text):
+        return ("error 803: the loaded libcuda does not match the host's kernel module: the "
+                "image's forward-compatibility libraries do not serve this driver branch (or "
+                "the host driver is already newer, or a libcuda was copied into the image); "
+                "rebuild with `envbuild make --forward-compat --driver <this driver> --gpu "
+                "<this GPU>`, or upgrade the host driver")
+    return None
+
+
 def no_gpu_outcome(facts: dict[str, Any], require_gpu: bool,
                    target: str | None = None) -> Outcome:
     """No GPU for torch: skip, unless --require-gpu, or a GPU device node is there for a GPU
@@ -242,6 +260,9 @@ def no_gpu_outcome(facts: dict[str, Any], require_gpu: bool,
         return skipped(what, ev)
     if nodes and target in ("cuda", "rocm"):
         said = "; ".join(dev.get("init_warnings") or []) or dev.get("error") or "no message"
+        compat = forward_compat_error(said)
+        if compat is not None:
+            return failed(compat, f"GPU attached but unusable: {said}", ev)
         return failed(
             f"a GPU is attached ({', '.join(nodes)}) but torch cannot use it ({said}): usually "
             "a host driver older than this torch's CUDA/ROCm needs (upgrade the driver or pick "

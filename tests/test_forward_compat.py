@@ -1,0 +1,226 @@
+"""NVIDIA's forward compatibility (--forward-compat): resolved only for the GPUs and driver
+branches NVIDIA supports, refused for the others with the reason, rendered from the recorded
+redistributable (sha256, size), installed by the image's script from a served stand-in archive."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from envbuild import redist
+from envbuild.errors import ConflictError, UsageError
+from envbuild.matrix import Matrix, load
+from envbuild.render import RenderOptions, render
+from envbuild.request import Request
+from envbuild.resolve import resolve
+from envbuild.resources import templates_dir
+from envbuild.versions import version_key
+from tests.conftest import ROOT, run_cli
+from tests.served import serve
+
+MANIFEST = ROOT / "tests" / "fixtures" / "compat" / "redistrib_13.2.2.json"
+H100_R535 = Request(forward_compat=True, driver="535.104.05", gpus=("H100",), torch="2.13.0")
+
+
+def test_h100_on_r535_gets_the_newest_wheel_through_forward_compat(matrix: Matrix) -> None:
+    s = resolve(H100_R535, matrix)
+    pkg = redist.package(matrix, s.forward_compat or "")
+    assert (s.variant, s.torch_cuda, s.require_cuda) == ("cu130", "13.0", "13.0")
+    assert "535" in pkg.host_branches and s.min_driver == "535.104.05"
+    assert s.cuda_image is None and any("forward-compatibility" in t for t in s.trace)
+    without = resolve(Request(driver="535.104.05", gpus=("H100",)), matrix)
+    assert without.torch_cuda is not None and without.torch_cuda.startswith("12.")
+
+
+def test_a_driver_that_runs_the_wheel_natively_needs_no_compat(matrix: Matrix) -> None:
+    s = resolve(Request(forward_compat=True, driver="580.65.06", gpus=("H100",)), matrix)
+    assert s.forward_compat is None and s.cuda_image is not None
+
+
+def _not_supported(m: Matrix) -> list[str]:
+    fc = m.meta["cuda"]["forward_compat"]
+    allowed = set(fc["gpus"]) | set(fc["jetson"])
+    return [g.name for g in m.gpus if g.vendor == "nvidia" and g.name not in allowed
+            and g.cc and version_key(g.cc) >= version_key("7.5")]
+
+
+def test_every_gpu_outside_nvidias_list_is_refused_saying_why(matrix: Matrix) -> None:
+    names = _not_supported(matrix)
+    assert "RTX 4090" in names and "RTX 5090" in names
+    for name in names:  # R575: inside every one's driver window, older than the 13.x floor
+        with pytest.raises(ConflictError) as info:
+            resolve(Request(forward_compat=True, driver="575.57.08", gpus=(name,),
+                            torch="2.13.0"), matrix)
+        assert "data-center GPUs" in info.value.message and name in info.value.message
+        assert "804" in info.value.message and info.value.hint
+
+
+@given(branch=st.integers(min_value=525, max_value=579))
+def test_only_the_branches_a_package_serves(branch: int) -> None:
+    m = load()
+    served = {b for c in m.compat_packages if c.cuda.startswith("13.") for b in c.host_branches}
+    req = Request(forward_compat=True, driver=f"{branch}.20.01", gpus=("A100",), torch="2.13.0",
+                  cuda="13.0")
+    if str(branch) in served:
+        s = resolve(req, m)
+        assert str(branch) in redist.package(m, s.forward_compat or "").host_branches
+    else:
+        with pytest.raises(ConflictError):
+            resolve(req, m)
+
+
+def test_forward_compat_needs_driver_and_gpu() -> None:
+    for args in (["--forward-compat"], ["--forward-compat", "--gpu", "H100"],
+                 ["--forward-compat", "--driver", "535.104.05"],
+                 ["--forward-compat", "--target", "cpu", "--gpu", "H100"]):
+        r = run_cli("resolve", *args)
+        assert r.returncode == 2, (args, r.stdout)
+        assert r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+
+
+def test_render_writes_brands_and_the_recorded_archive(matrix: Matrix) -> None:
+    s = resolve(H100_R535, matrix)
+    pkg = redist.package(matrix, s.forward_compat or "")
+    files = render(s, RenderOptions(), matrix)
+    docker = files["Dockerfile"].content
+    assert isinstance(docker, str)
+    for branch in pkg.host_branches:
+        assert f"brand=tesla,driver>={branch},driver<{int(branch) + 1}" in docker
+    assert pkg.sha256 in docker and str(pkg.size) in docker and pkg.path in docker
+    assert files["install-cuda-compat.py"].content == \
+        (templates_dir() / "install-cuda-compat.py").read_text()
+
+
+def test_recorded_manifest_agrees_with_the_matrix(matrix: Matrix) -> None:
+    e = redist.entry(json.loads(MANIFEST.read_text()))
+    pkg = next(c for c in matrix.compat_packages if c.redist == "13.2.2"
+               and c.arch == "linux-x86_64")
+    assert (e["version"], e["relative_path"], e["sha256"], e["size"]) == \
+        (pkg.version, pkg.path, pkg.sha256, pkg.size)
+    sbsa = redist.entry(json.loads(MANIFEST.read_text()), "linux-sbsa")
+    assert sbsa["sha256"] == next(c.sha256 for c in matrix.compat_packages
+                                  if c.redist == "13.2.2" and c.arch == "linux-sbsa")
+
+
+@pytest.mark.parametrize("field,value", [
+    ("sha256", "0" * 63), ("sha256", "G" * 64), ("relative_path", "../../etc/passwd"),
+    ("relative_path", "cuda_compat/x/$(id).tar.xz"), ("size", "-1"), ("size", "12e3")])
+def test_hostile_manifest_values_are_refused(field: str, value: str) -> None:
+    doc = json.loads(MANIFEST.read_text())
+    doc["cuda_compat"]["linux-x86_64"]["cuda13.x"][field] = value
+    with pytest.raises(ValueError):
+        redist.entry(doc)
+
+
+def _standin_archive(members: dict[str, bytes], links: dict[str, str] | None = None) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:xz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        for name, target in (links or {}).items():
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.SYMTYPE
+            info.linkname = target
+            tar.addfile(info)
+    return buf.getvalue()
+
+
+TOP = "cuda_compat-linux-x86_64-595.71.05_cuda13.2-archive"
+
+
+def _run_script(url: str, sha: str, size: int, dest: Path, link: Path
+                ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(templates_dir() / "install-cuda-compat.py"), url,
+                           sha, str(size), str(dest), str(link)], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_install_script_keeps_only_compat_and_checks_the_archive(tmp_path: Path) -> None:
+    data = _standin_archive(
+        {f"{TOP}/compat/libcuda.so.595.71.05": b"\x7fELF stand-in", f"{TOP}/LICENSE": b"x",
+         f"{TOP}/compat/../../../escape": b"no", "/etc/evil": b"no"},
+        {f"{TOP}/compat/libcuda.so.1": "libcuda.so.595.71.05",
+         f"{TOP}/compat/libnvidia-ptxjitcompiler.so.1": "/etc/passwd"})
+    root = tmp_path / "served"
+    root.mkdir()
+    (root / "a.tar.xz").write_bytes(data)
+    sha = hashlib.sha256(data).hexdigest()
+    with serve(root, "127.0.0.1") as s:
+        dest, link = tmp_path / "cuda-13.2", tmp_path / "cuda"
+        bad = _run_script(f"{s.url}/a.tar.xz", "0" * 64, len(data), dest, link)
+        assert bad.returncode == 1 and "not the archive envbuild resolved" in bad.stderr
+        assert not dest.exists() and not link.exists()
+        ok = _run_script(f"{s.url}/a.tar.xz", sha, len(data), dest, link)
+    assert ok.returncode == 0, ok.stderr
+    assert sorted(p.name for p in (dest / "compat").iterdir()) == \
+        ["libcuda.so.1", "libcuda.so.595.71.05"]
+    assert (dest / "compat" / "libcuda.so.1").resolve().name == "libcuda.so.595.71.05"
+    assert link.is_symlink() and (link / "compat" / "libcuda.so.1").exists()
+    assert not (tmp_path / "escape").exists()
+
+
+def test_cli_mirror_manifest_gives_the_checksum(tmp_path: Path) -> None:
+    """--cuda-redist-url: the mirror's redistrib_<ver>.json (same version) is read; another
+    version is refused (exit 1), an unreachable mirror is exit 3, a hostile URL exit 2."""
+    doc = json.loads(MANIFEST.read_text())
+    entry = doc["cuda_compat"]["linux-x86_64"]["cuda13.x"]
+    entry["sha256"], entry["size"] = "a" * 64, "1234"
+    (tmp_path / "redistrib_13.2.2.json").write_text(json.dumps(doc))
+    base = ["render", "--forward-compat", "--driver", "535.104.05", "--gpu", "H100", "--torch",
+            "2.13.0", "--os", "debian12"]
+    with serve(tmp_path, "127.0.0.1") as s:
+        r = run_cli(*base, "--cuda-redist-url", s.url + "/", "--out", str(tmp_path / "out"))
+        assert r.returncode == 0, r.stderr
+        docker = (tmp_path / "out" / "Dockerfile").read_text()
+        assert "a" * 64 in docker and " 1234 " in docker and s.url + "/cuda_compat/" in docker
+        doc["cuda_compat"]["version"] = "595.58.03"
+        (tmp_path / "redistrib_13.2.2.json").write_text(json.dumps(doc))
+        r = run_cli(*base, "--cuda-redist-url", s.url, "--out", str(tmp_path / "out2"))
+        assert r.returncode == 1 and "595.58.03" in r.stderr, r.stderr
+    r = run_cli(*base, "--cuda-redist-url", "http://127.0.0.1:9/", "--out", str(tmp_path / "o3"))
+    assert r.returncode == 3 and "Traceback" not in r.stderr, r.stderr
+    r = run_cli(*base, "--cuda-redist-url", "http://h/$(id)", "--out", str(tmp_path / "o4"))
+    assert r.returncode == 2 and not (tmp_path / "o4").exists()
+
+
+def test_forward_compat_is_for_cuda_only(matrix: Matrix) -> None:
+    with pytest.raises(UsageError):
+        resolve(Request(forward_compat=True, target="cpu", driver="535.104.05"), matrix)
+
+
+def test_doctor_offers_forward_compat_on_a_datacenter_host_with_an_old_driver(
+        tmp_path: Path) -> None:
+    """The recorded healthy H100 host, its driver set back to R535: the doctor's alternatives
+    name the forward-compatibility command, and that command resolves."""
+    import shutil
+
+    host = tmp_path / "h100-r535"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "doctor" / "h100-healthy", host)
+    for f in host.iterdir():
+        if f.is_file():
+            f.write_text(f.read_text().replace("580.95.05", "535.104.05")
+                         .replace("<cuda_version>13.0<", "<cuda_version>12.2<"))
+    r = run_cli("doctor", "--facts", str(host), "--json")
+    assert r.returncode in (0, 1), r.stderr
+    alts = json.loads(r.stdout)["recommendation"]["alternatives"]
+    fwd = [a for a in alts if "--forward-compat" in a]
+    assert fwd, alts
+    argv = fwd[0].split("  (")[0].split()[2:]  # after `envbuild make`
+    resolved = run_cli("resolve", *argv, "--json")
+    assert resolved.returncode == 0, resolved.stderr
+    assert json.loads(resolved.stdout)["forward_compat"]
+    healthy = run_cli("doctor", "--facts", str(ROOT / "tests" / "fixtures" / "doctor" /
+                                                "h100-healthy"), "--json")
+    assert not any("--forward-compat" in a
+                   for a in json.loads(healthy.stdout)["recommendation"]["alternatives"])
