@@ -28,8 +28,15 @@ PROBE = (
     'echo "@@pm=$(command -v apt-get || command -v dnf || command -v microdnf || command -v yum)"; '
     'cat /etc/os-release 2>/dev/null || cat /usr/lib/os-release 2>/dev/null'
 )
-_MARK = re.compile(r"^@@(\w+)=(.*)$")
-_OS_LINE = re.compile(r'^([A-Z_]+)=(?:"([^"]*)"|\'([^\']*)\'|(\S*))\s*$')
+_MARK = re.compile(r"^@@([a-z0-9]+)=(.*)$", re.ASCII)
+_OS_LINE = re.compile(r'^([A-Z_]+)=(?:"([^"]*)"|\'([^\']*)\'|(\S*))\s*$', re.ASCII)
+# What the base reports is the base author's text: only printable ASCII is kept (a terminal
+# escape in /etc/os-release must not reach an error message), each value at most 80 characters.
+_UNPRINTABLE = re.compile(r"[^\x20-\x7e]")
+
+
+def _clean(text: str) -> str:
+    return _UNPRINTABLE.sub("?", text)[:80]
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,12 @@ def os_release(text: str) -> dict[str, str]:
     return out
 
 
+def _name(text: str) -> str:
+    """A user or group name as the base reports it; anything else is shown as '?'."""
+    return text if re.fullmatch(r"[a-z_][a-z0-9_.-]{0,31}\$?", text, re.ASCII) else \
+        ("?" if text else "")
+
+
 def match_os(release: Mapping[str, str], m: Matrix) -> OsInfo | None:
     ident, version = release.get("ID", ""), release.get("VERSION_ID", "")
     for o in m.oses:
@@ -73,25 +86,25 @@ def match_os(release: Mapping[str, str], m: Matrix) -> OsInfo | None:
 
 def parse(ref: str, image_id: str, output: str, env: Mapping[str, str], m: Matrix) -> BaseFacts:
     marks: dict[str, str] = {}
-    for line in output.splitlines():
+    for line in output.splitlines()[:400]:
         hit = _MARK.match(line.strip())
         if hit:
-            marks[hit.group(1)] = hit.group(2).strip()
-    release = os_release(output)
+            marks[hit.group(1)] = _clean(hit.group(2).strip())
+    release = {k: _clean(v) for k, v in os_release("\n".join(output.splitlines()[:400])).items()}
     info = match_os(release, m)
     glibc = marks.get("glibc", "")
     pm = marks.get("pm", "").rsplit("/", 1)[-1]
     return BaseFacts(
         ref=ref, image_id=image_id, os_id=info.id if info else None,
         os_release=f"{release.get('ID', '?')} {release.get('VERSION_ID', '?')}",
-        python=marks.get("python", "") if re.fullmatch(r"\d+\.\d+", marks.get("python", ""))
+        python=marks.get("python", "") if re.fullmatch(r"[0-9]+\.[0-9]+", marks.get("python", ""))
         else "",
-        glibc=glibc.split()[-1] if glibc.startswith("glibc ") else "",
-        uid_1000=marks.get("uid1000", ""), gid_1000=marks.get("gid1000", ""),
+        glibc=glibc.split()[-1] if re.fullmatch(r"glibc [0-9]+\.[0-9]+", glibc) else "",
+        uid_1000=_name(marks.get("uid1000", "")), gid_1000=_name(marks.get("gid1000", "")),
         bash=bool(marks.get("bash")),
         package_manager={"apt-get": "apt", "dnf": "dnf"}.get(pm, ""),
         cuda_version=env.get("CUDA_VERSION", "") if re.fullmatch(
-            r"\d+\.\d+(?:\.\d+)?", env.get("CUDA_VERSION", "")) else "",
+            r"[0-9]{1,3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?", env.get("CUDA_VERSION", "")) else "",
         require_cuda=parse_require_cuda(env.get("NVIDIA_REQUIRE_CUDA")) or "",
     )
 

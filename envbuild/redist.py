@@ -67,8 +67,9 @@ def entry(manifest: Any, arch: str = "linux-x86_64") -> dict[str, Any]:
 
 
 def from_mirror(m: Matrix, version: str, mirror: str) -> CompatArchive:
-    """The archive as a mirror of NVIDIA's redist root lists it (its redistrib_<ver>.json): the
-    same cuda_compat version as the matrix, with the mirror's checksum."""
+    """The archive where a mirror of NVIDIA's redist root has it (its redistrib_<ver>.json
+    names the path). The mirror's version, sha256 and size must be NVIDIA's, as recorded in the
+    matrix: a mirror relocates the archive, it never vouches for other bytes."""
     from envbuild.http import Http
 
     pkg = package(m, version)
@@ -82,9 +83,12 @@ def from_mirror(m: Matrix, version: str, mirror: str) -> CompatArchive:
         raise EnvironmentProblem(f"{url}: {exc}",
                                  "--cuda-redist-url must be a mirror of NVIDIA's redist root") \
             from None
-    if e["version"] != pkg.version:
-        raise ConflictError(f"{url} lists cuda_compat {e['version'] or '?'}, the matrix "
-                            f"{pkg.version}", "mirror redistrib_" + pkg.redist + ".json as NVIDIA "
-                            "publishes it")
-    return CompatArchive(root(m, mirror) + e["relative_path"], e["sha256"], e["size"],
-                         pkg.version, pkg.cuda, url)
+    said = (e["version"], e["sha256"], e["size"])
+    if said != (pkg.version, pkg.sha256, pkg.size):
+        raise ConflictError(f"{url} lists cuda_compat {e['version'] or '?'} with sha256 "
+                            f"{e['sha256'][:12]}... and {e['size']} bytes; NVIDIA's "
+                            f"redistrib_{pkg.redist}.json (matrix/cuda.toml) says {pkg.version}, "
+                            f"{pkg.sha256[:12]}..., {pkg.size} bytes",
+                            "a mirror must hold NVIDIA's archive byte for byte; refresh it")
+    return CompatArchive(root(m, mirror) + e["relative_path"], pkg.sha256, pkg.size,
+                         pkg.version, pkg.cuda, f"{url}, equal to matrix/cuda.toml")

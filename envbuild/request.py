@@ -232,6 +232,10 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
         from envbuild.base_facts import check as check_base
 
         os_id = check_base(req.base, req.os, matrix)
+        if req.flavor not in (None, "base"):
+            raise UsageError(f"--flavor {req.flavor} picks an nvidia/cuda or ROCm image; "
+                             f"--base-image {req.base.ref} is the base",
+                             "drop one of them: the base is used as it is")
 
     target, why = _infer_target(req, gpus)
     entry = targets.get(target)

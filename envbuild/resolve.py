@@ -342,13 +342,20 @@ def _resolve_nvidia_base(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPa
     os_info = m.os_info(p.os or "")
     assert os_info is not None
     image_minor = b.require_cuda
+    if m.cuda_release(image_minor) is None:
+        raise ConflictError(f"--base-image {b.ref} requires CUDA {image_minor} (its "
+                            "NVIDIA_REQUIRE_CUDA), a CUDA envbuild has no driver facts for",
+                            "use a base of a CUDA `envbuild matrix show cuda` lists")
+    if p.cuda_minor is not None and p.cuda_minor != image_minor:
+        raise ConflictError(f"--cuda {p.cuda} but --base-image {b.ref} is CUDA {image_minor} "
+                            "(its NVIDIA_REQUIRE_CUDA)",
+                            f"drop --cuda (the base's CUDA is used), or give --cuda {image_minor}")
     if major_of(v.version) != major_of(image_minor):
         raise _Reject(f"--base-image {b.ref} requires CUDA {image_minor} (its "
                       f"NVIDIA_REQUIRE_CUDA); torch {rel.version} {v.tag} is a CUDA "
                       f"{major_of(v.version)}.x wheel", narrow=True)
     _check_gpus(v, p.gpus, t)
-    known = m.cuda_release(image_minor) is not None
-    min_driver = _min_driver(m, image_minor, v.version, t, fw, plain=not known)
+    min_driver = _min_driver(m, image_minor, v.version, t, fw)
     if p.driver is not None and version_key(p.driver) < version_key(min_driver):
         raise _Reject(f"driver {p.driver} is older than the {min_driver} that --base-image "
                       f"{b.ref} with the {v.tag} wheel needs")
@@ -400,6 +407,14 @@ def _resolve_forward_compat(m: Matrix, p: Parsed, rel: TorchRelease, patch: Torc
     assert floor is not None
     if version_key(p.driver) >= version_key(floor.min_driver_linux):
         return None
+    if p.flavor != "base":
+        raise ConflictError(f"--forward-compat builds on a plain OS base; --flavor {p.flavor} "
+                            "names an nvidia/cuda image", "drop --flavor (nvcc: build extensions "
+                            "in a separate devel image)")
+    if p.base is not None and p.base.nvidia:
+        raise ConflictError(f"--forward-compat with --base-image {p.base.ref}: an nvidia/cuda "
+                            "base brings its own cuda-compat for its CUDA",
+                            "use a plain OS base (or none) with --forward-compat")
     why_not = compat_refusal(m, p.gpus)
     if why_not is not None:
         raise ConflictError(f"--forward-compat: {why_not}",
@@ -410,6 +425,7 @@ def _resolve_forward_compat(m: Matrix, p: Parsed, rel: TorchRelease, patch: Torc
     pkg = compat_package(m, v.version, branch)
     if pkg is None:
         known = sorted({b for c in m.compat_packages if major_of(c.cuda) == major_of(v.version)
+                        and version_key(c.cuda) >= version_key(v.version)
                         for b in c.host_branches}, key=int)
         raise _Reject(f"no forward-compatibility package of CUDA {v.version}+ serves driver "
                       f"branch R{branch} (the known ones serve R{', R'.join(known) or ' none'})")
@@ -437,10 +453,6 @@ def _resolve_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v:
                   t: _Trace) -> Spec:
     fw = _gpu_fleet(m, p)
     _check_gpu_toolkit(v, fw)
-    if p.forward_compat and p.driver is not None:
-        compat = _resolve_forward_compat(m, p, rel, patch, v, t, fw)
-        if compat is not None:
-            return compat
     if p.cuda_minor is not None:
         if major_of(v.version) != major_of(p.cuda_minor):
             raise _Reject(f"torch {rel.version} {v.tag} is a CUDA {major_of(v.version)}.x wheel",
@@ -448,21 +460,26 @@ def _resolve_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v:
         if version_key(v.version) > version_key(p.cuda_minor):
             raise _Reject(f"torch {rel.version} {v.tag} needs CUDA {v.version} > {p.cuda_minor}",
                           narrow=True)
-        image_minor = p.cuda_minor
-    else:
-        image_minor = _image_minor_for_driver(m, v, p, t, fw.last_branch)
+    if p.cuda and p.cuda.count(".") == 2 and not m.images_for(p.cuda):
+        raise _Reject(f"no nvidia/cuda {p.cuda} image is known")
+    if p.forward_compat and p.driver is not None:
+        compat = _resolve_forward_compat(m, p, rel, patch, v, t, fw)
+        if compat is not None:
+            return compat
     if p.base is not None:
         on_base = _resolve_nvidia_base if p.base.nvidia else _resolve_plain_cuda
         return on_base(m, p, rel, patch, v, t, fw)
+    # The image's CUDA from the driver: its reasons go in the trace only if an nvidia/cuda image
+    # is the base (a plain base has no CUDA of its own).
+    minor_trace = _Trace()
+    image_minor = p.cuda_minor or _image_minor_for_driver(m, v, p, minor_trace, fw.last_branch)
     cuda_rel = m.cuda_release(image_minor)
     assert cuda_rel is not None
     image_version = cuda_rel.image
     if _plain_base(m, p, image_version):
         return _resolve_plain_cuda(m, p, rel, patch, v, t, fw)
+    t.lines.extend(minor_trace.lines)
     if p.cuda and p.cuda.count(".") == 2:
-        if not m.images_for(p.cuda):
-            raise _Reject(f"no nvidia/cuda {p.cuda} image is known (the maintained {image_minor} "
-                          f"image is {image_version or 'none'})")
         image_version = p.cuda
     if not image_version:
         raise _Reject(f"no nvidia/cuda image is known for CUDA {image_minor}")
@@ -953,6 +970,8 @@ def _describe_alternative(key: str, s: Spec, p: Parsed) -> str:
     core = _core(s)
     if key == "torch":
         return f"--torch {minor_of(s.torch)}: {core}"
+    if key == "cuda" and not s.cuda_image:
+        return f"without --cuda: {core} on the plain {s.base_image} base"
     if key == "cuda" and s.cuda_image:
         image = minor_of(s.cuda_image)
         if s.torch_cuda and version_key(s.torch_cuda) > version_key(image):

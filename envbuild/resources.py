@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from functools import cache
 from pathlib import Path
 
@@ -18,7 +19,10 @@ def data_dir(name: str) -> Path:
 
 
 def matrix_dir() -> Path:
-    return data_dir("matrix")
+    """The shipped matrix, or ENVBUILD_MATRIX_DIR: a matrix of one's own (a fork holding internal
+    facts, or a test's edited copy); it is checked like the shipped one when loaded."""
+    override = os.environ.get("ENVBUILD_MATRIX_DIR")
+    return Path(override) if override else data_dir("matrix")
 
 
 def templates_dir() -> Path:

@@ -36,16 +36,22 @@ def gpu_verdict(report: dict[str, Any]) -> dict[str, Any] | None:
                 "not_run": list(block.get("not_run", [])),
                 "cpu_only": list(block.get("cpu_only", []))}
     names: list[str] = []
+    seen = False
     for c in report.get("checks", []):
         if c.get("id") == "device.properties" and c.get("status") in ("pass", "warn"):
+            seen = True
             for d in (c.get("evidence") or {}).get("devices") or []:
                 if isinstance(d, dict) and d.get("name"):
                     names.append(str(d["name"]))
-    return {"on_gpu": True, "gpus": sorted(set(names)), "facts": None, "not_run": [],
+    # A GPU counts only where device.properties ran on one (an older validator's report without
+    # a gpu_less block, or one that skipped its device checks, is not a GPU validation).
+    return {"on_gpu": seen, "gpus": sorted(set(names)), "facts": None, "not_run": [],
             "cpu_only": []}
 
 
 def describe_gpu_verdict(v: dict[str, Any]) -> str:
+    if not v["on_gpu"] and v["facts"] is None:
+        return "no GPU check ran (the report names no GPU)"
     if not v["on_gpu"]:
         line = (f"checked without GPU: {v['facts']} facts, {len(v['not_run'])} GPU checks not "
                 "run")

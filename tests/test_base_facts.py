@@ -5,6 +5,7 @@ tests/test_cuda_image.py and test_bases.py)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 from hypothesis import given
@@ -112,3 +113,43 @@ def test_old_glibc_is_refused_naming_both(minor: int) -> None:
 
 def test_unknown_glibc_is_left_to_pip() -> None:
     assert glibc_ok("", "2.28") and glibc_ok("2.28", "2.28") and not glibc_ok("2.17", "2.28")
+
+
+@given(junk=st.text(min_size=1, max_size=40))
+def test_what_a_base_reports_never_reaches_a_message_raw(junk: str) -> None:
+    """os-release values, user names and the NVIDIA environment are the base author's text:
+    non-ASCII digits are no version, control characters never reach a message or the spec."""
+    from envbuild.matrix import load
+
+    m = load()
+    out = (f"@@python=3.1{junk}\n@@glibc=glibc 2.{junk}\n@@uid1000={junk}\n@@bash=/bin/bash\n"
+           f"ID=debian{junk}\nVERSION_ID=\"12{junk}\"\n")
+    env = {"CUDA_VERSION": f"1{junk}", "NVIDIA_REQUIRE_CUDA": f"cuda>=1{junk}"}
+    f = parse("x/y:z", "sha256:" + "c" * 64, out, env, m)
+    for value in (f.os_release, f.uid_1000, f.python, f.glibc, f.cuda_version, f.require_cuda):
+        assert value.isascii() and value.isprintable(), value
+    assert f.python == "" or re.fullmatch(r"[0-9]+\.[0-9]+", f.python)
+    assert f.cuda_version == "" or re.fullmatch(r"[0-9.]+", f.cuda_version)
+    if f.os_id is None:
+        with pytest.raises(UsageError) as info:
+            check(f, None, m)
+        assert info.value.message.isprintable()
+
+
+@pytest.mark.parametrize(("env", "nvidia"), [
+    ({"NVIDIA_REQUIRE_CUDA": "cuda>=١٢.٤"}, False), ({"NVIDIA_REQUIRE_CUDA": "cuda>=12.4"}, True),
+    ({"NVIDIA_REQUIRE_CUDA": "cuda>=12.45"}, True), ({"CUDA_VERSION": "١٢.٤.١"}, False)])
+def test_only_ascii_versions_make_an_nvidia_base(matrix: Matrix, env: dict[str, str],
+                                                 nvidia: bool) -> None:
+    assert _facts(matrix, env=env).nvidia == nvidia or "CUDA_VERSION" in env
+
+
+def test_an_nvidia_base_of_an_unknown_cuda_or_another_cuda_is_refused(matrix: Matrix) -> None:
+    f = _facts(matrix, env={"NVIDIA_REQUIRE_CUDA": "cuda>=13.9"})
+    with pytest.raises(ConflictError, match="no driver facts"):
+        resolve(Request(torch="2.15.0", base=f), matrix)
+    f = _facts(matrix, env=NVIDIA_ENV)
+    with pytest.raises(ConflictError, match=r"is CUDA 13\.0"):
+        resolve(Request(torch="2.15.0", cuda="13.2", base=f), matrix)
+    with pytest.raises(UsageError, match="--flavor devel"):
+        resolve(Request(torch="2.15.0", flavor="devel", base=f), matrix)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import zipfile
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from envbuild.matrix import Matrix
+from envbuild.matrix import Matrix, load
 from envbuild.validator.rules import cudnn_version_str
 from tests.conftest import IN_CI, ROOT, run_cli, work_dir
 from tests.served import Served, serve
@@ -94,9 +95,11 @@ def _skip_or_fail(msg: str) -> None:
     pytest.skip(msg)
 
 
-def _make(*args: str, json_out: bool = True) -> tuple[int, Any, str]:
+def _make(*args: str, json_out: bool = True,
+          env: dict[str, str] | None = None) -> tuple[int, Any, str]:
     r = run_cli("make", "--torch", TORCH, "--without", "torchvision", "--without", "torchaudio",
-                "--progress", "plain", *args, *(["--json"] if json_out else []), timeout=2400)
+                "--progress", "plain", *args, *(["--json"] if json_out else []), timeout=2400,
+                env=env)
     data = None
     if json_out and r.stdout.strip().startswith("{"):
         data = json.loads(r.stdout)
@@ -146,20 +149,30 @@ def built(docker_engine: None, tmp_path_factory: pytest.TempPathFactory
 
 def _forward_compat(mirror: Path, served: Served, tag: str, common: list[str], *,
                     tamper: bool) -> tuple[int, Any, str]:
+    """The recorded manifest and a matrix copy name a stand-in archive (NVIDIA's bytes cannot be
+    had here); tampered: the mirror serves other bytes than both name."""
     archive = _standin_archive({f"{TOP}/compat/libcuda.so.595.71.05": b"\x7fELF stand-in",
                                 f"{TOP}/LICENSE": b"stand-in"},
                                {f"{TOP}/compat/libcuda.so.1": "libcuda.so.595.71.05"})
     rel = "cuda_compat/linux-x86_64/standin-595.71.05_cuda13.2-archive.tar.xz"
+    sha, size = hashlib.sha256(archive).hexdigest(), len(archive)
     (mirror / rel).parent.mkdir(parents=True, exist_ok=True)
-    (mirror / rel).write_bytes(archive)
+    (mirror / rel).write_bytes(archive + b"tampered" if tamper else archive)
     doc = json.loads((ROOT / "tests" / "fixtures" / "compat" / "redistrib_13.2.2.json")
                      .read_text())
     doc["cuda_compat"]["linux-x86_64"]["cuda13.x"] = {
-        "relative_path": rel, "size": str(len(archive)),
-        "sha256": ("0" * 64) if tamper else hashlib.sha256(archive).hexdigest()}
+        "relative_path": rel, "size": str(size), "sha256": sha}
     (mirror / "redistrib_13.2.2.json").write_text(json.dumps(doc))
+    matrix = mirror.parent / f"matrix-{tag.rsplit(':', 1)[-1]}"
+    if not matrix.exists():
+        shutil.copytree(ROOT / "matrix", matrix)
+    cuda = (matrix / "cuda.toml").read_text()
+    real = next(c for c in load().compat_packages if c.redist == "13.2.2"
+                and c.arch == "linux-x86_64")
+    (matrix / "cuda.toml").write_text(cuda.replace(real.sha256, sha)
+                                      .replace(f"size = {real.size}", f"size = {size}"))
     return _make("--target", "cuda", "--base-image", BASE, "--tag", tag, *common, *FORWARD,
-                 "--cuda-redist-url", served.url + "/")
+                 "--cuda-redist-url", served.url + "/", env={"ENVBUILD_MATRIX_DIR": str(matrix)})
 
 
 def _checks(data: Any) -> dict[str, dict[str, Any]]:

@@ -170,12 +170,13 @@ def test_install_script_keeps_only_compat_and_checks_the_archive(tmp_path: Path)
     assert not (tmp_path / "escape").exists()
 
 
-def test_cli_mirror_manifest_gives_the_checksum(tmp_path: Path) -> None:
-    """--cuda-redist-url: the mirror's redistrib_<ver>.json (same version) is read; another
-    version is refused (exit 1), an unreachable mirror is exit 3, a hostile URL exit 2."""
+def test_cli_mirror_must_hold_nvidias_archive(tmp_path: Path) -> None:
+    """--cuda-redist-url: the mirror's redistrib_<ver>.json says where the archive is; its
+    version, sha256 and size must be NVIDIA's (the matrix's), else exit 1 before anything is
+    written; an unreachable mirror is exit 3, a hostile URL exit 2."""
     doc = json.loads(MANIFEST.read_text())
-    entry = doc["cuda_compat"]["linux-x86_64"]["cuda13.x"]
-    entry["sha256"], entry["size"] = "a" * 64, "1234"
+    moved = "cuda_compat/linux-x86_64/mirrored-595.71.05_cuda13.2-archive.tar.xz"
+    doc["cuda_compat"]["linux-x86_64"]["cuda13.x"]["relative_path"] = moved
     (tmp_path / "redistrib_13.2.2.json").write_text(json.dumps(doc))
     base = ["render", "--forward-compat", "--driver", "535.104.05", "--gpu", "H100", "--torch",
             "2.13.0", "--os", "debian12"]
@@ -183,15 +184,30 @@ def test_cli_mirror_manifest_gives_the_checksum(tmp_path: Path) -> None:
         r = run_cli(*base, "--cuda-redist-url", s.url + "/", "--out", str(tmp_path / "out"))
         assert r.returncode == 0, r.stderr
         docker = (tmp_path / "out" / "Dockerfile").read_text()
-        assert "a" * 64 in docker and " 1234 " in docker and s.url + "/cuda_compat/" in docker
-        doc["cuda_compat"]["version"] = "595.58.03"
-        (tmp_path / "redistrib_13.2.2.json").write_text(json.dumps(doc))
-        r = run_cli(*base, "--cuda-redist-url", s.url, "--out", str(tmp_path / "out2"))
-        assert r.returncode == 1 and "595.58.03" in r.stderr, r.stderr
+        assert f"{s.url}/{moved}" in docker
+        assert "7825774c062ef3b5ce82726a90a013b7090ff955627b16b1e5a6a6ea4457c1bf" in docker
+        for field, value in (("sha256", "a" * 64), ("size", "1234")):
+            bad = json.loads(json.dumps(doc))
+            bad["cuda_compat"]["linux-x86_64"]["cuda13.x"][field] = value
+            (tmp_path / "redistrib_13.2.2.json").write_text(json.dumps(bad))
+            r = run_cli(*base, "--cuda-redist-url", s.url, "--out", str(tmp_path / field))
+            assert r.returncode == 1 and "byte for byte" in r.stderr, r.stderr
+            assert not (tmp_path / field).exists()
     r = run_cli(*base, "--cuda-redist-url", "http://127.0.0.1:9/", "--out", str(tmp_path / "o3"))
     assert r.returncode == 3 and "Traceback" not in r.stderr, r.stderr
     r = run_cli(*base, "--cuda-redist-url", "http://h/$(id)", "--out", str(tmp_path / "o4"))
     assert r.returncode == 2 and not (tmp_path / "o4").exists()
+
+
+def test_install_script_refuses_an_existing_other_cuda_and_huge_sizes(tmp_path: Path) -> None:
+    other = tmp_path / "cuda-12.2"
+    other.mkdir()
+    link = tmp_path / "cuda"
+    link.symlink_to(other)
+    r = _run_script("http://127.0.0.1:9/x", "0" * 64, 10, tmp_path / "cuda-13.2", link)
+    assert r.returncode == 1 and "already exists" in r.stderr
+    r = _run_script("http://127.0.0.1:9/x", "0" * 64, 1 << 40, tmp_path / "c", tmp_path / "l")
+    assert r.returncode == 1 and "refused" in r.stderr
 
 
 def test_forward_compat_is_for_cuda_only(matrix: Matrix) -> None:

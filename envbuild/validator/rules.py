@@ -233,5 +233,5 @@ def cuda_major_of_dist(name: str, version: str, files: Sequence[str]) -> tuple[i
 def parse_require_cuda(value: str | None) -> str | None:
     """NVIDIA_REQUIRE_CUDA's leading `cuda>=X.Y` (the brand clauses that follow are alternatives
     for the cuda-compat package of nvidia/cuda bases)."""
-    m = re.match(r"\s*cuda>=(\d+\.\d+)", value or "")
+    m = re.match(r"\s*cuda>=([0-9]{1,3}\.[0-9]{1,3})(?![0-9])", value or "")
     return m.group(1) if m else None
