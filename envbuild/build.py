@@ -171,12 +171,15 @@ def login_hint(registry: str) -> str:
             "and never asks for or prints a password")
 
 
+BASE_PULL_HINT = ("the base image cannot be pulled: use --base-image with a mirror or a local "
+                  "image (docker images)")
+
+
 def _hint(step: str, tail: list[str]) -> str:
     text = "\n".join(tail)
     if "load metadata for" in step or re.search(r"pull access denied|manifest unknown|"
                                                 r"failed to resolve source", text):
-        return ("the base image cannot be pulled: use --base-image with a mirror or a local "
-                "image (docker images)")
+        return BASE_PULL_HINT
     if re.search(r"certificate verify failed|SSLError|CERTIFICATE_VERIFY", text):
         return "HTTPS is intercepted here: pass --ca-cert with your proxy's CA bundle"
     if re.search(r"No matching distribution|Could not find a version", text):

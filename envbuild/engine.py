@@ -171,7 +171,25 @@ def local_image(ref: str) -> dict[str, Any] | None:
 def probe_base(ref: str, script: str, timeout: float = 120) -> tuple[str, dict[str, str], str]:
     """(image id, environment, the script's output) of a base image: `sh -c script` in a
     labelled container that is always removed. The engine pulls the image if it lacks it."""
+    import docker.errors
+
+    from envbuild.build import BASE_PULL_HINT
+
     c = client()
+    try:
+        c.images.get(ref)
+    except docker.errors.ImageNotFound:
+        try:
+            with _docker_errors():
+                c.images.pull(ref)
+        except EnvbuildError as exc:
+            if isinstance(exc, EnvironmentProblem):
+                raise
+            raise EnvbuildError(f"cannot read the base image {ref}: {exc.message}",
+                                BASE_PULL_HINT) from None
+    except docker.errors.APIError as exc:
+        raise EnvbuildError(f"cannot read the base image {ref}: {exc.explanation or exc}",
+                            BASE_PULL_HINT) from None
     with _docker_errors():
         result = _run_to_end(c, ref, ["-c", script],
                              {"entrypoint": ["/bin/sh"], "labels": {LABEL_ROLE: "probe-base"},
