@@ -14,7 +14,6 @@ import tarfile
 import tempfile
 import urllib.request
 
-
 MAX_BYTES = 1 << 30  # NVIDIA's archives are about 100 MB
 
 

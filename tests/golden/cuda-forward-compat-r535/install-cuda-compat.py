@@ -14,8 +14,17 @@ import tarfile
 import tempfile
 import urllib.request
 
+MAX_BYTES = 1 << 30  # NVIDIA's archives are about 100 MB
+
 
 def main(url: str, sha256: str, size: str, dest: str, link: str = "/usr/local/cuda") -> int:
+    if os.path.lexists(link) and os.path.realpath(link) != os.path.realpath(dest):
+        sys.stderr.write(f"envbuild: {link} already exists and is not {dest}: the NVIDIA "
+                         f"container toolkit looks for the libraries in {link}/compat\n")
+        return 1
+    if not size.isdigit() or int(size) > MAX_BYTES:
+        sys.stderr.write(f"envbuild: archive size {size!r} refused\n")
+        return 1
     digest = hashlib.sha256()
     total = 0
     with tempfile.TemporaryFile() as tmp:
@@ -44,9 +53,10 @@ def main(url: str, sha256: str, size: str, dest: str, link: str = "/usr/local/cu
                 if len(parts) != 3 or parts[1] != "compat" or parts[2] in ("", ".", ".."):
                     continue
                 path = os.path.join(target, parts[2])
-                if member.issym() and "/" not in member.linkname:
-                    if os.path.lexists(path):
-                        os.remove(path)
+                if os.path.lexists(path):  # a later member never writes through an earlier link
+                    os.remove(path)
+                if member.issym() and "/" not in member.linkname \
+                        and member.linkname not in ("", ".", ".."):
                     os.symlink(member.linkname, path)
                 elif member.isfile():
                     source = archive.extractfile(member)
