@@ -170,31 +170,44 @@ def local_image(ref: str) -> dict[str, Any] | None:
 
 def probe_base(ref: str, script: str, timeout: float = 120) -> tuple[str, dict[str, str], str]:
     """(image id, environment, the script's output) of a base image: `sh -c script` in a
-    labelled container that is always removed. The engine pulls the image if it lacks it."""
+    labelled container that is always removed. A base the engine lacks is pulled for this and
+    removed again afterwards, so the build resolves it from its registry as before."""
     import docker.errors
 
-    from envbuild.build import BASE_PULL_HINT
+    from envbuild.build import BASE_PULL_HINT, login_hint, registry_denied, registry_of
 
     c = client()
+    pulled = False
     try:
         c.images.get(ref)
     except docker.errors.ImageNotFound:
         try:
             with _docker_errors():
                 c.images.pull(ref)
+                pulled = True
         except EnvbuildError as exc:
             if isinstance(exc, EnvironmentProblem):
                 raise
+            if registry_denied([exc.message]):
+                reg = registry_of(ref)
+                raise EnvironmentProblem(f"the registry {reg} refused the login for the base "
+                                         f"image {ref} (nothing was built)",
+                                         login_hint(reg)) from None
             raise EnvbuildError(f"cannot read the base image {ref}: {exc.message}",
                                 BASE_PULL_HINT) from None
     except docker.errors.APIError as exc:
         raise EnvbuildError(f"cannot read the base image {ref}: {exc.explanation or exc}",
                             BASE_PULL_HINT) from None
-    with _docker_errors():
-        result = _run_to_end(c, ref, ["-c", script],
-                             {"entrypoint": ["/bin/sh"], "labels": {LABEL_ROLE: "probe-base"},
-                              "network_disabled": True, "user": "0"}, timeout, stderr=False)
-        image = c.images.get(ref)
+    try:
+        with _docker_errors():
+            result = _run_to_end(c, ref, ["-c", script],
+                                 {"entrypoint": ["/bin/sh"], "labels": {LABEL_ROLE: "probe-base"},
+                                  "network_disabled": True, "user": "0"}, timeout, stderr=False)
+            image = c.images.get(ref)
+    finally:
+        if pulled:  # leave the engine as it was: the build resolves the base itself (a local
+            with suppress(Exception):  # copy would pin it and hide a moved tag)
+                c.images.remove(ref)
     env = {}
     for item in (image.attrs.get("Config") or {}).get("Env") or []:
         key, _, value = str(item).partition("=")

@@ -123,7 +123,7 @@ def test_pypi_mirror_pins_default_variant_and_validator_judges_the_build(
     ctx = tmp_path / "ctx"
     start = len(mirror.requests)
     try:
-        rc, data, err = _make("--target", "cuda", "--cuda", "13.0", "--os", "ubuntu22.04",
+        rc, data, err = _make("--target", "cuda", "--cuda", "13.0", "--os", "debian12",
                               *COMMON, "--tag", tag, "--torch-index-url", mirror.url,
                               "--out", str(ctx))
         pins = [x for x in (ctx / "requirements.txt").read_text().splitlines()
