@@ -186,7 +186,21 @@ def test_every_spec_satisfies_the_matrix(matrix: Matrix, data: st.DataObject) ->
         assert spec.os == req.os
     if spec.python_source == "os":
         assert spec.python in (os_info.python, *os_info.extra_python)
-    if spec.target == "cuda":
+    if spec.target == "cuda" and spec.require_cuda:  # a plain OS base: no nvidia/cuda image
+        floor = matrix.compat_floor(major_of(variant.version))
+        assert floor is not None and spec.cuda_image is None and spec.min_driver
+        assert spec.base_image == os_info.image
+        if req.cuda and "." in req.cuda:  # the asked CUDA has no nvidia/cuda image for the OS
+            assert not any(i.os == spec.os for i in matrix.images
+                           if minor_of(i.cuda) == minor_of(req.cuda))
+        assert spec.require_cuda == f"{major_of(variant.version)}.0"
+        assert version_key(spec.min_driver) >= version_key(floor.min_driver_linux)
+        if req.cuda and "." in req.cuda:
+            assert major_of(variant.version) == major_of(req.cuda)
+            assert version_key(variant.version) <= version_key(minor_of(req.cuda))
+        for g in spec.gpus:
+            assert arch_covers(variant.sass, variant.ptx, g["cc"]) is not None
+    elif spec.target == "cuda":
         assert spec.torch_cuda == variant.version and spec.cuda_image and spec.min_driver
         image_minor = minor_of(spec.cuda_image)
         if req.cuda and "." not in req.cuda:  # --cuda 12: any 12.x
