@@ -154,7 +154,9 @@ def _forward_compat(mirror: Path, served: Served, tag: str, common: list[str], *
     archive = _standin_archive({f"{TOP}/compat/libcuda.so.595.71.05": b"\x7fELF stand-in",
                                 f"{TOP}/LICENSE": b"stand-in"},
                                {f"{TOP}/compat/libcuda.so.1": "libcuda.so.595.71.05"})
-    rel = "cuda_compat/linux-x86_64/standin-595.71.05_cuda13.2-archive.tar.xz"
+    # the tampered build gets its own path: the same RUN line would be a BuildKit cache hit
+    rel = (f"cuda_compat/linux-x86_64/{'tampered' if tamper else 'standin'}-595.71.05_cuda13.2"
+           "-archive.tar.xz")
     sha, size = hashlib.sha256(archive).hexdigest(), len(archive)
     (mirror / rel).parent.mkdir(parents=True, exist_ok=True)
     (mirror / rel).write_bytes(archive + b"tampered" if tamper else archive)
