@@ -17,17 +17,29 @@ from envbuild.errors import UsageError
 from envbuild.matrix import Matrix, OsInfo
 from envbuild.validator.rules import parse_require_cuda, version_parts
 
-# One sh script, fixed text (no value of the user's reaches it): markers, then os-release.
-PROBE = (
-    'echo "@@python=$(python3 -c \'import sys; print("%d.%d" % sys.version_info[:2])\' '
-    '2>/dev/null)"; '
-    'echo "@@glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null)"; '
-    'echo "@@uid1000=$(getent passwd 1000 2>/dev/null | cut -d: -f1)"; '
-    'echo "@@gid1000=$(getent group 1000 2>/dev/null | cut -d: -f1)"; '
-    'echo "@@bash=$(command -v bash)"; '
-    'echo "@@pm=$(command -v apt-get || command -v dnf || command -v microdnf || command -v yum)"; '
-    'cat /etc/os-release 2>/dev/null || cat /usr/lib/os-release 2>/dev/null'
-)
+# The sh script make runs in the base (fixed text: no value of the user's reaches it): markers,
+# then os-release. Everything it prints is capped (PROBE_MAX bytes): a base whose os-release is a
+# link to /dev/zero must not fill memory or the engine's log.
+PROBE_MAX = 65536
+
+
+def probe_script(os_release: str = "/etc/os-release",
+                 fallback: str = "/usr/lib/os-release") -> str:
+    return (
+        '{ echo "@@python=$(python3 -c \'import sys; print("%d.%d" % sys.version_info[:2])\' '
+        '2>/dev/null | head -c 64)"; '
+        'echo "@@glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | head -c 64)"; '
+        'echo "@@uid1000=$(getent passwd 1000 2>/dev/null | cut -d: -f1 | head -c 64)"; '
+        'echo "@@gid1000=$(getent group 1000 2>/dev/null | cut -d: -f1 | head -c 64)"; '
+        'echo "@@bash=$(command -v bash)"; '
+        'echo "@@pm=$(command -v apt-get || command -v dnf || command -v microdnf || '
+        'command -v yum)"; '
+        f'head -c 16384 {os_release} 2>/dev/null || head -c 16384 {fallback} 2>/dev/null; '
+        f'}} | head -c {PROBE_MAX}'
+    )
+
+
+PROBE = probe_script()
 _MARK = re.compile(r"^@@([a-z0-9]+)=(.*)$", re.ASCII)
 _OS_LINE = re.compile(r'^([A-Z_]+)=(?:"([^"]*)"|\'([^\']*)\'|(\S*))\s*$', re.ASCII)
 # What the base reports is the base author's text: only printable ASCII is kept (a terminal

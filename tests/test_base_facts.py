@@ -153,3 +153,17 @@ def test_an_nvidia_base_of_an_unknown_cuda_or_another_cuda_is_refused(matrix: Ma
         resolve(Request(torch="2.15.0", cuda="13.2", base=f), matrix)
     with pytest.raises(UsageError, match="--flavor devel"):
         resolve(Request(torch="2.15.0", flavor="devel", base=f), matrix)
+
+
+@pytest.mark.parametrize("special", ["/dev/zero", "/dev/urandom", "/proc/self/mem", "/nonexistent",
+                                     "/"])
+def test_probe_output_is_bounded_for_special_os_release_files(special: str) -> None:
+    """The probe run by sh with os-release pointing at special files: it ends, under the cap."""
+    import subprocess
+
+    from envbuild.base_facts import PROBE_MAX, probe_script
+
+    p = subprocess.run(["sh", "-c", probe_script(special, special)], capture_output=True,
+                       timeout=30)
+    assert len(p.stdout) <= PROBE_MAX
+    assert b"@@bash=" in p.stdout
