@@ -21,6 +21,8 @@ class EnvbuildError(Exception):
     hint: str = ""
     alternatives: list[str] = field(default_factory=list)
     exit_code: int = EXIT_FAILED
+    # each alternative as data: {"text", "requests": [{option: value}, ...]} (what to change)
+    fixes: list[dict[str, object]] = field(default_factory=list)
 
     def __str__(self) -> str:
         return self.message
@@ -30,6 +32,7 @@ class EnvbuildError(Exception):
             "message": self.message,
             "hint": self.hint,
             "alternatives": list(self.alternatives),
+            "fixes": list(self.fixes),
             "exit_code": self.exit_code,
         }
 

@@ -679,21 +679,31 @@ def _ordered_variants(m: Matrix, rel: TorchRelease, kind: str,
     return vs
 
 
-def resolve_parsed(m: Matrix, p: Parsed) -> Spec:
+def resolve_parsed(m: Matrix, p: Parsed, alternatives: bool = True) -> Spec:
+    """The spec, or ConflictError; with `alternatives`, the error carries the nearest requests
+    that fit (each one resolved here), else it is raised bare (the alternatives' own probes)."""
     if p.target == "cuda":
         check_host(m, p)
     releases = _releases(m, p)
     if not releases:
         known = [r.version for r in m.torch]
-        raise ConflictError(f"no torch release envbuild knows matches {p.torch_text!r}",
-                            f"known torch releases: {known[0]} … {known[-1]}")
-    _precheck(m, p, releases)
+        raise _with_alternatives(ConflictError(
+            f"no torch release envbuild knows matches {p.torch_text!r}",
+            f"known torch releases: {known[0]} … {known[-1]}"), m, p, alternatives)
+    _precheck(m, p, releases, alternatives)
     if p.cuda_major is not None and p.cuda_minor is None:
-        return _resolve_major(m, p)
+        return _resolve_major(m, p, alternatives)
     found = _search(m, p, releases)
     if isinstance(found, Spec):
         return found
-    raise _conflict(m, p, releases, found)
+    raise _conflict(m, p, releases, found, alternatives)
+
+
+def _fits(m: Matrix, p: Parsed) -> Spec | None:
+    try:
+        return resolve_parsed(m, p, alternatives=False)
+    except ConflictError:
+        return None
 
 
 def _search(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatch]]
@@ -721,27 +731,37 @@ def _search(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatch]
     return relevant or rejections
 
 
-def _resolve_major(m: Matrix, p: Parsed) -> Spec:
-    """`--cuda 12`: the newest 12.x image that fits every other constraint."""
+def _resolve_major(m: Matrix, p: Parsed, alternatives: bool = True) -> Spec:
+    """`--cuda 12`: any 12.x image that fits every other constraint. The newest torch and wheel
+    win; of the images that give them, the one needing the oldest driver (the wheel's own CUDA,
+    not a newer image that only raises the driver floor)."""
     major = p.cuda_major
     minors = sorted((r.version for r in m.cuda if major_of(r.version) == major and r.image),
                     key=version_key, reverse=True)
     tried: list[Parsed] = []
+    fitting: list[tuple[str, Spec]] = []
     for minor in minors:
         q = dataclasses.replace(p, cuda=minor, cuda_minor=minor)
         tried.append(q)
-        releases = _releases(m, q)
-        found = _search(m, q, releases)
+        found = _search(m, q, _releases(m, q))
         if isinstance(found, Spec):
-            skipped = minors[:minors.index(minor)]
-            why = (f"; newer {major}.x ({', '.join(skipped)}) do not fit" if skipped else "")
-            note = (f"CUDA {minor}: --cuda {major} means any CUDA {major}.x, and {minor} is the "
-                    f"newest that fits every other constraint{why}")
-            return dataclasses.replace(found, trace=(found.trace[0], note, *found.trace[1:]))
+            fitting.append((minor, found))
+    if fitting:
+        def rank(item: tuple[str, Spec]) -> tuple[object, ...]:
+            s = item[1]
+            return (version_key(s.torch), version_key(s.torch_cuda or "0"),
+                    [-x for x in version_key(s.min_driver or "0")])
+        minor, found = max(fitting, key=rank)  # max keeps the first (newest image) of equals
+        newer = [x for x in minors if version_key(x) > version_key(minor)]
+        why = (f"; newer {major}.x images ({', '.join(newer)}) give no newer torch or wheel and "
+               "would only raise the driver floor" if newer else "")
+        note = (f"CUDA {minor}: --cuda {major} means any CUDA {major}.x, and the {minor} image "
+                f"carries the newest torch and wheel that fit every other constraint{why}")
+        return dataclasses.replace(found, trace=(found.trace[0], note, *found.trace[1:]))
     q = tried[0] if tried else p
-    err = _conflict(m, q, _releases(m, q), _search_rejections(m, q))
+    err = _conflict(m, q, _releases(m, q), _search_rejections(m, q), alternatives=False)
     err.message = f"no CUDA {major}.x fits; with the newest, {q.cuda_minor}: {err.message}"
-    raise err
+    raise _with_alternatives(err, m, p, alternatives)
 
 
 def _search_rejections(m: Matrix, p: Parsed) -> list[tuple[TorchRelease, Variant, str]]:
@@ -749,7 +769,8 @@ def _search_rejections(m: Matrix, p: Parsed) -> list[tuple[TorchRelease, Variant
     return [] if isinstance(found, Spec) else found
 
 
-def _precheck(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatch]]) -> None:
+def _precheck(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatch]],
+              alternatives: bool = True) -> None:
     """Conflicts one option alone decides, stated as such (not as the first candidate's
     failure): a Python no torch release supports, a driver older than every CUDA image."""
     if p.python is not None and not any(p.python in r.python for r, _ in releases):
@@ -765,7 +786,7 @@ def _precheck(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatc
         hint = (f"torch {with_py[0]} … {with_py[-1]} support Python {p.python}" if with_py
                 else f"use --python {all_py[0]} or newer" if version_key(p.python) <
                 version_key(all_py[0]) else f"use --python {all_py[-1]} or older")
-        raise ConflictError(msg, hint, _alternatives(m, p))
+        raise _with_alternatives(ConflictError(msg, hint), m, p, alternatives)
     if p.target == "cuda" and p.driver is not None:
         needs = []
         for r in m.cuda:
@@ -776,11 +797,11 @@ def _precheck(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatc
         if needs:
             lowest, rel = min(needs, key=lambda x: version_key(x[0]))
             if version_key(p.driver) < version_key(lowest):
-                raise ConflictError(
+                raise _with_alternatives(ConflictError(
                     f"driver {p.driver} is older than any CUDA image envbuild knows supports: "
                     f"the oldest, CUDA {rel.version} (nvidia/cuda {rel.image}), needs >= {lowest}",
-                    f"upgrade the NVIDIA driver to >= {lowest}, or use --target cpu",
-                    _alternatives(m, p))
+                    f"upgrade the NVIDIA driver to >= {lowest}, or use --target cpu"),
+                    m, p, alternatives)
 
 
 def _why_this(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant,
@@ -830,10 +851,15 @@ def _why_this(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Var
 
 
 def _conflict(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatch]],
-              rejections: list[tuple[TorchRelease, Variant, str]]) -> ConflictError:
+              rejections: list[tuple[TorchRelease, Variant, str]],
+              alternatives: bool = True) -> ConflictError:
+    return _with_alternatives(_conflict_bare(m, p, releases, rejections), m, p, alternatives)
+
+
+def _conflict_bare(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatch]],
+                   rejections: list[tuple[TorchRelease, Variant, str]]) -> ConflictError:
     kind = _KIND[p.target]
     newest_rel = releases[0][0]
-    alternatives = _alternatives(m, p)
     with_kind = [r for r, _ in releases if _ordered_variants(m, r, kind)]
     if p.target == "cuda" and p.cuda_minor is not None:
         major = major_of(p.cuda_minor)
@@ -855,17 +881,18 @@ def _conflict(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatc
                    f"torch {newest_rel.version} offers {offers}")
             if not p.torch_text:
                 msg = f"no torch release has a CUDA {major}.x wheel <= {p.cuda_minor}"
-            return ConflictError(msg, hint, alternatives)
+            return ConflictError(msg, hint)
     if not with_kind:
         label = {"cuda": "CUDA", "rocm": "ROCm", "cpu": "CPU"}[kind]
-        return ConflictError(f"torch {p.torch_text} has no {label} wheels", "", alternatives)
+        return ConflictError(f"torch {p.torch_text} has no {label} wheels",
+                             f"see the variants each torch release has: `envbuild matrix show "
+                             f"torch`")
     first = _headline(m, p, releases, rejections)
     if p.rocm is not None and not any(r[1].version.startswith(p.rocm) for r in rejections):
         tags = sorted({v.tag for r, _ in releases for v in _ordered_variants(m, r, "rocm")})
         first = (f"no torch release{(' matching ' + repr(p.torch_text)) if p.torch_text else ''}"
                  f" has a ROCm {p.rocm} wheel (they offer {', '.join(tags)})")
-    return ConflictError(first, "relax one option; the alternatives below each fit",
-                         alternatives)
+    return ConflictError(first)
 
 
 def _headline(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatch]],
@@ -895,24 +922,212 @@ def _headline(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatc
 
 
 _RELAX = ("torch", "cuda", "rocm", "python", "driver", "gpus", "os", "flavor")
+_TRIES = 24  # values tried per option, nearest first (it stops at the first that fits)
 
 
-def _alternatives(m: Matrix, p: Parsed) -> list[str]:
-    out = []
+@dataclass(frozen=True)
+class Alternative:
+    """A request near the refused one that resolves: `changes` are Request fields to set (None
+    drops the option; a fleet split into one image per generation has one change set per image),
+    `text` is how it is printed, `distance` orders them (options changed, then how far)."""
+
+    text: str
+    changes: tuple[tuple[tuple[str, object], ...], ...]
+    distance: tuple[int, float]
+
+    def to_json(self) -> dict[str, object]:
+        return {"text": self.text,
+                "requests": [{k: list(v) if isinstance(v, tuple) else v for k, v in c}
+                             for c in self.changes]}
+
+
+def apply_changes(request: Request, changes: Iterable[tuple[str, object]]) -> Request:
+    """The request with one alternative's changes made (what the user would type)."""
+    return dataclasses.replace(request, **dict(changes))  # type: ignore[arg-type]
+
+
+def _with_alternatives(err: ConflictError, m: Matrix, p: Parsed,
+                       enabled: bool) -> ConflictError:
+    if not enabled:
+        return err
+    alts = alternatives(m, p)
+    err.alternatives = [a.text for a in alts]
+    err.fixes = [a.to_json() for a in alts]
+    if not err.hint or err.hint == _RELAX_HINT:
+        err.hint = _RELAX_HINT if alts else (
+            "no change of one option fits: start from `envbuild resolve` (no options) and add "
+            "your constraints one at a time to see which pair conflicts")
+    return err
+
+
+_RELAX_HINT = "change one option as below (nearest first); each alternative resolves"
+
+
+def _known(m: Matrix, key: str) -> set[str]:
+    if key == "cuda":
+        return {r.version for r in m.cuda if r.image}
+    if key == "torch":
+        return {r.version for r in m.torch}
+    if key == "python":
+        return {x for r in m.torch for x in r.python}
+    if key == "rocm":
+        return {v.version for v in m.variants if v.kind == "rocm" and v.version}
+    return set()
+
+
+def _steps(m: Matrix, key: str, value: str, asked: str) -> float:
+    """How far `value` is from `asked` among the values envbuild knows for `key`: neighbours
+    are one step apart whatever their numbers (12.9 is next to 13.0); 12.2 is no step from
+    12.2.0."""
+    if minor_of(value) == minor_of(asked) and key != "torch":
+        return 0.0
+    if key == "torch" and asked.count(".") == 2:
+        value, asked = minor_of(value), minor_of(asked)
+        if value == asked:
+            return 0.0
+    known = sorted(_known(m, key) | {value, asked}, key=version_key)
+    return float(abs(known.index(value) - known.index(asked)))
+
+
+def _asked_version(p: Parsed, key: str) -> str | None:
+    if key == "torch":
+        text = p.torch_text or ""
+        return text if _TORCH_BARE.fullmatch(text) else None
+    value = {"cuda": p.cuda, "python": p.python, "rocm": p.rocm}.get(key)
+    return value if isinstance(value, str) else None
+
+
+_TORCH_BARE = re.compile(r"^\d+\.\d+(\.\d+)?$", re.ASCII)
+
+
+def _nearby(m: Matrix, p: Parsed, key: str) -> list[str]:
+    """Values of `key` to try instead of the requested one, nearest first."""
+    asked = _asked_version(p, key)
+    if key == "os":
+        preferred = list(m.meta.get("os", {}).get("preference", []))
+        return [o for o in preferred if o != p.os]
+    if asked is None or (key == "cuda" and p.target != "cuda"):
+        return []
+    values = _known(m, key) - {asked}
+    return sorted(values, key=lambda x: (_steps(m, key, x, asked),
+                                         [-n for n in version_key(x)]))[:_TRIES]
+
+
+def _set(p: Parsed, key: str, value: str) -> Parsed:
+    given = p.given | {key}
+    if key == "cuda":
+        return dataclasses.replace(p, cuda=value, cuda_minor=value, cuda_major=None, given=given)
+    if key == "torch":
+        from envbuild.request import torch_specifier
+        return dataclasses.replace(p, torch=torch_specifier(value), torch_text=value, given=given)
+    return dataclasses.replace(p, given=given, **{key: value})  # type: ignore[arg-type]
+
+
+def _resolved_distance(m: Matrix, key: str, s: Spec, p: Parsed) -> float:
+    """How far the resolver's own pick (the option dropped) lands from what was asked."""
+    asked = _asked_version(p, key)
+    got = {"torch": s.torch, "cuda": s.cuda_image or s.torch_cuda, "python": s.python,
+           "rocm": s.rocm}.get(key)
+    if asked and got:
+        return _steps(m, key, minor_of(got) if key != "torch" else got, asked)
+    return {"driver": 50.0, "flavor": 0.5, "os": 1.0}.get(key, 10.0)
+
+
+def alternatives(m: Matrix, p: Parsed) -> list[Alternative]:
+    """The requests nearest to `p` that resolve, each changing one option (or splitting a
+    fleet), ordered by how little they change. Every one was resolved here."""
+    out: list[Alternative] = []
     for key in _RELAX:
         if key not in p.given:
             continue
-        q = _drop(p, key)
-        try:
-            s = resolve_parsed(m, q)
-        except ConflictError:
+        if key == "gpus":
+            out += _gpu_alternatives(m, p)
             continue
-        out.append(_describe_alternative(key, s, p))
-    said = {a.split(":", 1)[0] for a in out}
-    return out + [a for a in _image_alternatives(m, p) if a.split(":", 1)[0] not in said]
+        for value in _nearby(m, p, key):
+            s = _fits(m, _set(p, key, value))
+            if s is not None:
+                asked = _asked_version(p, key)
+                out.append(Alternative(f"--{key} {value}: {_core(s)}", (((key, value),),),
+                                       (1, _steps(m, key, value, asked) if asked else 1.0)))
+                break
+        s = _fits(m, _drop(p, key))
+        if s is not None:
+            out.append(Alternative(_describe_drop(key, s), (((key, _DROPPED[key]),),),
+                                   (1, _resolved_distance(m, key, s, p))))
+    out += _image_alternatives(m, p)
+    out.sort(key=lambda a: a.distance)
+    seen: set[str] = set()
+    unique = []
+    for a in out:  # one line per option and per outcome: the nearest way to it
+        head, _, outcome = a.text.partition(":")
+        if head not in seen and (len(a.changes) > 1 or outcome not in seen):
+            seen.update((head, outcome))
+            unique.append(a)
+    return unique
 
 
-def _image_alternatives(m: Matrix, p: Parsed) -> list[str]:
+_DROPPED: dict[str, object] = {"torch": None, "cuda": None, "rocm": None, "python": None,
+                               "driver": None, "os": None, "flavor": None, "gpus": ()}
+
+
+def _gpu_order(g: GpuRef) -> tuple[int, ...]:
+    return version_key(g.cc) if g.cc else version_key(g.gfx.removeprefix("gfx"))
+
+
+def _labels(gpus: Iterable[GpuRef]) -> tuple[str, ...]:
+    return tuple(g.label for g in gpus)
+
+
+def _gpu_alternatives(m: Matrix, p: Parsed) -> list[Alternative]:
+    """Drop only the GPUs that block (the largest fitting run of the fleet in architecture
+    order: one wheel covers a window of architectures), or split the fleet into one image per
+    generation; drop them all only when no part of the fleet fits."""
+    fleet_ = sorted(p.gpus, key=_gpu_order)
+    n = len(fleet_)
+
+    def with_gpus(gs: Iterable[GpuRef]) -> Spec | None:
+        gs = tuple(gs)
+        return _fits(m, dataclasses.replace(p, gpus=gs, given=p.given if gs else
+                                            p.given - {"gpus"}))
+
+    out: list[Alternative] = []
+    for size in range(n - 1, 0, -1):
+        for start in range(n - size + 1):
+            keep = fleet_[start:start + size]
+            s = with_gpus(keep)
+            if s is not None:
+                dropped = [g for g in p.gpus if g not in keep]
+                out.append(Alternative(
+                    f"without --gpu {' '.join(_labels(dropped))}: {_core(s)}",
+                    ((("gpus", _labels(g for g in p.gpus if g in keep)),),), (1, float(n - size))))
+        if out:
+            break
+    groups: list[tuple[list[GpuRef], Spec]] = []
+    for g in fleet_:
+        if groups:
+            s = with_gpus([*groups[-1][0], g])
+            if s is not None:
+                groups[-1] = ([*groups[-1][0], g], s)
+                continue
+        s = with_gpus([g])
+        if s is None:
+            groups = []
+            break
+        groups.append(([g], s))
+    if len(groups) > 1:
+        parts = "; ".join(f"--gpu {' --gpu '.join(_labels(gs))} ({_core(s)})" for gs, s in groups)
+        out.append(Alternative(f"one image per GPU generation: {parts}",
+                               tuple((("gpus", _labels(gs)),) for gs, _ in groups),
+                               (len(groups), 0.0)))
+    if not out:
+        s = with_gpus(())
+        if s is not None:
+            out.append(Alternative(f"without --gpu {' '.join(_labels(p.gpus))}: {_core(s)}",
+                                   ((("gpus", ()),),), (1, float(n))))
+    return out
+
+
+def _image_alternatives(m: Matrix, p: Parsed) -> list[Alternative]:
     """`--cuda X.Y` names a CUDA no nvidia/cuda image is known for: the same major's wheels on
     the newest older images (they run there through minor version compatibility), and the
     plain-OS base, which needs no nvidia/cuda image at all."""
@@ -920,25 +1135,26 @@ def _image_alternatives(m: Matrix, p: Parsed) -> list[str]:
     rel = m.cuda_release(minor) if minor else None
     if minor is None or rel is None or rel.image or p.os is not None:
         return []
-    out: list[str] = []
+    out: list[Alternative] = []
     older = sorted((r for r in m.cuda if major_of(r.version) == major_of(minor) and r.image
                     and version_key(r.version) < version_key(minor)),
                    key=lambda r: version_key(r.version), reverse=True)
     for r in older[:2]:
-        q = dataclasses.replace(p, cuda=r.version, cuda_minor=r.version)
-        with contextlib.suppress(ConflictError):
-            s = resolve_parsed(m, q)
+        s = _fits(m, _set(p, "cuda", r.version))
+        if s is not None:
             mvc = s.torch_cuda and version_key(s.torch_cuda) > version_key(r.version)
-            out.append(f"--cuda {r.version}: {_core(s)}" + (
+            out.append(Alternative(f"--cuda {r.version}: {_core(s)}" + (
                 f" (the {s.variant} wheel runs on this older image through minor version "
-                "compatibility)" if mvc else ""))
+                "compatibility)" if mvc else ""), ((("cuda", r.version),),),
+                (1, _steps(m, "cuda", r.version, minor))))
     plain = [o for o in m.meta.get("os", {}).get("preference", [])
              if not any(i.os == o for i in m.images)]
     for os_id in plain[:1]:
-        with contextlib.suppress(ConflictError):
-            s = resolve_parsed(m, dataclasses.replace(p, os=os_id))
-            out.append(f"--os {os_id}: {_core(s)} on the plain {s.base_image} base (no "
-                       "nvidia/cuda image needed)")
+        s = _fits(m, dataclasses.replace(p, os=os_id, given=p.given | {"os"}))
+        if s is not None:
+            out.append(Alternative(f"--os {os_id}: {_core(s)} on the plain {s.base_image} base "
+                                   "(no nvidia/cuda image needed)", ((("os", os_id),),),
+                                   (1, 0.5)))
     return out
 
 
@@ -966,29 +1182,19 @@ def _drop(p: Parsed, key: str) -> Parsed:
     return dataclasses.replace(p, **changes)  # type: ignore[arg-type]
 
 
-def _describe_alternative(key: str, s: Spec, p: Parsed) -> str:
+def _describe_drop(key: str, s: Spec) -> str:
     core = _core(s)
-    if key == "torch":
-        return f"--torch {minor_of(s.torch)}: {core}"
     if key == "cuda" and not s.cuda_image:
         return f"without --cuda: {core} on the plain {s.base_image} base"
-    if key == "cuda" and s.cuda_image:
-        image = minor_of(s.cuda_image)
-        if s.torch_cuda and version_key(s.torch_cuda) > version_key(image):
-            return (f"without --cuda: {core} (the {s.variant} wheel runs on the CUDA {image} "
-                    "image through minor version compatibility)")
-        return f"--cuda {image}: {core}"
-    if key == "rocm" and s.rocm:
-        return f"--rocm {s.rocm}: {core}"
-    if key == "python":
-        return f"--python {s.python}: {core}"
+    if key == "cuda" and s.torch_cuda and s.cuda_image \
+            and version_key(s.torch_cuda) > version_key(minor_of(s.cuda_image)):
+        return (f"without --cuda: {core} (the {s.variant} wheel runs on the CUDA "
+                f"{minor_of(s.cuda_image)} image through minor version compatibility)")
     if key == "driver":
-        return f"a driver >= {s.min_driver}: {core}"
-    if key == "gpus":
-        return f"without --gpu {' '.join(g.label for g in p.gpus)}: {core}"
-    if key == "os":
-        return f"--os {s.os}: {core}"
-    return f"--flavor base: {core}"
+        return f"without --driver (a driver >= {s.min_driver}): {core}"
+    if key == "flavor":
+        return f"--flavor base: {core}"
+    return f"without --{key}: {core}"
 
 
 def resolve(request: Request, matrix: Matrix) -> Spec:

@@ -23,6 +23,7 @@ from envbuild.doctor import evaluate, model, parse, probes, record, report, view
 from envbuild.doctor.model import Cmd, HostFacts, Request, Severity
 from envbuild.errors import MatrixError, UsageError
 from envbuild.matrix import Matrix, load
+from envbuild.spec import Spec
 from tests.conftest import run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "doctor"
@@ -76,13 +77,19 @@ def test_fixture_against_the_real_matrix(case: str, matrix: Matrix) -> None:
 def test_arch_aware_pascal_gets_a_wheel_with_its_sass(small: Matrix, matrix: Matrix) -> None:
     for m in (small, matrix):
         findings, rec = _run("pascal-gtx1080", m)
-        assert rec.cuda == "12.6"
+        assert rec.gpus == ("sm_61",)
         arch = next(f for f in findings if f.id == "torch.arch_missing")
         assert "6.1" in arch.message and "GTX 1080" in arch.message
-        tag = compat.tag_of(rec.cuda)
-        rel = rec.torch or (compat.newest_torch(m).version)  # type: ignore[union-attr]
-        variant = compat.variant(m, rel, tag)
-        assert variant is not None and any(s.startswith("6.") for s in variant.sass)
+        spec = _resolved(rec, m)  # the command, as `envbuild make` reads it
+        assert spec.torch_cuda == "12.6" and "sm_61" in spec.archs
+
+
+def _resolved(rec: model.Recommendation, m: Matrix) -> Spec:
+    from envbuild.request import Request as Resolve
+    from envbuild.resolve import resolve
+
+    return resolve(Resolve(target=rec.target, cuda=rec.cuda or None, torch=rec.torch or None,
+                           rocm=rec.rocm or None, driver=rec.driver or None, gpus=rec.gpus), m)
 
 
 def test_driver_too_old_names_the_numbers(small: Matrix) -> None:
@@ -97,7 +104,7 @@ def test_request_that_runs_natively_is_kept(small: Matrix) -> None:
     findings, rec = evaluate.diagnose(record.load(FIXTURES / "h100-healthy"), small,
                                       Request(cuda="12.6"))
     assert any(f.id == "cuda.request_ok" and f.severity is Severity.OK for f in findings)
-    assert rec.command == "envbuild make --target cuda --cuda 12.6"
+    assert rec.command == "envbuild make --target cuda --cuda 12.6 --driver 580.95.05 --gpu sm_90"
 
 
 def test_request_through_mvc_is_a_warning(small: Matrix) -> None:
@@ -216,8 +223,11 @@ def test_recorded_gpu_hosts_replay_to_a_healthy_judgement(case: str, matrix: Mat
     assert bad == {"docker.not_found"}
     gpus = next(f for f in findings if f.id == "nvidia.gpus")
     assert f"1 x {RECORDED[case]} (compute capability 9.0" in gpus.message
-    assert rec.argv()[:6] == ["envbuild", "make", "--target", "cuda", "--cuda", "13.0"]
-    assert rec.driver == "580.159.04" and rec.gpus == ("sm_90",)
+    assert rec.argv() == ["envbuild", "make", "--target", "cuda", "--driver", "580.159.04",
+                          "--gpu", "sm_90"]
+    spec = _resolved(rec, matrix)  # one voice: what `resolve --driver --gpu` gives
+    assert spec.cuda_image is not None and spec.cuda_image.startswith("13.0.")
+    assert f"torch {spec.torch} ({spec.variant})" in rec.reason
 
 
 def _as_other_user(facts: HostFacts) -> HostFacts:
@@ -534,7 +544,7 @@ def test_cli_json_on_a_fixture() -> None:
     assert doc["schema"] == 1 and doc["summary"]["error"] == 1
     assert set(doc["findings"][0]) == {"id", "severity", "message", "remediation", "evidence"}
     assert doc["recommendation"]["command"] == \
-        "envbuild make --target cuda --torch 2.7 --driver 470.182.03 --gpu sm_70"
+        "envbuild make --target cuda --driver 470.182.03 --gpu sm_70"
     assert doc["recommendation"]["argv"][:2] == ["envbuild", "make"]
 
 
@@ -543,7 +553,7 @@ def test_cli_text_on_a_healthy_fixture() -> None:
                 "--matrix", str(FIXTURES / "matrix"))
     assert r.returncode == 0, r.stderr
     assert "8 x NVIDIA H100 80GB HBM3 (compute capability 9.0, 80 GiB)" in r.stdout
-    assert ("Recommended for this host:\n  envbuild make --target cuda --cuda 13.0 --driver "
+    assert ("Recommended for this host:\n  envbuild make --target cuda --driver "
             "580.95.05 --gpu sm_90\n") in r.stdout
 
 

@@ -50,10 +50,10 @@ def _fail(err: EnvbuildError, as_json: bool) -> int:
     from envbuild.redact import redact  # every error passes here: no URL credential is echoed
 
     err = EnvbuildError(redact(err.message), redact(err.hint),
-                        [redact(a) for a in err.alternatives], err.exit_code)
+                        [redact(a) for a in err.alternatives], err.exit_code, err.fixes)
     if as_json:
         emit_json({"error": {"message": err.message, "hint": err.hint,
-                             "alternatives": err.alternatives}})
+                             "alternatives": err.alternatives, "fixes": err.fixes}})
     else:
         sys.stderr.write(f"error: {err.message}\n")
         if err.hint:

@@ -9,7 +9,9 @@ from envbuild.doctor import model
 from envbuild.doctor.model import Recommendation, Request
 from envbuild.doctor.view import View, stdout_of
 from envbuild.matrix import Matrix
+from envbuild.spec import Spec
 from envbuild.validator import rules
+from envbuild.versions import minor_of, version_key
 
 HOW = {"native": "natively", "mvc": "through minor-version compatibility"}
 
@@ -50,46 +52,90 @@ def recommend(v: View, m: Matrix, req: Request) -> Recommendation:
 
 def recommend_cuda(v: View, m: Matrix, req: Request, pin: Callable[[str], str]) -> Recommendation:
     driver, ccs = v.driver, v.ccs
-    arch = f"compute capability {', '.join(ccs)}" if ccs else "unknown compute capability"
     if not driver:
         return Recommendation("cpu", reason="NVIDIA GPU without a working driver: fix the "
                               "driver, then run `envbuild doctor` again")
+    if v.wsl:
+        return recommend_wsl(v, m, req, pin)
+    # One voice: the image for this host is what `envbuild resolve --driver D --gpu sm_XY`
+    # gives (the newest torch whose wheel this driver runs, natively or through minor-version
+    # compatibility), so the command carries the host's facts and leaves the choice to it.
+    gpus = tuple(rules.arch_name(cc) for cc in ccs)
+    arch = f"compute capability {', '.join(ccs)}" if ccs else "unknown compute capability"
+    asked = ""
+    if req.cuda:
+        spec, problem = _resolve(m, cuda=req.cuda, driver=driver, gpus=gpus)
+        if spec is not None:
+            return Recommendation("cuda", cuda=req.cuda, reason=f"as asked: {_what(spec)}",
+                                  alternatives=_fwd(v, m, driver, spec.torch), gpus=gpus,
+                                  driver=driver)
+        asked = f"--cuda {req.cuda} does not fit this host ({problem}); "
+    spec, problem = _resolve(m, driver=driver, gpus=gpus)
+    if spec is None:
+        return Recommendation("cpu", reason=f"no CUDA torch wheel runs on driver {driver} "
+                              f"with {arch}: {problem}")
+    native = v.driver_cuda(m)
+    runs = f"driver {driver} runs CUDA <= {native}" if native else f"driver {driver}"
+    return Recommendation("cuda", reason=f"{asked}{runs}; for {arch}: {_what(spec)}",
+                          alternatives=_fwd(v, m, driver, spec.torch), gpus=gpus,
+                          driver=driver)
+
+
+def _resolve(m: Matrix, **ask: object) -> tuple[Spec | None, str]:
+    from envbuild.errors import EnvbuildError
+    from envbuild.request import Request as Resolve
+    from envbuild.resolve import resolve
+
+    try:
+        return resolve(Resolve(target="cuda", **ask), m), ""  # type: ignore[arg-type]
+    except EnvbuildError as err:
+        return None, err.message
+
+
+def _what(spec: Spec) -> str:
+    """What the resolver picked, in the words `envbuild resolve` uses."""
+    image = minor_of(spec.cuda_image or "")
+    mvc = spec.torch_cuda and image and version_key(spec.torch_cuda) > version_key(image)
+    how = " (through minor-version compatibility)" if mvc else ""
+    return (f"torch {spec.torch} ({spec.variant}) on the CUDA {image} image{how}, "
+            f"driver >= {spec.min_driver}")
+
+
+def _fwd(v: View, m: Matrix, driver: str, torch: str) -> tuple[str, ...]:
+    fwd = forward_compat_alternative(v, m, driver, torch)
+    return (fwd,) if fwd else ()
+
+
+def recommend_wsl(v: View, m: Matrix, req: Request, pin: Callable[[str], str]) -> Recommendation:
+    """Under WSL2 nvidia-smi prints the Windows driver's number, which the resolver's Linux
+    driver facts do not cover: the CUDA that driver runs (wsl2.toml) bounds the image instead."""
+    driver, ccs = v.driver, v.ccs
+    arch = f"compute capability {', '.join(ccs)}" if ccs else "unknown compute capability"
+    gpus = tuple(rules.arch_name(cc) for cc in ccs)
     if req.cuda:
         rel = compat.newest_release_with(m, compat.tag_of(req.cuda), ccs)
-        how = compat.how_runs(m, driver, req.cuda, v.wsl)
+        how = compat.how_runs(m, driver, req.cuda, True)
         if rel is not None and how:
             return Recommendation("cuda", cuda=req.cuda, torch=pin(rel.version),
                                   reason=f"as asked: driver {driver} runs CUDA {req.cuda} "
                                   f"{HOW[how]}; torch {rel.version} has "
-                                  f"{compat.tag_of(req.cuda)} wheels for {arch}")
-    choice = compat.choose_cuda(m, driver, ccs, v.wsl)
+                                  f"{compat.tag_of(req.cuda)} wheels for {arch}", gpus=gpus)
+    choice = compat.choose_cuda(m, driver, ccs, True)
     if choice is None:
         return Recommendation("cpu", reason=f"no CUDA torch wheel runs on driver {driver} "
                               f"with {arch}")
     native = v.driver_cuda(m)
-    if choice.how == "native":
-        why = (f"driver {driver} runs CUDA <= {native}; newest CUDA with torch wheels for "
-               f"{arch}: {choice.tag} (torch {choice.torch})")
-    else:
-        supports = f"<= {native}" if native else "older than any wheel's"
-        why = (f"driver {driver} supports CUDA {supports}; the {choice.tag} wheels "
-               f"(torch <= {choice.torch}) run on it through minor-version compatibility")
-    linux_driver = "" if v.wsl else driver  # WSL prints the Windows driver number
-    gpus = tuple(rules.arch_name(cc) for cc in ccs)
+    why = (f"Windows driver {driver} runs CUDA <= {native}; newest CUDA with torch wheels for "
+           f"{arch}: {choice.tag} (torch {choice.torch})")
     alts = []
-    newest_choice = compat.newest_torch_choice(m, driver, ccs, v.wsl)
-    if newest_choice is not None and newest_choice.torch != choice.torch:
-        alt = Recommendation("cuda", cuda=newest_choice.cuda, torch=pin(newest_choice.torch),
-                             gpus=gpus, driver=linux_driver)
-        alts.append(f"{alt.command}  (newest torch {newest_choice.torch} on this driver)")
-    fwd = forward_compat_alternative(v, m, linux_driver, choice.torch)
-    if fwd:
-        alts.append(fwd)
-    # Through minor-version compatibility the image's CUDA must stay one the driver runs
-    # natively: the resolver picks it from --driver, so no --cuda then.
-    cuda = choice.cuda if choice.how == "native" or v.wsl else ""
-    return Recommendation("cuda", cuda=cuda, torch=pin(choice.torch), reason=why,
-                          alternatives=tuple(alts), gpus=gpus, driver=linux_driver)
+    newest = compat.newest_torch_choice(m, driver, ccs, True)
+    if newest is not None and newest.torch != choice.torch:
+        alt = checked(Recommendation("cuda", cuda=newest.cuda, torch=pin(newest.torch),
+                                     gpus=gpus), m)
+        if alt.target == "cuda":
+            alts.append(f"{alt.command}  (newest torch {newest.torch} on this driver)")
+    return Recommendation("cuda", cuda=choice.cuda, torch=pin(choice.torch), reason=why,
+                          gpus=gpus, alternatives=tuple(alts))
 
 
 def checked(rec: Recommendation, m: Matrix) -> Recommendation:
