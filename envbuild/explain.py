@@ -25,14 +25,17 @@ from envbuild import compat, logscan
 from envbuild.errors import MatrixError
 from envbuild.logscan import MIN_ANCHOR, Haystack, Scanner, anchor
 from envbuild.matrix import Matrix
+from envbuild.spec import Spec
 from envbuild.validator import rules
+from envbuild.versions import minor_of
 
 FLAGS = re.IGNORECASE | re.MULTILINE
 # Fields derive() computes from the matrix; fix templates may use these and extractor groups.
 DERIVED = frozenset({
     "index_base", "driver_cuda", "driver_branch", "cuda", "cuda_major", "cuda_floor",
     "cuda_floor_branch", "require_driver", "require_floor", "fallback_cuda", "fallback_tag",
-    "fallback_torch", "fallback_how", "cc", "cover_tag", "cover_torch", "cover_cuda",
+    "fallback_driver", "fallback_torch", "fallback_how", "cc", "cover_tag", "cover_torch",
+    "cover_cuda",
     "cover_none", "jit_cuda", "newest_torch", "mps_min", "mps_torch", "mps_none", "rocm_cover",
     "rocm_cover_torch", "gfx_none", "arch_cc", "arch_name", "arch_min_cuda", "arch_removed_after",
     "arch_unknown"})
@@ -212,12 +215,12 @@ def derive(f: dict[str, str], m: Matrix) -> dict[str, str]:
         proxy = rel.ga_driver_linux if rel is not None and rel.ga_driver_linux else \
             compat.mvc_floor(m, int(f["driver_cuda"].split(".")[0]))
     if proxy:
-        choice = compat.choose_cuda(m, proxy, ())
-        if choice is not None and choice.cuda != f.get("cuda"):
-            f["fallback_cuda"], f["fallback_tag"] = choice.cuda, choice.tag
-            f["fallback_torch"] = choice.torch
-            f["fallback_how"] = ("natively" if choice.how == "native"
-                                 else "through minor-version compatibility")
+        spec = _resolved(m, target="cuda", driver=proxy)
+        if spec is not None and spec.torch_cuda and spec.torch_cuda != f.get("cuda"):
+            f["fallback_cuda"], f["fallback_tag"] = spec.torch_cuda, spec.variant
+            f["fallback_torch"], f["fallback_driver"] = minor_of(spec.torch), proxy
+            f["fallback_how"] = ("natively" if compat.how_runs(m, proxy, spec.torch_cuda)
+                                 == "native" else "through minor-version compatibility")
     _derive_arch(f, m)
     _derive_nvcc_arch(f, m)
     if "cudnn_compiled" in f:
@@ -228,11 +231,12 @@ def derive(f: dict[str, str], m: Matrix) -> dict[str, str]:
         f["jit_cuda"] = f"{f['jit_major']}.{f['jit_minor']}"
     _derive_mac(f, m)
     if "gfx" in f:
-        rocm = compat.choose_rocm(m, {f["gfx"].lower()})
-        if rocm is None:
+        spec = _resolved(m, target="rocm", gpus=(f["gfx"].lower(),))
+        if spec is None or not spec.rocm or \
+                _resolved(m, target="rocm", rocm=spec.rocm) is None:
             f["gfx_none"] = f["gfx"]
         else:
-            f["rocm_cover"], f["rocm_cover_torch"] = rocm.rocm, rocm.torch
+            f["rocm_cover"], f["rocm_cover_torch"] = spec.rocm, minor_of(spec.torch)
     return f
 
 
@@ -245,14 +249,32 @@ def _derive_arch(f: dict[str, str], m: Matrix) -> None:
     f["cc"] = cc
     if "supported" in f:
         f["supported"] = " ".join(f["supported"].split())
-    for rel in reversed(m.torch):
-        tags = compat.covering_tags(m, rel.version, cc)
-        if tags:
-            tag = tags[-1]
-            f["cover_tag"], f["cover_torch"] = tag, rel.version
-            f["cover_cuda"] = compat.cuda_of_tag(tag)
-            return
-    f["cover_none"] = cc
+    sm = "sm_" + cc.replace(".", "")
+    spec = _resolved(m, target="cuda", gpus=(sm,))
+    if spec is None or not spec.torch_cuda:
+        f["cover_none"] = cc
+        return
+    # the command the fix prints, checked here: it must resolve to a wheel covering the GPU
+    cmd = _resolved(m, target="cuda", cuda=spec.torch_cuda, torch=minor_of(spec.torch),
+                    gpus=(sm,))
+    if cmd is None:
+        f["cover_none"] = cc
+        return
+    f["cover_tag"], f["cover_torch"], f["cover_cuda"] = (
+        cmd.variant, minor_of(cmd.torch), spec.torch_cuda)
+
+
+def _resolved(m: Matrix, **ask: Any) -> Spec | None:
+    """What the resolver gives for a request (None when it refuses): every command explain
+    suggests is made of its picks, so `envbuild make` accepts it."""
+    from envbuild.errors import EnvbuildError
+    from envbuild.request import Request
+    from envbuild.resolve import resolve
+
+    try:
+        return resolve(Request(**ask), m)
+    except EnvbuildError:
+        return None
 
 
 def _derive_nvcc_arch(f: dict[str, str], m: Matrix) -> None:

@@ -7,7 +7,6 @@ conflict and the nearest valid alternatives (found by relaxing one given option 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import re
 from collections.abc import Iterable
@@ -453,6 +452,9 @@ def _resolve_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v:
                   t: _Trace) -> Spec:
     fw = _gpu_fleet(m, p)
     _check_gpu_toolkit(v, fw)
+    if p.cuda_minor is None and p.cuda_major is not None and major_of(v.version) != p.cuda_major:
+        raise _Reject(f"torch {rel.version} {v.tag} is a CUDA {major_of(v.version)}.x wheel",
+                      narrow=True)
     if p.cuda_minor is not None:
         if major_of(v.version) != major_of(p.cuda_minor):
             raise _Reject(f"torch {rel.version} {v.tag} is a CUDA {major_of(v.version)}.x wheel",
@@ -732,33 +734,20 @@ def _search(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatch]
 
 
 def _resolve_major(m: Matrix, p: Parsed, alternatives: bool = True) -> Spec:
-    """`--cuda 12`: any 12.x image that fits every other constraint. The newest torch and wheel
-    win; of the images that give them, the one needing the oldest driver (the wheel's own CUDA,
-    not a newer image that only raises the driver floor)."""
+    """`--cuda 12`: any CUDA 12.x. The newest torch with a 12.x wheel that fits, on the image
+    the resolver picks without --cuda (the wheel's own CUDA, or the newest one the driver runs
+    natively): a newer 12.x image would only raise the driver floor."""
     major = p.cuda_major
+    found = _search(m, p, _releases(m, p))
+    if isinstance(found, Spec):
+        note = (f"CUDA {major}.x: --cuda {major} means any CUDA {major}.x, so the {found.variant} "
+                f"wheel (the newest {major}.x wheel that fits) on the CUDA "
+                f"{minor_of(found.cuda_image or found.torch_cuda or '')} image, the oldest "
+                "driver floor that carries it")
+        return dataclasses.replace(found, trace=(found.trace[0], note, *found.trace[1:]))
     minors = sorted((r.version for r in m.cuda if major_of(r.version) == major and r.image),
                     key=version_key, reverse=True)
-    tried: list[Parsed] = []
-    fitting: list[tuple[str, Spec]] = []
-    for minor in minors:
-        q = dataclasses.replace(p, cuda=minor, cuda_minor=minor)
-        tried.append(q)
-        found = _search(m, q, _releases(m, q))
-        if isinstance(found, Spec):
-            fitting.append((minor, found))
-    if fitting:
-        def rank(item: tuple[str, Spec]) -> tuple[object, ...]:
-            s = item[1]
-            return (version_key(s.torch), version_key(s.torch_cuda or "0"),
-                    [-x for x in version_key(s.min_driver or "0")])
-        minor, found = max(fitting, key=rank)  # max keeps the first (newest image) of equals
-        newer = [x for x in minors if version_key(x) > version_key(minor)]
-        why = (f"; newer {major}.x images ({', '.join(newer)}) give no newer torch or wheel and "
-               "would only raise the driver floor" if newer else "")
-        note = (f"CUDA {minor}: --cuda {major} means any CUDA {major}.x, and the {minor} image "
-                f"carries the newest torch and wheel that fit every other constraint{why}")
-        return dataclasses.replace(found, trace=(found.trace[0], note, *found.trace[1:]))
-    q = tried[0] if tried else p
+    q = dataclasses.replace(p, cuda=minors[0], cuda_minor=minors[0]) if minors else p
     err = _conflict(m, q, _releases(m, q), _search_rejections(m, q), alternatives=False)
     err.message = f"no CUDA {major}.x fits; with the newest, {q.cuda_minor}: {err.message}"
     raise _with_alternatives(err, m, p, alternatives)
@@ -885,8 +874,8 @@ def _conflict_bare(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, Torc
     if not with_kind:
         label = {"cuda": "CUDA", "rocm": "ROCm", "cpu": "CPU"}[kind]
         return ConflictError(f"torch {p.torch_text} has no {label} wheels",
-                             f"see the variants each torch release has: `envbuild matrix show "
-                             f"torch`")
+                             "see the variants each torch release has: `envbuild matrix show "
+                             "torch`")
     first = _headline(m, p, releases, rejections)
     if p.rocm is not None and not any(r[1].version.startswith(p.rocm) for r in rejections):
         tags = sorted({v.tag for r, _ in releases for v in _ordered_variants(m, r, "rocm")})

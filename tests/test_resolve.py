@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -360,18 +361,27 @@ def test_unknown_driver_branch_says_so(matrix: Matrix) -> None:
 ])
 def test_cuda_major_means_the_newest_minor_that_fits(matrix: Matrix, req: dict[str, Any],
                                                      major: int) -> None:
+    """`--cuda 12`: the image of the newest torch and wheel any 12.x image gives; a newer image
+    that gives the same wheel only raises the driver floor, so it is not the pick."""
     spec = resolve(Request(**req), matrix)
     assert spec.cuda_image and major_of(spec.cuda_image) == major
     image = minor_of(spec.cuda_image)
-    assert f"--cuda {major} means any CUDA {major}.x, and {image} is the newest" in \
-        "\n".join(spec.trace)
-    newer = [r.version for r in matrix.cuda if major_of(r.version) == major and r.image
-             and version_key(r.version) > version_key(image)]
-    for minor in newer:  # every newer minor of that major really does not fit
-        with pytest.raises(ConflictError):
-            resolve(Request(**{**req, "cuda": minor}), matrix)
-    if "driver" in req:
+    assert f"--cuda {major} means any CUDA {major}.x, so the {spec.variant} wheel" \
+        in "\n".join(spec.trace)
+    for r in matrix.cuda:
+        if major_of(r.version) != major or not r.image or r.version == image:
+            continue
+        try:
+            other = resolve(Request(**{**req, "cuda": r.version}), matrix)
+        except ConflictError:
+            continue
+        assert version_key(other.torch) <= version_key(spec.torch)
+        if (other.torch, other.variant) == (spec.torch, spec.variant):
+            assert version_key(other.min_driver or "0") >= version_key(spec.min_driver or "0")
+    if "driver" in req:  # 535 runs 12.2 natively, and the 12.x wheels through MVC
         assert image == "12.2"
+        assert spec == dataclasses.replace(resolve(Request(driver=req["driver"]), matrix),
+                                           trace=spec.trace)
 
 
 @pytest.mark.parametrize(("cuda", "suggest"), [
