@@ -94,7 +94,7 @@ def plan(spec: Spec, m: Matrix, url: str | None, override: str | None = None) ->
         dv = next((v for v in known if v.tag == default), None)
         if dv is not None and dv.kind == "cuda":
             fix.append(f"or pick the build PyPI has for torch {spec.torch}: {default} "
-                       f"(--target cuda --cuda {dv.version})")
+                       f"(`envbuild make --target cuda --cuda {dv.version} --torch {spec.torch}`)")
         raise ConflictError(
             f"torch {spec.torch}+{spec.variant} is not on {shown}: PyPI publishes only the "
             f"{default or 'default'} build of torch {spec.torch} for Linux x86_64, without a local "

@@ -381,3 +381,31 @@ def test_no_hint_promises_alternatives_it_lacks(m: Matrix) -> None:
             resolve(Request(cuda=cuda, torch=torch), m)
         except ConflictError as err:
             check_error(err, Request(cuda=cuda, torch=torch), m)
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_pypi_index_hint_resolves(target: str, m: Matrix) -> None:
+    """The PyPI-like index refusal names the build PyPI has: that command resolves, for every
+    torch release whose non-default build is asked for."""
+    from envbuild.torch_index import plan
+
+    checked = 0
+    for rel in m.torch:
+        for v in m.variants_of(rel.version):
+            if v.kind != target or v.tag == rel.default_variant:
+                continue
+            try:
+                spec = resolve(Request(target=target, torch=rel.version,
+                                       cuda=v.version if target == "cuda" else None), m)
+            except ConflictError:
+                continue
+            if spec.variant == rel.default_variant:
+                continue
+            try:
+                plan(spec, m, "https://nexus.corp/repository/pypi/simple", None)
+            except ConflictError as err:
+                for cmd in commands_in(err.hint):
+                    checked += 1
+                    ok, said = resolves(cmd)
+                    assert ok, f"torch {rel.version} {v.tag}: hint `{cmd}` refused: {said}"
+    assert checked
