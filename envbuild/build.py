@@ -54,7 +54,9 @@ def load_spec(context: Path) -> Spec:
     try:
         return from_json(json.loads(path.read_text()))
     except (ValueError, TypeError) as exc:
-        raise UsageError(f"{path} is not an envbuild spec: {exc}") from None
+        raise UsageError(f"{path} is not an envbuild spec: {exc}",
+                         "render the context again: envbuild render ... --out DIR --force") \
+            from None
 
 
 # Build ARGs a Dockerfile may declare whose values come from envbuild's environment, passed as

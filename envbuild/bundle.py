@@ -160,7 +160,9 @@ def proxy_env_file(proxies: dict[str, str]) -> str:
     lines = []
     for name, value in sorted(proxies.items()):
         if not re.fullmatch(r"[A-Za-z_]+", name, re.ASCII):
-            raise UsageError(f"{name[:40]!r} is not a proxy variable name")
+            raise UsageError(f"{name[:40]!r} is not a proxy variable name",
+                             "proxy variables are HTTP_PROXY, HTTPS_PROXY, NO_PROXY (letters "
+                             "and _)")
         lines.append(f"export {name}={shlex.quote(value)}")
     return "\n".join(lines) + "\n"
 
@@ -290,7 +292,8 @@ def hashed_requirements(wheels: dict[str, str], what: str = "every wheel of the 
     for filename, digest in sorted(wheels.items()):
         project, version = wheel_pin(filename)
         if not _SHA256.fullmatch(digest):
-            raise UsageError(f"{filename}: {digest[:80]!r} is not a sha256 hex digest")
+            raise UsageError(f"{filename}: {digest[:80]!r} is not a sha256 hex digest",
+                             "a digest is 64 hex digits; download the wheel again")
         seen, digests = by_project.setdefault(project, (version, set()))
         if seen != version:
             raise UsageError(f"the wheelhouse holds {project} {seen} and {version}",

@@ -105,7 +105,9 @@ def _docker_errors() -> Iterator[None]:
         yield
     except (docker.errors.DockerException, requests.exceptions.ConnectionError) as exc:
         if isinstance(exc, docker.errors.APIError):
-            raise EnvbuildError(f"Docker engine error: {exc.explanation or exc}") from None
+            raise EnvbuildError(f"Docker engine error: {exc.explanation or exc}",
+                                "the engine refused the request; `docker info` and the "
+                                "engine's log say more") from None
         raise EnvironmentProblem(
             f"cannot reach the Docker engine ({_short(exc)})",
             "start it (sudo systemctl start docker, or `make engine`), or set DOCKER_HOST") \
@@ -252,7 +254,9 @@ def save_image(ref: str, path: Path, timeout: float = 1800) -> None:
     builder = find_builder()
     r = proc.run([builder.docker, "save", "-o", str(path), ref], timeout=timeout, check=False)
     if r.returncode != 0:
-        raise EnvironmentProblem(f"docker save {ref} failed: {r.stderr.strip()[:200]}")
+        raise EnvironmentProblem(f"docker save {ref} failed: {r.stderr.strip()[:200]}",
+                                 "check the free space where the archive goes and that the "
+                                 "image exists (`docker image ls`)")
 
 
 def load_image(path: Path, timeout: float = 1800) -> None:

@@ -18,7 +18,7 @@ EXIT_INTERRUPTED = 130  # Ctrl-C
 @dataclass
 class EnvbuildError(Exception):
     message: str
-    hint: str = ""
+    hint: str  # required: every error says what to do next (tests/test_hints.py)
     alternatives: list[str] = field(default_factory=list)
     exit_code: int = EXIT_FAILED
     # each alternative as data: {"text", "requests": [{option: value}, ...]} (what to change)
@@ -40,14 +40,14 @@ class EnvbuildError(Exception):
 class UsageError(EnvbuildError):
     """Malformed or hostile input: exit 2."""
 
-    def __init__(self, message: str, hint: str = "", alternatives: list[str] | None = None):
+    def __init__(self, message: str, hint: str, alternatives: list[str] | None = None):
         super().__init__(message, hint, list(alternatives or []), EXIT_USAGE)
 
 
 class ConflictError(EnvbuildError):
     """A well-formed request that the matrix cannot satisfy: exit 1."""
 
-    def __init__(self, message: str, hint: str = "", alternatives: list[str] | None = None):
+    def __init__(self, message: str, hint: str, alternatives: list[str] | None = None):
         super().__init__(message, hint, list(alternatives or []), EXIT_FAILED)
 
 
@@ -61,5 +61,5 @@ class MatrixError(EnvbuildError):
 class EnvironmentProblem(EnvbuildError):
     """Something outside envbuild is missing (Docker engine, a tool): exit 3."""
 
-    def __init__(self, message: str, hint: str = ""):
+    def __init__(self, message: str, hint: str):
         super().__init__(message, hint, [], EXIT_CANNOT_RUN)

@@ -38,7 +38,7 @@ DERIVED = frozenset({
     "cover_cuda",
     "cover_none", "jit_cuda", "newest_torch", "mps_min", "mps_torch", "mps_none", "rocm_cover",
     "rocm_cover_torch", "gfx_none", "arch_cc", "arch_name", "arch_min_cuda", "arch_removed_after",
-    "arch_unknown"})
+    "arch_unknown", "xf_same", "xf_cpu_over", "xf_envbuild_torch"})
 
 
 @dataclass(frozen=True)
@@ -230,6 +230,7 @@ def derive(f: dict[str, str], m: Matrix) -> dict[str, str]:
     if "jit_major" in f and "jit_minor" in f:
         f["jit_cuda"] = f"{f['jit_major']}.{f['jit_minor']}"
     _derive_mac(f, m)
+    _derive_xformers(f, m)
     if "gfx" in f:
         spec = _resolved(m, target="rocm", gpus=(f["gfx"].lower(),))
         if spec is None or not spec.rocm or \
@@ -294,6 +295,28 @@ def _derive_nvcc_arch(f: dict[str, str], m: Matrix) -> None:
         f["arch_removed_after"] = arch.last_cuda
     else:
         f["arch_min_cuda"] = arch.min_cuda
+
+
+def _derive_xformers(f: dict[str, str], m: Matrix) -> None:
+    """xFormers' "built for PyTorch X (you have Y)": the same build (something else is wrong),
+    or X as an envbuild --torch when the resolver accepts it (the fix may then suggest it)."""
+    built, have = f.get("xf_built"), f.get("xf_have")
+    if not built or not have:
+        return
+    if built.lower() == have.lower():
+        f["xf_same"] = have
+        return
+    from envbuild.errors import EnvbuildError
+    from envbuild.request import Request
+    from envbuild.resolve import resolve
+
+    if rules.local_tag(have.lower()) == "cpu" and rules.local_tag(built.lower()) != "cpu":
+        f["xf_cpu_over"] = have
+    try:
+        resolve(Request(torch=built), m)
+    except EnvbuildError:
+        return
+    f["xf_envbuild_torch"] = built
 
 
 def _derive_mac(f: dict[str, str], m: Matrix) -> None:

@@ -36,7 +36,7 @@ class Unreachable(EnvironmentProblem):
     """No usable answer from ``host``: no connection, no answer in time, TLS refused, an answer
     over the size cap, or not an http(s) URL. ``reason`` is the short why."""
 
-    def __init__(self, message: str, hint: str = "", reason: str = "", host: str = "") -> None:
+    def __init__(self, message: str, hint: str, reason: str = "", host: str = "") -> None:
         super().__init__(message, hint)
         self.reason = reason or message
         self.host = host

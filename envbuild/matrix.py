@@ -189,6 +189,10 @@ class OsInfo:
     source: tuple[str, ...] = ()
     note: str = ""
 
+    def ships_python(self, version: str) -> bool:
+        """The OS's own packages have this Python (its python3, or another it carries)."""
+        return version == self.python or version in self.extra_python
+
 
 @dataclass(frozen=True)
 class Matrix:

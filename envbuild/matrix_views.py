@@ -1,4 +1,9 @@
-"""Readable, pure table views of the matrix for `envbuild matrix show`."""
+"""Readable, pure table views of the matrix for `envbuild matrix show`.
+
+table_rows gives data only (`verified` is a boolean, variant tags are plain tags with the
+unverified ones listed apart): what `--json` prints. text_rows adds the display marks of the
+text view (`*` for a fact not verified against a primary source).
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,7 @@ from typing import Any
 
 from envbuild.matrix import Matrix
 
-
-def _v(verified: bool) -> str:
-    return "" if verified else "*"
+MARK = "*"  # text view only: not verified against a primary source
 
 
 def table_rows(m: Matrix, table: str) -> tuple[list[str], list[list[Any]]]:
@@ -19,21 +22,22 @@ def table_rows(m: Matrix, table: str) -> tuple[list[str], list[list[Any]]]:
         return (["cuda", "latest", "driver_linux_ga", "driver_linux_latest", "image", "image_os",
                  "eol", "verified"],
                 [[r.version, r.latest, r.ga_driver_linux, r.driver_linux, r.image,
-                  images.get(r.image, []), r.eol, _v(r.verified) or "yes"] for r in m.cuda])
+                  images.get(r.image, []), r.eol, r.verified] for r in m.cuda])
     if table == "torch":
         rows = []
         for r in m.torch:
             patches = m.patches_of(r.version)
-            variants = [v.tag + _v(v.verified) for v in m.variants_of(r.version)]
+            variants = m.variants_of(r.version)
             rows.append([r.version, r.released, [p.torch for p in patches],
-                         [p.torchvision for p in patches], r.python, variants,
-                         r.default_variant, r.mps_min_macos, _v(r.verified) or "yes"])
+                         [p.torchvision for p in patches], list(r.python),
+                         [v.tag for v in variants], [v.tag for v in variants if not v.verified],
+                         r.default_variant, r.mps_min_macos, r.verified])
         return (["torch", "released", "patches", "torchvision", "python", "variants",
-                 "pypi_default", "mps_macos", "verified"], rows)
+                 "unverified_variants", "pypi_default", "mps_macos", "verified"], rows)
     if table == "gpus":
         return (["gpu", "vendor", "arch", "aliases", "memory_gb", "verified"],
                 [[g.name, g.vendor, g.cc or g.gfx, list(g.aliases), g.memory_gb or None,
-                  _v(g.verified) or "yes"] for g in m.gpus])
+                  g.verified] for g in m.gpus])
     if table == "rocm":
         wheels: dict[str, list[str]] = {}
         for v in m.variants:
@@ -41,7 +45,36 @@ def table_rows(m: Matrix, table: str) -> tuple[list[str], list[list[Any]]]:
                 wheels.setdefault(v.version, []).append(v.release)
         return (["rocm", "base_image", "os", "gfx", "torch_wheels", "verified"],
                 [[r.version, r.base_image, list(r.os), list(r.gfx), wheels.get(r.version, []),
-                  _v(r.verified) or "yes"] for r in m.rocm])
+                  r.verified] for r in m.rocm])
     return (["os", "family", "python", "extra_python", "glibc", "image", "verified"],
             [[o.id, o.family, o.python, list(o.extra_python), o.glibc, o.image,
-              _v(o.verified) or "yes"] for o in m.oses])
+              o.verified] for o in m.oses])
+
+
+def text_rows(header: list[str], rows: list[list[Any]]) -> tuple[list[str], list[list[str]]]:
+    """The text view of table_rows: lists joined with commas, `verified` as yes or `*`, and the
+    unverified variant tags marked in place (their own column dropped)."""
+    cols = [i for i, h in enumerate(header) if h != "unverified_variants"]
+    out = []
+    for row in rows:
+        data = dict(zip(header, row, strict=True))
+        marked = set(data.get("unverified_variants", ()))
+        cells = []
+        for i in cols:
+            name, value = header[i], row[i]
+            if name == "verified":
+                cells.append("yes" if value else MARK)
+            elif name == "variants":
+                cells.append(",".join(t + (MARK if t in marked else "") for t in value))
+            else:
+                cells.append(_cell(value))
+        out.append(cells)
+    return [header[i] for i in cols], out
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return "" if value is None else str(value)

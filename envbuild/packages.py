@@ -10,9 +10,27 @@ import re
 from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from envbuild.errors import UsageError
 from envbuild.redact import redact
+from envbuild.request import COMPONENTS
+
+# What envbuild installs itself from the spec. pip: the COMPONENTS wheels (render.torch_pins).
+# conda: environment.yml pins the spec's Python from conda-forge and installs the COMPONENTS as
+# the spec's pip wheels, which bundle their CUDA/ROCm libraries; a --conda package of one of these
+# names would be a second torch, a second Python or a second CUDA runtime beside them.
+_TORCH_HINT = ("choose torch with --torch (its variant with --cuda / --rocm / --target, or "
+               "--torch 2.5.1+cu121) and leave out a companion with --without")
+_CONDA_OWNED = {
+    "python": ("a second Python beside the spec's", "choose it with --python 3.X "
+               "(environment.yml pins python=3.X itself)"),
+    **{n: ("a second torch beside the spec's wheels", _TORCH_HINT)
+       for n in (*COMPONENTS, "pytorch", "pytorch-gpu", "pytorch-cpu", "libtorch")},
+    **{n: ("a second CUDA runtime beside the one the torch wheel bundles",
+           "choose the CUDA with --cuda, or --target cpu for none")
+       for n in ("pytorch-cuda", "cudatoolkit", "cpuonly")},
+}
 
 MAX_LEN = 200
 # Debian policy: package names are lower case a-z 0-9 + - . , at least two characters,
@@ -25,6 +43,7 @@ _APT_VERSION = re.compile(r"^([0-9]+:)?[0-9]([A-Za-z0-9.+~:-]*[A-Za-z0-9.+~])?$"
 _URL_FRAGMENT = re.compile(
     r"(?:(?:egg|subdirectory|sha1|sha224|sha256|sha384|sha512|md5)=[A-Za-z0-9._/-]+&?)+")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_EXAMPLE = {"--pip": "'numpy<2'", "--apt": "curl", "--conda": "'numpy>=1.26'"}
 
 
 def _common(field: str, value: str) -> str:
@@ -36,7 +55,8 @@ def _common(field: str, value: str) -> str:
                          "package names are short; check what was pasted")
     v = value.strip()
     if not v:
-        raise UsageError(f"{field} entry is empty")
+        raise UsageError(f"{field} entry is empty",
+                         f"give a package name, e.g. {field} {_EXAMPLE.get(field, 'NAME')}")
     if v.startswith("-"):
         raise UsageError(f"{field} {redact(v)[:40]!r}: options are not packages",
                          "index URLs have their own flags (--pip-index-url); "
@@ -65,9 +85,9 @@ def pip_requirement(value: str, allow_url: bool = False) -> str:
                              "stored in the image (user-requirements.txt)",
                              "serve the package from an index: --pip-index-url "
                              "https://USER:TOKEN@host/simple (a build secret, never the image)")
-    if req.name.lower() in ("torch", "torchvision", "torchaudio"):
+    if canonicalize_name(req.name) in COMPONENTS:
         raise UsageError(f"--pip {req.name}: torch and its companions come from the spec",
-                         "choose their versions with --torch (and --without to leave one out)")
+                         _TORCH_HINT)
     return str(req)
 
 
@@ -97,11 +117,15 @@ def conda_spec(value: str) -> str:
 
     v = _common("--conda", value)
     try:
-        MatchSpec(v, strict=True)
+        spec = MatchSpec(v, strict=True)
     except Exception as exc:  # rattler raises its own exception family
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UsageError(f"--conda {v[:40]!r} is not a conda MatchSpec: {reason}",
                          "e.g. --conda 'numpy>=1.26', --conda conda-forge::ffmpeg") from None
+    name = spec.name.normalized if spec.name is not None else ""
+    if name in _CONDA_OWNED:
+        what, hint = _CONDA_OWNED[name]
+        raise UsageError(f"--conda {redact(v)[:40]!r}: {name} would be {what}", hint)
     return v
 
 

@@ -122,8 +122,9 @@ def render_options(ci: ContextInputs, image_ref: str = "") -> tuple[RenderOption
         raise UsageError(f"--torch-index-kind {ci.torch_index_kind[:40]!r} is not pypi or "
                          "pytorch", "pypi: PyPI or a PyPI mirror; pytorch: the PyTorch wheel "
                          "index or a mirror of one variant's index")
-    if ci.python_source not in (None, "os", "standalone"):
-        raise UsageError(f"--python-source {ci.python_source!r} is not os or standalone")
+    from envbuild.request import check_python_source
+
+    check_python_source(ci.python_source)
     secrets = Secrets()
     if ci.ca_cert is not None:
         secrets.files["ca"] = secret_file(ci.ca_cert, "--ca-cert")
@@ -167,7 +168,7 @@ def prepare(req: Request, ci: ContextInputs, m: Matrix, image_ref: str = "") -> 
     from envbuild.torch_index import plan
 
     opts, secrets = render_options(ci, image_ref)  # input errors first: nothing resolved yet
-    spec = with_python_source(resolve(req, m), ci.python_source)
+    spec = with_python_source(resolve(req, m), ci.python_source, m)
     # A PyPI-like torch index: pins without the local tag, or refused before any build.
     local = plan(spec, m, opts.torch_index_url, index_kind(ci)).local_tag
     opts = dataclasses.replace(opts, torch_local_tag=local)
@@ -177,7 +178,8 @@ def prepare(req: Request, ci: ContextInputs, m: Matrix, image_ref: str = "") -> 
         opts = dataclasses.replace(opts, compat=redist.from_mirror(m, spec.forward_compat,
                                                                    opts.cuda_redist_url))
     if not _container(spec.target) and (opts.base_image or opts.apt or opts.wheelhouse):
-        raise UsageError("--base-image, --apt and --wheelhouse do not apply to --target mps")
+        raise UsageError("--base-image, --apt and --wheelhouse do not apply to --target mps",
+                         "--target mps is a native macOS environment: leave these options out")
     files = render(spec, opts, m)
     return Prepared(spec, opts, files, secrets, ci.wheelhouse)
 
@@ -189,9 +191,13 @@ def _container(target: str) -> bool:
 
 
 def wants_recommendation(req: Request) -> bool:
-    """No hardware asked for (no --target, --cuda, --rocm, --driver, --gpu): `make` builds what
-    `envbuild doctor` recommends for this host instead of the resolver's CUDA default."""
-    return not (req.target or req.cuda or req.rocm or req.driver or req.gpus)
+    """No hardware asked for (no --target, --cuda, --rocm, --driver, --gpu, no variant as in
+    --torch 2.5.1+cu121): `make` builds what `envbuild doctor` recommends for this host instead
+    of the resolver's CUDA default."""
+    from envbuild.request import split_torch
+
+    variant = split_torch(req.torch)[1] if req.torch else None
+    return not (req.target or req.cuda or req.rocm or req.driver or req.gpus or variant)
 
 
 def apply_recommendation(req: Request, rec: Recommendation) -> Request:
@@ -205,9 +211,10 @@ def apply_recommendation(req: Request, rec: Recommendation) -> Request:
 
 def all_requests(base: Request, m: Matrix) -> list[Request]:
     """Every (torch release x variant x Python x OS) combination that base's filters allow."""
-    from envbuild.request import torch_specifier
+    from envbuild.request import split_torch, torch_specifier
 
     spec = torch_specifier(base.torch) if base.torch else None
+    only = split_torch(base.torch)[1] if base.torch else None  # `--torch 2.5.1+cu121`
     from envbuild import targets as registry
 
     targets = [base.target] if base.target else list(registry.NAMES)
@@ -219,6 +226,8 @@ def all_requests(base: Request, m: Matrix) -> list[Request]:
             continue
         pythons = [base.python] if base.python else list(rel.python)
         for v in m.variants_of(rel.version):
+            if only is not None and v.tag != only:
+                continue
             for target in targets:
                 if v.kind != registry.get(target).wheel_kind:
                     continue
@@ -266,7 +275,7 @@ def prepare_all(base: Request, ci: ContextInputs,
         try:
             spec = with_python_source(
                 resolve_parsed(m, dataclasses.replace(parse(req, m), given=frozenset())),
-                ci.python_source)
+                ci.python_source, m)
             # on a PyPI-like torch index only the release's default variant exists
             local = plan(spec, m, opts.torch_index_url, index_kind(ci)).local_tag
         except (ConflictError, UsageError):

@@ -35,7 +35,7 @@ class Result:
 class ProcessError(EnvbuildError):
     """A command failed, timed out or could not start; carries what it printed."""
 
-    def __init__(self, message: str, hint: str = "", result: Result | None = None,
+    def __init__(self, message: str, hint: str, result: Result | None = None,
                  exit_code: int = EXIT_FAILED) -> None:
         super().__init__(message, hint, [], exit_code)
         self.result = result
@@ -85,7 +85,9 @@ def run(
         raise ProcessError(f"{argv[0]}: command not found", f"install {argv[0]}",
                            exit_code=EXIT_CANNOT_RUN) from exc
     except PermissionError as exc:
-        raise ProcessError(f"{argv[0]}: permission denied", exit_code=EXIT_CANNOT_RUN) from exc
+        raise ProcessError(f"{argv[0]}: permission denied",
+                           f"make {argv[0]} executable for this user, or run as a user who may",
+                           exit_code=EXIT_CANNOT_RUN) from exc
     try:
         out, err = proc.communicate(input=input_text, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
@@ -99,7 +101,10 @@ def run(
     result = Result(tuple(argv), proc.returncode, out, err, time.monotonic() - start)
     if check and not result.ok:
         last = (err.strip() or out.strip()).splitlines()[-1:] or [""]
-        raise ProcessError(f"{argv[0]} exited {proc.returncode}: {last[0]}", result=result)
+        raise ProcessError(f"{argv[0]} exited {proc.returncode}: {last[0]}",
+                           f"that is the last line {argv[0]} printed; fix what it names and "
+                           "run again",
+                           result=result)
     return result
 
 
@@ -139,7 +144,8 @@ def stream(
             if time.monotonic() > deadline:
                 _kill_group(proc)
                 raise ProcessError(f"{argv[0]} did not finish within {timeout:.0f} s",
-                                   exit_code=EXIT_CANNOT_RUN)
+                                   "the command hung; check that the service it talks to "
+                                   "answers", exit_code=EXIT_CANNOT_RUN)
         return proc.wait()
     except BaseException:
         _kill_group(proc)

@@ -106,7 +106,8 @@ def sha256(data: bytes) -> str:
 def report_tag(digest: str) -> str:
     """The fallback tag of an artifact attached to the image with this digest."""
     if not _DIGEST.fullmatch(digest):
-        raise UsageError(f"{digest[:80]!r} is not a sha256 digest")
+        raise UsageError(f"{digest[:80]!r} is not a sha256 digest",
+                         "give the image digest as sha256: and 64 hex digits")
     return digest.replace(":", "-") + ".envbuild"
 
 
@@ -256,7 +257,9 @@ class Client:
         _check(r, f"upload to {self.host}/{repo}", (202,))
         if not r.header("Location"):
             raise EnvbuildError(f"registry error on upload to {self.host}/{repo}: "
-                                "no Location for the upload")
+                                "no Location for the upload",
+                                "the registry does not follow the OCI distribution API; "
+                                "push to a registry that does (registry:2, Harbor, ...)")
         location = urljoin(f"{self.base}/", r.header("Location"))
         sep = "&" if "?" in location else "?"
         r = self._request("PUT", f"{location}{sep}digest={digest}", scope, body=data,
@@ -269,7 +272,9 @@ class Client:
         _check(r, f"blob {digest} in {self.host}/{repo}")
         data = r.body
         if len(data) > limit or sha256(data) != digest:
-            raise EnvbuildError(f"blob {digest} in {self.host}/{repo} does not match its digest")
+            raise EnvbuildError(f"blob {digest} in {self.host}/{repo} does not match its digest",
+                                "the registry served other bytes: check for a proxy rewriting "
+                                "answers, then push the image again")
         return data
 
     def referrers(self, repo: str, digest: str, artifact_type: str) -> list[dict[str, Any]] | None:
@@ -292,7 +297,8 @@ class Client:
 def _check(r: Reply, what: str, ok: tuple[int, ...] = (200,)) -> None:
     if r.status not in ok:
         raise EnvbuildError(f"registry error on {what}: HTTP {r.status} "
-                            f"{' '.join(r.text[:200].split())}")
+                            f"{' '.join(r.text[:200].split())}",
+                            "check the registry address and that this login may write there")
 
 
 def client(host: str) -> Client:

@@ -24,6 +24,7 @@ from envbuild import __version__, targets
 from envbuild.errors import UsageError
 from envbuild.matrix import Matrix, OsInfo
 from envbuild.redact import redact
+from envbuild.request import COMPONENTS
 from envbuild.resources import matrix_dir, templates_dir
 from envbuild.spec import Spec
 
@@ -313,12 +314,10 @@ def torch_pins(spec: Spec, local_tag: bool = True) -> list[str]:
     index, where the release's default variant is published without one)."""
     native = not targets.get(spec.target).container  # mps: PyPI's macOS wheels
     local = "" if native or not local_tag else f"+{spec.variant}"
-    pins = [f"torch=={spec.torch}{local}"]
-    if spec.torchvision:
-        pins.append(f"torchvision=={spec.torchvision}{local}")
-    if spec.torchaudio:
-        pins.append(f"torchaudio=={spec.torchaudio}{local}")
-    return pins
+    versions = {"torch": spec.torch, "torchvision": spec.torchvision,
+                "torchaudio": spec.torchaudio}
+    # request.COMPONENTS names what envbuild installs (packages.py refuses them as user packages)
+    return [f"{name}=={versions[name]}{local}" for name in COMPONENTS if versions[name]]
 
 
 def spec_label(spec: Spec) -> str:
@@ -383,7 +382,8 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
 
     os_info = m.os_info(spec.os)
     if os_info is None:
-        raise UsageError(f"spec names OS {spec.os!r}, which the matrix does not define")
+        raise UsageError(f"spec names OS {spec.os!r}, which the matrix does not define",
+                         "resolve the spec again with this matrix (`envbuild matrix show os`)")
     source = opts.python_source or spec.python_source
     python = _python_plan(spec, os_info, source, m)
     root = opts.user == "root"

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from envbuild import targets
 from envbuild.errors import UsageError
-from envbuild.matrix import Gpu, Matrix
+from envbuild.matrix import Gpu, Matrix, Variant
+from envbuild.versions import version_key
 
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
@@ -21,7 +22,10 @@ if TYPE_CHECKING:
 
 TARGETS = targets.NAMES
 FLAVORS = ("base", "runtime", "devel")
+# The wheels envbuild installs from the spec (render.torch_pins pins exactly these); a user
+# package of one of these names would be a second copy (packages.py refuses them).
 COMPONENTS = ("torch", "torchvision", "torchaudio")
+PYTHON_SOURCES = ("os", "standalone")
 
 # re.ASCII: `\d` would otherwise accept every Unicode digit (full-width ５３５, Arabic-Indic ٥٣٥),
 # which str.isdigit() and these patterns take but no NVIDIA tool or URL ever prints.
@@ -32,6 +36,10 @@ _DRIVER = re.compile(r"^\d{3}(\.\d{1,3}){0,2}$", re.ASCII)
 _SM = re.compile(r"^(?:sm_?|compute_?)(\d{1,2})(\d)$", re.IGNORECASE | re.ASCII)
 _CC = re.compile(r"^(\d{1,2})\.(\d)$", re.ASCII)
 _TORCH_BARE = re.compile(r"^\d+\.\d+(\.\d+)?$", re.ASCII)
+# What `pip list` / torch.__version__ print for a wheel of the PyTorch index: 2.5.1+cu121.
+_TORCH_LOCAL = re.compile(r"^(?:==)?(\d+\.\d+\.\d+)\+([A-Za-z0-9.]+)$", re.ASCII)
+_TORCH_HINT = ("examples: --torch 2.4, --torch 2.4.1, --torch '>=2.3,<2.6', --torch 2.5.1+cu121 "
+               "(as pip list prints it)")
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,27 @@ class Parsed:
     notes: tuple[str, ...] = ()  # how a loose input was read, for the trace
     base: BaseFacts | None = None
     forward_compat: bool = False
+    variant: str | None = None  # `--torch 2.5.1+cu121`: this wheel variant and no other
+
+
+def check_given(**values: str | None) -> None:
+    """An option given with an empty value (`--target ''`) is malformed, not absent: `make`
+    would otherwise build what the host's doctor recommends instead."""
+    for name, value in values.items():
+        if value is not None and not value.strip():
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(f"{flag} is empty", f"give {flag} a value, or leave it out")
+
+
+def check_python_source(value: str | None) -> str | None:
+    """`--python-source os|standalone` (None: the resolver's choice)."""
+    if value is not None and value not in PYTHON_SOURCES:
+        raise UsageError(f"--python-source {value[:40]!r} is not one of "
+                         f"{', '.join(PYTHON_SOURCES)}",
+                         "os: the OS's own Python packages; standalone: a relocatable CPython "
+                         "(python-build-standalone through uv); leave it out to let envbuild "
+                         "choose", _close(value, list(PYTHON_SOURCES)))
+    return value
 
 
 def _close(word: str, options: list[str]) -> list[str]:
@@ -98,21 +127,34 @@ def _close(word: str, options: list[str]) -> list[str]:
     return difflib.get_close_matches(word, options, n=3, cutoff=0.5)
 
 
+def split_torch(text: str) -> tuple[str, str | None]:
+    """`2.5.1+cu121` (a local version, as `pip list` prints it) -> ("2.5.1", "cu121"); any other
+    text -> (text, None). A local label goes only with one exact version."""
+    t = text.strip()
+    if "+" not in t:
+        return text, None
+    m = _TORCH_LOCAL.fullmatch(t)
+    if m is None:
+        raise UsageError(f"--torch {text[:60]!r}: a variant (+cu121, +rocm6.2, +cpu) goes with "
+                         "one exact version", _TORCH_HINT)
+    return m.group(1), m.group(2).lower()
+
+
 def torch_specifier(text: str) -> SpecifierSet:
-    """`2.4` -> ==2.4.*, `2.4.1` -> ==2.4.1, anything else is a PEP 440 specifier set."""
+    """`2.4` -> ==2.4.*, `2.4.1` -> ==2.4.1, `2.5.1+cu121` -> ==2.5.1 (the variant is
+    split_torch's), anything else is a PEP 440 specifier set."""
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
     t = text.strip()
     if not t or len(t) > 100:
-        raise UsageError(f"--torch {text!r} is not a version or specifier",
-                         "examples: --torch 2.4, --torch 2.4.1, --torch '>=2.3,<2.6'")
+        raise UsageError(f"--torch {text[:60]!r} is not a version or specifier", _TORCH_HINT)
+    t = split_torch(t)[0]
     if _TORCH_BARE.fullmatch(t):
         t = f"=={t}.*" if t.count(".") == 1 else f"=={t}"
     try:
         spec = SpecifierSet(t)
     except InvalidSpecifier:
-        raise UsageError(f"--torch {text!r} is not a version or specifier",
-                         "examples: --torch 2.4, --torch 2.4.1, --torch '>=2.3,<2.6'") from None
+        raise UsageError(f"--torch {text!r} is not a version or specifier", _TORCH_HINT) from None
     if not str(spec):
         raise UsageError(f"--torch {text!r} is empty", "examples: --torch 2.4")
     return spec
@@ -166,16 +208,23 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
                       if v not in (None, (), "", False)
                       and k not in ("components", "base", "forward_compat"))
     if req.target is not None and req.target not in TARGETS:
-        raise UsageError(f"--target {req.target!r} is not one of {', '.join(TARGETS)}",
-                         "", _close(req.target, list(TARGETS)))
+        raise UsageError(f"--target {req.target[:40]!r} is not one of {', '.join(TARGETS)}",
+                         f"use --target {' | '.join(TARGETS)} (any case), or leave it out: "
+                         "--cuda implies cuda, --rocm rocm", _close(req.target, list(TARGETS)))
     if req.flavor is not None and req.flavor not in FLAVORS:
-        raise UsageError(f"--flavor {req.flavor!r} is not one of {', '.join(FLAVORS)}",
-                         "", _close(req.flavor, list(FLAVORS)))
+        raise UsageError(f"--flavor {req.flavor[:40]!r} is not one of {', '.join(FLAVORS)}",
+                         "base (the default: runtime libraries come with the wheel), runtime "
+                         "(CUDA), devel (nvcc / hipcc)", _close(req.flavor, list(FLAVORS)))
+    companions = [c for c in COMPONENTS if c != "torch"]
     for c in req.components:
         if c not in COMPONENTS:
-            raise UsageError(f"component {c!r} is not one of {', '.join(COMPONENTS)}")
+            raise UsageError(f"--without {c[:40]!r} is not one of {', '.join(companions)}",
+                             f"--without takes {' or '.join(companions)} (repeat it for both)",
+                             _close(c, companions))
     if "torch" not in req.components:
-        raise UsageError("the torch component cannot be left out")
+        raise UsageError("--without torch: the torch component cannot be left out",
+                         f"--without takes {' or '.join(companions)}; torch is what the "
+                         "environment is built around")
 
     cuda_minor = None
     cuda_major = None
@@ -209,6 +258,9 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
                              f"known ROCm releases: {', '.join(known_rocm)}",
                              _nearest_versions(req.rocm, known_rocm))
     spec = torch_specifier(req.torch) if req.torch is not None else None
+    variant = _variant_of(req.torch, matrix)
+    if variant is not None:
+        notes.append(f"variant {variant.tag}: --torch {req.torch} names it (a pip local version)")
     if req.python is not None and not _PYTHON.fullmatch(req.python):
         raise UsageError(f"--python {req.python!r} is not a CPython version",
                          "use 3.X (ASCII digits), e.g. --python 3.11")
@@ -237,27 +289,33 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
                              f"--base-image {req.base.ref} is the base",
                              "drop one of them: the base is used as it is")
 
-    target, why = _infer_target(req, gpus)
+    target, why = _infer_target(req, gpus, variant)
     entry = targets.get(target)
+    if variant is not None:
+        _check_variant(req, variant, target, why)
     if req.driver is not None and not entry.takes_driver:
-        raise UsageError(f"--driver applies to NVIDIA CUDA targets, not --target {target}")
+        raise UsageError(f"--driver applies to NVIDIA CUDA targets, not --target {target}",
+                         "leave out --driver, or build for --target cuda")
     if not entry.container and (req.os or req.flavor):
         raise UsageError("--os and --flavor do not apply to --target mps (a native macOS "
-                         "environment, no container)")
+                         "environment, no container)", "leave out --os and --flavor")
     if target == "rocm" and req.flavor == "runtime":
         raise UsageError("--flavor runtime applies to CUDA images; ROCm has base (the plain OS, "
                          "the wheel brings the ROCm userspace) and devel (AMD's dev image)",
                          "use --flavor devel for hipcc, or leave --flavor out")
     if req.forward_compat:
         if target != "cuda":
-            raise UsageError(f"--forward-compat applies to CUDA images, not --target {target}")
+            raise UsageError(f"--forward-compat applies to CUDA images, not --target {target}",
+                             "leave out --forward-compat, or build for --target cuda")
         if driver is None or not gpus:
             raise UsageError("--forward-compat needs the host's --driver and its --gpu: NVIDIA "
                              "supports forward compatibility on some GPUs and driver branches "
                              "only", "e.g. --forward-compat --driver 535.104.05 --gpu H100")
     vendors = {g.vendor for g in gpus}
     if gpus and not entry.gpu_vendor:
-        raise UsageError(f"--gpu does not apply to --target {target}")
+        raise UsageError(f"--gpu does not apply to --target {target}",
+                         f"leave out --gpu for --target {target}; GPUs take --target cuda "
+                         "(NVIDIA) or rocm (AMD)")
     for vendor in sorted(vendors - {entry.gpu_vendor}):
         other = targets.for_vendor(vendor).name
         raise UsageError(f"{_VENDOR[vendor]} GPUs cannot run a {entry.label} image",
@@ -267,25 +325,73 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
                   driver=driver, gpus=gpus, os=os_id, flavor=req.flavor or "base",
                   components=tuple(c for c in COMPONENTS if c in req.components), given=given,
                   cuda_major=cuda_major, notes=tuple(notes), base=req.base,
-                  forward_compat=req.forward_compat)
+                  forward_compat=req.forward_compat,
+                  variant=variant.tag if variant is not None else None)
+
+
+def _variant_of(torch: str | None, matrix: Matrix) -> Variant | None:
+    """The variant a `--torch X.Y.Z+TAG` names (any release's row of that tag: its kind and
+    version), or None without a local label."""
+    tag = split_torch(torch)[1] if torch is not None else None
+    if tag is None:
+        return None
+    rows = {v.tag: v for v in matrix.variants}
+    if tag not in rows:
+        known = sorted(rows, key=lambda t: (rows[t].kind, version_key(rows[t].version)))
+        raise UsageError(f"--torch {torch!r}: {tag[:20]!r} is not a torch wheel variant envbuild "
+                         "knows", f"variants: {', '.join(known)}; or give the version alone",
+                         _close(tag, known))
+    return rows[tag]
+
+
+def _check_variant(req: Request, v: Variant, target: str, why: str) -> None:
+    """`--torch X+TAG` against the options that also choose the wheel: one stack, and for CUDA
+    the rule that the wheel's CUDA has the image's major and is not newer than it."""
+    version = split_torch(req.torch or "")[0]
+    alone = f"--torch {version} alone lets envbuild pick the variant"
+    if targets.get(target).wheel_kind != v.kind:
+        label = targets.of_wheel_kind(v.kind)[0]
+        raise UsageError(f"--torch {req.torch} is a {label.label} wheel, which does not fit "
+                         f"({why})", f"{alone} for {target}; a {label.label} wheel needs "
+                         f"--target {label.name}")
+    if v.kind == "cuda" and req.cuda is not None:
+        major = req.cuda.split(".")[0]
+        too_new = "." in req.cuda and version_key(v.version) > version_key(req.cuda)
+        if v.version.split(".")[0] != major or too_new:
+            need = (f"a CUDA {major}.x wheel <= {req.cuda}" if "." in req.cuda
+                    else f"a CUDA {major}.x wheel")
+            raise UsageError(f"--torch {req.torch} is a CUDA {v.version} wheel; --cuda "
+                             f"{req.cuda} needs {need}",
+                             f"use --cuda {v.version} (or a newer {v.version.split('.')[0]}.x "
+                             f"image), or {alone}")
+    if v.kind == "rocm" and req.rocm is not None and not (
+            v.version == req.rocm or v.version.startswith(req.rocm + ".")):
+        raise UsageError(f"--torch {req.torch} is a ROCm {v.version} wheel; --rocm {req.rocm} "
+                         "asks for another", f"use --rocm {v.version}, or {alone}")
 
 
 _VENDOR = {"nvidia": "NVIDIA", "amd": "AMD"}
 
 
-def _infer_target(req: Request, gpus: tuple[GpuRef, ...]) -> tuple[str, str]:
+def _infer_target(req: Request, gpus: tuple[GpuRef, ...],
+                  variant: Variant | None = None) -> tuple[str, str]:
     if req.cuda and req.rocm:
         raise UsageError("--cuda and --rocm cannot be combined", "one image has one GPU stack")
     if req.target:
         if req.cuda and req.target != "cuda":
-            raise UsageError(f"--cuda needs --target cuda, not --target {req.target}")
+            raise UsageError(f"--cuda needs --target cuda, not --target {req.target}",
+                             "leave out --target (--cuda implies cuda), or leave out --cuda")
         if req.rocm and req.target != "rocm":
-            raise UsageError(f"--rocm needs --target rocm, not --target {req.target}")
+            raise UsageError(f"--rocm needs --target rocm, not --target {req.target}",
+                             "leave out --target (--rocm implies rocm), or leave out --rocm")
         return req.target, f"target {req.target} as requested"
     if req.cuda:
         return "cuda", f"target cuda because --cuda {req.cuda} was given"
     if req.rocm:
         return "rocm", f"target rocm because --rocm {req.rocm} was given"
+    if variant is not None and not gpus:
+        t = targets.of_wheel_kind(variant.kind)[0].name
+        return t, f"target {t} because --torch {req.torch} names a {variant.tag} wheel"
     if gpus and all(g.vendor == "amd" for g in gpus):
         t = targets.for_vendor("amd").name
         return t, f"target {t} because every --gpu is an AMD GPU"
@@ -298,8 +404,6 @@ def _infer_target(req: Request, gpus: tuple[GpuRef, ...]) -> tuple[str, str]:
 
 
 def _nearest_versions(want: str, known: list[str]) -> list[str]:
-    from envbuild.versions import version_key
-
     wk = version_key(want)
     lower = [k for k in known if version_key(k) < wk]
     higher = [k for k in known if version_key(k) > wk]
@@ -308,8 +412,6 @@ def _nearest_versions(want: str, known: list[str]) -> list[str]:
 
 def known_drivers(matrix: Matrix) -> list[str]:
     """Every Linux driver version the matrix names (GA, latest, compatibility floors)."""
-    from envbuild.versions import version_key
-
     found = {d for r in matrix.cuda for d in (r.ga_driver_linux, r.driver_linux) if d}
     found |= {c.min_driver_linux for c in matrix.cuda_compat if c.min_driver_linux}
     return sorted(found, key=version_key)

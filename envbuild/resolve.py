@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from envbuild import targets
-from envbuild.errors import ConflictError
+from envbuild.errors import ConflictError, UsageError
 from envbuild.gpu_window import FleetWindow, branch_of, fleet, window
 from envbuild.matrix import (
     CompatPackage,
@@ -692,6 +692,8 @@ def resolve_parsed(m: Matrix, p: Parsed, alternatives: bool = True) -> Spec:
         raise _with_alternatives(ConflictError(
             f"no torch release envbuild knows matches {p.torch_text!r}",
             f"known torch releases: {known[0]} … {known[-1]}"), m, p, alternatives)
+    if p.variant is not None:
+        _check_variant(m, p, releases)
     _precheck(m, p, releases, alternatives)
     if p.cuda_major is not None and p.cuda_minor is None:
         return _resolve_major(m, p, alternatives)
@@ -708,6 +710,24 @@ def _fits(m: Matrix, p: Parsed) -> Spec | None:
         return None
 
 
+def _check_variant(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatch]]
+                   ) -> None:
+    """`--torch X.Y.Z+TAG`: the release must publish that variant."""
+    if any(v.tag == p.variant for rel, _ in releases for v in m.variants_of(rel.version)):
+        return
+    rel, patch = releases[0]
+    kind = _KIND[p.target]
+    have = [v.tag for v in _ordered_variants(m, rel, kind)] or \
+        [v.tag for v in m.variants_of(rel.version)]
+    hint = f"pick one it has, e.g. --torch {patch.torch}+{have[0]}"
+    newest = [r for r in sorted(m.torch, key=lambda r: version_key(r.version))
+              if any(v.tag == p.variant for v in m.variants_of(r.version))]
+    if newest:
+        hint += f", or --torch {m.patches_of(newest[-1].version)[-1].torch}+{p.variant}"
+    raise ConflictError(f"torch {patch.torch} has no {p.variant} wheel; it offers "
+                        f"{', '.join(v.tag for v in m.variants_of(rel.version))}", hint)
+
+
 def _search(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatch]]
             ) -> Spec | list[tuple[TorchRelease, Variant, str]]:
     """The newest candidate that fits, or the rejections that explain why none does."""
@@ -717,6 +737,8 @@ def _search(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatch]
     for rel, patch in releases:
         default_first = p.target == "cuda" and p.cuda_minor is None
         for v in _ordered_variants(m, rel, kind, default_first):
+            if p.variant is not None and v.tag != p.variant:
+                continue  # `--torch X.Y.Z+TAG` names the wheel
             t = _Trace()
             t.add(p.target_reason)
             try:
@@ -874,14 +896,13 @@ def _conflict_bare(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, Torc
     if not with_kind:
         label = {"cuda": "CUDA", "rocm": "ROCm", "cpu": "CPU"}[kind]
         return ConflictError(f"torch {p.torch_text} has no {label} wheels",
-                             "see the variants each torch release has: `envbuild matrix show "
-                             "torch`")
+                             "`envbuild matrix show torch` lists each release's variants")
     first = _headline(m, p, releases, rejections)
     if p.rocm is not None and not any(r[1].version.startswith(p.rocm) for r in rejections):
         tags = sorted({v.tag for r, _ in releases for v in _ordered_variants(m, r, "rocm")})
         first = (f"no torch release{(' matching ' + repr(p.torch_text)) if p.torch_text else ''}"
                  f" has a ROCm {p.rocm} wheel (they offer {', '.join(tags)})")
-    return ConflictError(first)
+    return ConflictError(first, _RELAX_HINT)
 
 
 def _headline(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatch]],
@@ -1191,12 +1212,20 @@ def resolve(request: Request, matrix: Matrix) -> Spec:
     return resolve_parsed(matrix, parse(request, matrix))
 
 
-def with_python_source(spec: Spec, source: str | None) -> Spec:
+def with_python_source(spec: Spec, source: str | None, m: Matrix) -> Spec:
     """The spec with `--python-source` applied: the image's Python source is part of what the
-    spec says (its hash, its label, the validator's view), not only of the rendered files. The
-    render step refuses `os` where the OS does not ship the version."""
+    spec says (its hash, its label, the validator's view), not only of the rendered files.
+    `os` where the OS does not ship the version is refused (UsageError)."""
     if source is None or source == spec.python_source or spec.python_source == "native":
         return spec
+    if source == "os":
+        os_info = m.os_info(spec.os)
+        if os_info is None or not os_info.ships_python(spec.python):
+            ships = [o.id for o in m.oses if o.ships_python(spec.python)]
+            raise UsageError(f"--python-source os: {spec.os} does not ship Python {spec.python}",
+                             "leave out --python-source (a standalone CPython build)" +
+                             (f", or use an OS that ships it: --os {' / '.join(ships)}"
+                              if ships else ""))
     where = ("a standalone CPython build (python-build-standalone through uv)"
              if source == "standalone" else f"{spec.os}'s own packages")
     return dataclasses.replace(spec, python_source=source, trace=(

@@ -45,6 +45,8 @@ PEP691 = "application/vnd.pypi.simple.v1+json"
 MAX_BODY = 64 << 20  # no index page, manifest or central directory is near this
 TIMEOUT = 10.0
 PYPI_SIMPLE = "https://pypi.org/simple"
+# A fact the estimate cannot read is reported unknown (the total a lower bound), never an error.
+_SIZE_HINT = "that part of the size estimate stays unknown; the build itself is not affected"
 
 
 Response = Reply  # status, headers, body (, url)
@@ -90,16 +92,16 @@ def _eocd(tail: bytes, tail_start: int) -> tuple[int, int]:
     """(central directory offset, size) from a zip's tail; zip64 when the 32-bit fields are full."""
     at = tail.rfind(b"PK\x05\x06")
     if at < 0 or at + 22 > len(tail):
-        raise Unreachable("no zip end-of-central-directory record in the wheel's tail")
+        raise Unreachable("no zip end-of-central-directory record in the wheel's tail", _SIZE_HINT)
     size, offset = struct.unpack_from("<II", tail, at + 12)
     if offset == 0xFFFFFFFF or size == 0xFFFFFFFF:
         loc = tail.rfind(b"PK\x06\x07", 0, at)
         if loc < 0:
-            raise Unreachable("zip64 wheel without a zip64 locator")
+            raise Unreachable("zip64 wheel without a zip64 locator", _SIZE_HINT)
         rec, = struct.unpack_from("<Q", tail, loc + 8)
         r = rec - tail_start
         if r < 0 or tail[r:r + 4] != b"PK\x06\x06":
-            raise Unreachable("zip64 record outside the wheel's tail")
+            raise Unreachable("zip64 record outside the wheel's tail", _SIZE_HINT)
         size, offset = struct.unpack_from("<QQ", tail, r + 40)
     return offset, size
 
@@ -113,7 +115,7 @@ def wheel_contents_remote(fetch: Fetch, url: str, total: int) -> tuple[int, int]
         cd = tail[offset - start:offset - start + size]
     else:
         if size > MAX_BODY:
-            raise Unreachable("central directory larger than the size cap")
+            raise Unreachable("central directory larger than the size cap", _SIZE_HINT)
         cd = _range(fetch, url, offset, offset + size - 1)
     return central_directory_sizes(cd)
 
@@ -122,7 +124,7 @@ def _range(fetch: Fetch, url: str, first: int, last: int) -> bytes:
     r = fetch(url, {"Range": f"bytes={first}-{last}"})
     if r.status != 206:
         raise Unreachable(f"{urlsplit(url).netloc} does not answer range requests "
-                          f"(HTTP {r.status})")
+                          f"(HTTP {r.status})", _SIZE_HINT)
     return r.body
 
 
@@ -130,7 +132,8 @@ def _remote_size(fetch: Fetch, url: str) -> int:
     r = fetch(url, {"Range": "bytes=0-0"})
     m = re.search(r"/(\d+)$", r.headers.get("content-range", ""))
     if r.status != 206 or m is None:
-        raise Unreachable(f"{urlsplit(url).netloc} gives no file size (HTTP {r.status})")
+        raise Unreachable(f"{urlsplit(url).netloc} gives no file size (HTTP {r.status})",
+                          _SIZE_HINT)
     return int(m.group(1))
 
 
@@ -287,10 +290,11 @@ class Lookup:
                         found = parse_index(name, page, r)
                     except (ValueError, KeyError, TypeError, AttributeError):
                         raise Unreachable(f"{urlsplit(page).netloc}: unreadable index page "
-                                          f"for {name}") from None
+                                          f"for {name}", _SIZE_HINT) from None
                     break
                 if r.status != 404:
-                    raise Unreachable(f"{urlsplit(page).netloc}: HTTP {r.status} for {name}")
+                    raise Unreachable(f"{urlsplit(page).netloc}: HTTP {r.status} for {name}",
+                                      _SIZE_HINT)
         self._files[name] = found
         return found
 
@@ -378,7 +382,7 @@ def split_reference(ref: str) -> tuple[str, str, str]:
     """(registry API base URL, repository, tag or digest) of an image reference."""
     m = _REF.match(ref)
     if m is None:
-        raise Unreachable(f"cannot read the image reference {ref[:80]!r}")
+        raise Unreachable(f"cannot read the image reference {ref[:80]!r}", _SIZE_HINT)
     host = m.group("host")
     repo = m.group("repo")
     if host is None or ("." not in host and ":" not in host and host != "localhost"):

@@ -229,7 +229,8 @@ def read_lock(path: Path) -> dict[str, Any] | None:
         raise UsageError(f"{path}: not a readable lock file ({exc})",
                          "remove it and run `envbuild team build` to write a new one") from None
     if not isinstance(data.get("image", {}), dict):
-        raise UsageError(f"{path}: [image] is not a table")
+        raise UsageError(f"{path}: [image] is not a table",
+                         "remove it and run `envbuild team build` to write a new one")
     return data
 
 

@@ -33,6 +33,7 @@ MAX_LIST = 200
 MAX_IMAGES = 64
 _NAME = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$", re.ASCII)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_VERSION_EXAMPLE = {"cuda": "12.8", "rocm": "6.2", "python": "3.12", "driver": "535.104.05"}
 
 SCALARS = ("target", "cuda", "rocm", "torch", "python", "driver", "os", "flavor", "base_image",
            "wheelhouse", "ca_cert", "pip_index_url", "torch_index_url", "python_source", "user",
@@ -79,12 +80,14 @@ def _string(value: object, path: Path, table: str, key: str) -> str:
                          f"{type(value).__name__}", f"e.g. {key} = \"...\"")
     if _CONTROL.search(value):
         raise UsageError(f"{_where(path, table, key)}: control characters (newline, NUL, ...) "
-                         "are not allowed")
+                         "are not allowed", "one value per string, on one line; a list holds "
+                         f"several: {key} = [\"a\", \"b\"]")
     if len(value) > MAX_VALUE:
         raise UsageError(f"{_where(path, table, key)}: {len(value)} characters (limit "
-                         f"{MAX_VALUE})")
+                         f"{MAX_VALUE})", "check what was pasted there")
     if not value.strip():
-        raise UsageError(f"{_where(path, table, key)}: empty")
+        raise UsageError(f"{_where(path, table, key)}: empty",
+                         f"give a value, or remove the {key} key")
     return value.strip()
 
 
@@ -97,6 +100,7 @@ def _check_value(key: str, value: str) -> None:
         _PYTHON,
         _ROCM,
         FLAVORS,
+        PYTHON_SOURCES,
         TARGETS,
         torch_specifier,
     )
@@ -112,20 +116,24 @@ def _check_value(key: str, value: str) -> None:
     }
     patterns = {"cuda": _CUDA, "rocm": _ROCM, "python": _PYTHON, "driver": _DRIVER}
     choices: dict[str, tuple[str, ...]] = {
-        "target": TARGETS, "flavor": FLAVORS, "python_source": ("os", "standalone"),
+        "target": TARGETS, "flavor": FLAVORS, "python_source": PYTHON_SOURCES,
         "push_requires": PUSH_REQUIRES,
         "without": tuple(c for c in COMPONENTS if c != "torch")}
     if key in simple:
         simple[key](value)
     elif key in patterns:
         if not patterns[key].match(value):
-            raise UsageError(f"{value[:40]!r} is not a valid {key} version")
+            raise UsageError(f"{value[:40]!r} is not a valid {key} version",
+                             f"e.g. {key} = \"{_VERSION_EXAMPLE[key]}\"")
     elif key in choices:
         if value not in choices[key]:
-            raise UsageError(f"{value[:40]!r} is not one of {', '.join(choices[key])}")
+            raise UsageError(f"{value[:40]!r} is not one of {', '.join(choices[key])}",
+                             f"{key} = \"{choices[key][0]}\", for example")
     elif key in ("os", "gpu"):
         if not re.fullmatch(r"[\w .+()/-]{1,80}", value):
-            raise UsageError(f"{value[:40]!r} is not a {'GPU' if key == 'gpu' else 'OS'} name")
+            raise UsageError(f"{value[:40]!r} is not a {'GPU' if key == 'gpu' else 'OS'} name",
+                             "`envbuild matrix show gpus` / `envbuild matrix show os` list "
+                             "the known names")
     elif key in ("wheelhouse", "ca_cert"):
         pass  # paths: checked against the file system when an image is prepared
 
@@ -146,9 +154,11 @@ def _table(data: object, path: Path, table: str) -> dict[str, Any]:
         try:
             if key in LISTS:
                 if not isinstance(value, list):
-                    raise UsageError(f"expected a list of strings, got {type(value).__name__}")
+                    raise UsageError(f"expected a list of strings, got {type(value).__name__}",
+                                     f"e.g. {key} = [\"...\"]")
                 if len(value) > MAX_LIST:
-                    raise UsageError(f"{len(value)} entries (limit {MAX_LIST})")
+                    raise UsageError(f"{len(value)} entries (limit {MAX_LIST})",
+                                     "split the image, or check what was pasted")
                 items = [_string(v, path, table, key) for v in value]
                 for v in items:
                     _check_value(key, v)
@@ -221,7 +231,8 @@ def parse(text: str, path: Path) -> TeamFile:
     if not isinstance(images, dict) or not images:
         raise UsageError(f"{path}: no [image.NAME] tables", "add one, e.g. [image.cpu]")
     if len(images) > MAX_IMAGES:
-        raise UsageError(f"{path}: {len(images)} images (limit {MAX_IMAGES})")
+        raise UsageError(f"{path}: {len(images)} images (limit {MAX_IMAGES})",
+                         "split the family into several team files (--file)")
     out = []
     for name, table in images.items():
         if len(name) > 64 or not _NAME.fullmatch(name):
@@ -241,5 +252,6 @@ def load(path: Path | None = None) -> TeamFile:
         raise UsageError(f"{p}: no such team file",
                          "write an envbuild.toml (README: Team images) or pass --file") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{p}: cannot be read ({exc})") from None
+        raise UsageError(f"{p}: cannot be read ({exc})",
+                         "give a readable UTF-8 file with --file") from None
     return parse(text, p)

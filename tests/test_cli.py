@@ -67,6 +67,31 @@ def test_shell_completion_script_and_completions(shell: str) -> None:
     assert "--target" in opts.stdout.split()
 
 
+# What each shell's script of typer's completion starts its definition with.
+SCRIPT_MARK = {"bash": "complete -o default -F _envbuild_completion envbuild",
+               "zsh": "#compdef envbuild", "fish": "complete --command envbuild",
+               "powershell": "Register-ArgumentCompleter", "pwsh": "Register-ArgumentCompleter"}
+
+
+@pytest.mark.parametrize("shell", sorted(SCRIPT_MARK))
+@pytest.mark.parametrize("form", ["separate", "equals"])
+def test_show_completion_prints_the_named_shells_script(shell: str, form: str) -> None:
+    """The shell named wins over the detected one (this test runs under a bash or sh parent,
+    which typer's flag-only option printed whatever was asked)."""
+    args = ["--show-completion", shell] if form == "separate" else [f"--show-completion={shell}"]
+    r = run_cli(*args)
+    assert r.returncode == 0, r.stderr
+    assert SCRIPT_MARK[shell] in r.stdout
+    assert all(m not in r.stdout for s, m in SCRIPT_MARK.items()
+               if m != SCRIPT_MARK[shell]), r.stdout[:200]
+
+
+def test_zsh_completion_answers_with_zsh_items() -> None:
+    env = {"_ENVBUILD_COMPLETE": "complete_zsh", "_TYPER_COMPLETE_ARGS": "envbuild ma"}
+    r = run_cli(env=env)
+    assert r.returncode == 0 and '"make":' in r.stdout and '"matrix":' in r.stdout
+
+
 @pytest.mark.parametrize("spelling", ["CPU", "Cpu", " cpu", "cPu "])
 def test_target_names_are_case_insensitive(spelling: str) -> None:
     import json

@@ -46,7 +46,10 @@ REQUIRED = {
     "mps_unavailable_old_macos", "nccl_ib_no_device", "rendezvous_address_in_use",
     "cuda_device_side_assert", "tensors_on_different_devices", "nvcc_unsupported_arch",
     "nccl_duplicate_gpu", "cuda_illegal_memory_access", "extension_no_kernel_image",
-    "inductor_no_cxx_compiler", "python_headers_missing",
+    "inductor_no_cxx_compiler", "python_headers_missing", *(
+        # issue 20: the real messages explain did not know
+        ISSUE20 := ("cuda_error_out_of_memory", "nccl_unhandled_cuda_error",
+                    "extension_torch_abi_mismatch", "xformers_torch_mismatch")),
 }
 # the GPU errors of issue 8: at least three real wordings each
 GPU_ERRORS = ("cuda_device_side_assert", "tensors_on_different_devices", "nvcc_unsupported_arch",
@@ -83,6 +86,7 @@ def test_every_signature_has_two_real_world_variants() -> None:
     thin = {i: counts[i] for i in ids if counts[i] < 2}
     assert thin == {}
     assert {i: counts[i] for i in GPU_ERRORS if counts[i] < 3} == {}
+    assert {i: counts[i] for i in ISSUE20 if counts[i] < 3} == {}
 
 
 def test_catalogue_integrity(matrix: Matrix) -> None:
@@ -551,3 +555,114 @@ def test_cudnn_version_codes_decode(compiled: str, runtime: str, want: str,
     text = (f"RuntimeError: cuDNN version incompatibility: PyTorch was compiled against "
             f"{compiled} but linked against {runtime}")
     assert want in _fix(text, small, "cudnn_version_mismatch")
+
+
+# ---------------------------------------------------------------- issue 20: four real messages
+
+
+def test_issue20_fixtures_cite_where_they_were_copied_from(matrix: Matrix) -> None:
+    """Every log of the issue-20 signatures names its thread (provenance.toml): a source id with
+    a URL in matrix/sources.toml that its signature cites too."""
+    provenance = tomllib.loads((FIXTURES / "provenance.toml").read_text())
+    sigs = {s.id: s for s in load_catalogue().signatures}
+    logs = [p.name for p in LOGS if _sid(p) in ISSUE20]
+    assert len(logs) >= 3 * len(ISSUE20)
+    assert sorted(provenance) == sorted(logs)
+    for name, source in provenance.items():
+        assert (FIXTURES / name).is_file(), name
+        assert matrix.sources[source]["url"].startswith("https://"), source
+        assert source in sigs[name.split("__")[0]].source, (name, source)
+
+
+@pytest.mark.parametrize(("log", "needles", "absent"), [
+    ("cuda_error_out_of_memory__1", ["nvidia-smi", "set_device", "CUDA_LAUNCH_BLOCKING=1"],
+     ["Tried to allocate 2"]),
+    ("nccl_unhandled_cuda_error__1", ["failed with 'invalid argument'", "NCCL_P2P_DISABLE=1",
+                                      "set_device"], []),
+    ("nccl_unhandled_cuda_error__2", ["NCCL_DEBUG=WARN", "NCCL_P2P_DISABLE=1"], []),
+    ("nccl_unhandled_cuda_error__3", ["failed with 'unknown error'", "nvidia_uvm"], []),
+    ("extension_torch_abi_mismatch__1", ["flash_attn_2_cuda was built", "cxx11abi",
+                                         "--no-build-isolation"], []),
+    ("extension_torch_abi_mismatch__3", ["transformer_engine_extensions was built"], []),
+    ("xformers_torch_mismatch__1", ["built for torch 2.1.0+cu121, this is torch 2.1.0+cu118",
+                                    "`envbuild make --torch 2.1.0+cu121`"], []),
+    ("xformers_torch_mismatch__2", ["torch 2.2.0+cpu is a CPU-only build",
+                                    "`envbuild make --torch 2.2.0+cu121`"], []),
+    ("xformers_torch_mismatch__3", ["built for this torch (2.6.0+cu118)",
+                                    "XFORMERS_MORE_DETAILS=1"], ["envbuild make"]),
+])
+def test_issue20_messages_get_their_concrete_fix(log: str, needles: list[str],
+                                                 absent: list[str], matrix: Matrix) -> None:
+    first = explain((FIXTURES / f"{log}.txt").read_text(), matrix)[0]
+    assert first.id == log.split("__")[0]
+    for needle in needles:
+        assert needle in first.fix, (needle, first.fix)
+    for needle in absent:
+        assert needle not in first.fix, (needle, first.fix)
+
+
+def test_the_two_cuda_oom_messages_stay_apart(matrix: Matrix) -> None:
+    """PyTorch's caching allocator says 'CUDA out of memory. Tried to allocate'; the CUDA
+    runtime's own cudaErrorMemoryAllocation comes as 'CUDA error: out of memory'."""
+    for path in LOGS:
+        if _sid(path) in ("cuda_out_of_memory", "cuda_error_out_of_memory"):
+            ids = [m.id for m in explain(path.read_text(), matrix)]
+            assert ids[0] == _sid(path)
+            other = ({"cuda_out_of_memory", "cuda_error_out_of_memory"} - {_sid(path)}).pop()
+            assert other not in ids, (path.name, ids)
+
+
+_SUGGESTED = re.compile(r"`envbuild ([^`]+)`")
+
+
+def _resolves(command: str) -> tuple[int, str]:
+    """Run a suggested `envbuild make|render|resolve ...` through the resolver (as resolve, in
+    this process), returning its exit code and stderr."""
+    import contextlib
+    import shlex
+
+    from envbuild.cli import run
+
+    words = shlex.split(command)
+    assert words[0] in ("make", "render", "resolve"), command
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        rc = run(["resolve", *[w for w in words[1:] if w not in ("--json", "-q")]])
+    return rc, err.getvalue()
+
+
+@pytest.mark.parametrize("log", [p for p in LOGS if _sid(p) in ISSUE20], ids=lambda p: p.stem)
+def test_issue20_suggested_commands_are_accepted(log: Path, matrix: Matrix) -> None:
+    for match in explain(log.read_text(), matrix):
+        for command in _SUGGESTED.findall(match.fix):
+            if command.split()[0] in ("make", "render", "resolve"):
+                assert _resolves(command) == (0, ""), (log.name, command)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_xformers_suggests_only_torch_builds_envbuild_resolves(data: st.DataObject,
+                                                               matrix: Matrix) -> None:
+    """xFormers' message over generated torch builds: every real patch x variant of the matrix,
+    and builds it does not have (another patch, a variant of another release, unknown ones).
+    A suggested `envbuild make --torch X+TAG` must resolve; none is suggested otherwise."""
+    rel = data.draw(st.sampled_from(matrix.torch))
+    patch = data.draw(st.sampled_from([p.torch for p in matrix.patches_of(rel.version)]
+                                      + ["1.13.1", "9.9.9", f"{rel.version}.99"]))
+    tags = sorted({v.tag for v in matrix.variants})
+    tag = data.draw(st.sampled_from([*tags, "cu999", "rocm0.1"]))
+    have = data.draw(st.sampled_from(["cpu", "cu118", "cu121", "cu130"]))
+    text = ("WARNING[XFORMERS]: xFormers can't load C++/CUDA extensions. xFormers was built for:\n"
+            f"    PyTorch {patch}+{tag} with CUDA 1201 (you have {patch}+{have})\n")
+    match = explain(text, matrix)[0]
+    assert match.id == "xformers_torch_mismatch"
+    suggested = _SUGGESTED.findall(match.fix)
+    known = any(p.torch == patch for p in matrix.patches_of(rel.version)) and \
+        tag in {v.tag for v in matrix.variants_of(rel.version)}
+    if tag == have:
+        assert "built for this torch" in match.fix and not suggested
+    for command in suggested:
+        assert _resolves(command) == (0, ""), command
+    if known and tag != have:
+        assert suggested == [f"make --torch {patch}+{tag}"], match.fix

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from envbuild.errors import MatrixError
-from envbuild.matrix import check, load
+from envbuild.matrix import Matrix, check, load
 from tests.conftest import ROOT, run_cli
 
 
@@ -81,6 +81,42 @@ def test_show_tables(table: str) -> None:
     j = run_cli("matrix", "show", table, "--json")
     rows = json.loads(j.stdout)
     assert rows and isinstance(rows[0], dict)
+
+
+@pytest.mark.parametrize("table", ["cuda", "torch", "gpus", "rocm", "os"])
+def test_show_json_is_data_without_display_marks(table: str, matrix: Matrix) -> None:
+    """--json carries data only: `verified` a boolean, variant tags as the matrix has them (the
+    unverified ones listed apart); the `*` of the text view marks exactly those facts."""
+    from envbuild.matrix_views import MARK
+
+    rows = json.loads(run_cli("matrix", "show", table, "--json").stdout)
+    text = run_cli("matrix", "show", table).stdout.splitlines()
+
+    def strings(value: object) -> list[str]:
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, list):
+            return [s for v in value for s in strings(v)]
+        if isinstance(value, dict):
+            return [s for v in value.values() for s in strings(v)]
+        return []
+
+    assert [s for s in strings(rows) if MARK in s] == []
+    assert all(isinstance(r["verified"], bool) for r in rows)
+    assert sum(not r["verified"] for r in rows) == sum(
+        ln.rstrip().endswith(MARK) for ln in text[2:-1])
+    if table == "torch":
+        tags = {v.tag for v in matrix.variants}
+        unverified = {(v.release, v.tag) for v in matrix.variants if not v.verified}
+        assert unverified  # the matrix has some: the check below is not vacuous
+        for r in rows:
+            assert set(r["variants"]) <= tags
+            assert {(r["torch"], t) for t in r["unverified_variants"]} == \
+                {u for u in unverified if u[0] == r["torch"]}
+            line = next(ln for ln in text if ln.startswith(r["torch"] + " "))
+            for t in r["variants"]:
+                marked = f"{t}{MARK}" in line.split()[5].split(",")
+                assert marked == (t in r["unverified_variants"]), (t, line)
 
 
 def test_unverified_facts_stay_visible() -> None:

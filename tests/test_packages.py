@@ -67,8 +67,8 @@ def test_invalid_apt(value: str) -> None:
         apt_package(value)
 
 
-@pytest.mark.parametrize("value", ["numpy>=1.26", "conda-forge::ffmpeg", "python=3.11",
-                                   "blas * mkl", "numpy 1.26.*", "pytorch-cuda=12.1"])
+@pytest.mark.parametrize("value", ["numpy>=1.26", "conda-forge::ffmpeg", "ffmpeg=6.1",
+                                   "blas * mkl", "numpy 1.26.*", "cuda-nvcc=12.1"])
 def test_valid_conda(value: str) -> None:
     assert conda_spec(value) == value
 

@@ -222,6 +222,33 @@ def test_macos_setup_refuses(rendered: dict[str, Path], tmp_path: Path, machine:
     assert not (tmp_path / "venv").exists()
 
 
+@pytest.mark.parametrize("validator_rc", [0, 1, 3, 2, 127])
+def test_macos_setup_is_ready_only_after_a_passing_validation(
+        rendered: dict[str, Path], tmp_path: Path, validator_rc: int) -> None:
+    """setup-macos.sh on a stand-in Mac (uname, sysctl, sw_vers, and a python that makes a venv
+    whose python is a stand-in validator exiting validator_rc): "ready" and exit 0 only when
+    the validation passed; otherwise the validator's exit code and no "ready"."""
+    script = rendered["mps"] / "setup-macos.sh"
+    spec = json.loads((rendered["mps"] / "spec.json").read_text())
+    env = _fake_mac(tmp_path, machine="arm64", translated="0", version="26.1")
+    ran = tmp_path / "validator-ran"
+    stub = {"pip": "exit 0",
+            "python": f'echo "validator $*"; touch {ran}; exit {validator_rc}'}
+    make_venv = " ; ".join(f"printf '#!/bin/sh\\n%s\\n' '{body}' > \"$3/bin/{name}\"; "
+                           f"chmod +x \"$3/bin/{name}\"" for name, body in stub.items())
+    fake_python = tmp_path / "bin" / f"python{spec['python']}"
+    fake_python.write_text(f'#!/bin/sh\ncase "$1" in\n  -c) echo arm64 ;;\n'
+                           f'  -m) mkdir -p "$3/bin"; {make_venv} ;;\nesac\n')
+    fake_python.chmod(0o755)
+    p = subprocess.run(["/bin/bash", str(script), str(tmp_path / "venv")], capture_output=True,
+                       text=True, env=env, timeout=30)
+    assert ran.exists(), p.stderr  # the stand-ins reached the validation step
+    assert ("ready:" in p.stdout) == (validator_rc == 0), p.stdout
+    assert p.returncode == validator_rc, p.stderr
+    if validator_rc:
+        assert "did not pass validation" in p.stderr and "hint: " in p.stderr
+
+
 def test_build_refuses_a_context_whose_secrets_are_missing(tmp_path: Path) -> None:
     ctx = tmp_path / "ctx"
     r = run_cli("render", "--target", "cpu", "--ca-cert", "/etc/ssl/certs/ca-certificates.crt",

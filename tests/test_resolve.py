@@ -416,9 +416,10 @@ def test_python_source_override_is_part_of_the_spec(matrix: Matrix) -> None:
     from envbuild.resolve import with_python_source
     spec = resolve(Request(target="cpu", torch="2.13.0", python="3.11", os="debian12"), matrix)
     assert spec.python_source == "os"
-    forced = with_python_source(spec, "standalone")
+    forced = with_python_source(spec, "standalone", matrix)
     assert forced.python_source == "standalone" and forced.hash != spec.hash
     assert "--python-source standalone" in forced.trace[-1]
-    assert with_python_source(spec, None) is spec and with_python_source(spec, "os") is spec
+    assert with_python_source(spec, None, matrix) is spec
+    assert with_python_source(spec, "os", matrix) is spec
     mps = resolve(Request(target="mps", torch="2.13.0"), matrix)
-    assert with_python_source(mps, "standalone") is mps
+    assert with_python_source(mps, "standalone", matrix) is mps

@@ -258,7 +258,7 @@ def test_split_reference(ref: str, expected: tuple[str, str, str]) -> None:
 @settings(max_examples=200, deadline=None)
 def test_any_reference_is_a_fact_or_unknown(ref: str) -> None:
     def no_network(url: str, headers: Any) -> Response:
-        raise Unreachable("no network in this test")
+        raise Unreachable("no network in this test", "offline")
     fact = base_fact(ref, no_network)
     assert fact.compressed is None and fact.how
 

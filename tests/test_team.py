@@ -355,7 +355,7 @@ def test_build_runs_each_shared_torch_layer_first_then_the_rest_in_parallel(
             calls.append(name)
         assert mr.attach_report is True and mr.recommend is False
         if name == "e":
-            raise EnvbuildError("boom")
+            raise EnvbuildError("boom", "a test failure")
         return make_mod.MakeResult(planned[0].prepared.spec)
 
     monkeypatch.setattr(make_mod, "make", fake_make)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import sys
 
+import click
 from click import exceptions as click_exc
 
-from envbuild.cli._app import app, emit_json
+from envbuild.cli._app import command, emit_json
 from envbuild.errors import EXIT_INTERRUPTED, EXIT_USAGE, EnvbuildError
 
 # Each module adds its commands to `app` on import. Only the module of the command being run is
@@ -67,7 +68,7 @@ def run(argv: list[str]) -> int:
     as_json = _wants_json(argv)
     try:
         load_commands(argv)
-        rc = app(args=argv, prog_name="envbuild", standalone_mode=False)
+        rc = command().main(args=argv, prog_name="envbuild", standalone_mode=False)
         if isinstance(rc, int):  # click returns Exit codes instead of raising without standalone
             return rc
     except EnvbuildError as err:
@@ -75,17 +76,16 @@ def run(argv: list[str]) -> int:
     except click_exc.NoArgsIsHelpError:
         return 0
     except click_exc.UsageError as err:
-        hint = "see `envbuild --help`"
-        if err.ctx is not None:
-            hint = f"see `{err.ctx.command_path} --help`"
-        return _fail(EnvbuildError(err.format_message(), hint, [], EXIT_USAGE), as_json)
+        return _fail(EnvbuildError(err.format_message(), _help_hint(err.ctx, argv), [],
+                                   EXIT_USAGE), as_json)
     except click_exc.Exit as err:
         return int(getattr(err, "exit_code", 0))
     except (KeyboardInterrupt, click_exc.Abort):
         sys.stderr.write("interrupted\n")
         return EXIT_INTERRUPTED
     except click_exc.ClickException as err:
-        return _fail(EnvbuildError(err.format_message(), "", [], err.exit_code), as_json)
+        return _fail(EnvbuildError(err.format_message(), _help_hint(None, argv), [],
+                                   err.exit_code), as_json)
     except BrokenPipeError:
         _stdout_gone()
         return 0
@@ -95,6 +95,14 @@ def run(argv: list[str]) -> int:
             return 0
         raise
     return 0
+
+
+def _help_hint(ctx: click.Context | None, argv: list[str]) -> str:
+    """Where the options of the command that failed to parse are listed."""
+    if ctx is not None and ctx.command_path != "envbuild":
+        return f"see `{ctx.command_path} --help`"
+    name = _command_name(argv)
+    return f"see `envbuild {name} --help`" if name in COMMANDS else "see `envbuild --help`"
 
 
 def _stdout_gone() -> None:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from envbuild.pipeline import ContextInputs
-from envbuild.request import COMPONENTS, Request
+from envbuild.request import COMPONENTS, Request, check_given
 
 Target = Annotated[str | None, typer.Option(
     "--target", help="cuda | rocm | cpu | mps (inferred: --cuda implies cuda, --rocm rocm).")]
@@ -44,6 +44,8 @@ def make_request(target: str | None, cuda: str | None, rocm: str | None, torch: 
                  python: str | None, driver: str | None, gpu: list[str] | None,
                  os: str | None, flavor: str | None, without: list[str] | None,
                  forward_compat: bool = False) -> Request:
+    check_given(target=target, cuda=cuda, rocm=rocm, torch=torch, python=python, driver=driver,
+                os=os, flavor=flavor)
     left_out = set(without or ())
     # Target names are case-insensitive (--target CPU); the resolver checks the value.
     return Request(target=target.strip().lower() if target else target, cuda=cuda, rocm=rocm,
@@ -100,6 +102,11 @@ def context_inputs(pip: list[str] | None, apt: list[str] | None, conda: list[str
                    python_source: str | None, apptainer: bool = False,
                    torch_index_kind: str | None = None,
                    cuda_redist_url: str | None = None) -> ContextInputs:
+    check_given(pip_index_url=pip_index_url, torch_index_url=torch_index_url, user=user,
+                base_image=base_image, python_source=python_source,
+                torch_index_kind=torch_index_kind, cuda_redist_url=cuda_redist_url)
+    for url in pip_extra_index_url or ():
+        check_given(pip_extra_index_url=url)
     return ContextInputs(pip=tuple(pip or ()), apt=tuple(apt or ()), conda=tuple(conda or ()),
                          allow_url=allow_url, user=user, pip_index_url=pip_index_url,
                          pip_extra_index_urls=tuple(pip_extra_index_url or ()),

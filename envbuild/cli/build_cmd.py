@@ -49,7 +49,8 @@ Netrc = Annotated[Path | None, typer.Option(
 def _progress(mode: str, as_json: bool) -> Iterator[Callable[[str], None]]:
     """A line sink: a live rich status on a terminal, plain stderr lines otherwise."""
     if mode not in ("auto", "plain"):
-        raise UsageError(f"--progress {mode!r} is not auto or plain")
+        raise UsageError(f"--progress {mode[:40]!r} is not auto or plain",
+                         "use --progress auto (live on a terminal) or --progress plain")
     if mode == "plain" or not sys.stderr.isatty():
         def plain(line: str) -> None:
             if not as_json:
@@ -210,7 +211,8 @@ def validate(
 
     if from_registry is not None:
         if host or image is not None:
-            raise UsageError("--from-registry takes the image itself: give no IMAGE or --host")
+            raise UsageError("--from-registry takes the image itself: give no IMAGE or --host",
+                             "e.g. envbuild validate --from-registry REGISTRY/REPO:TAG")
         from envbuild import registry
 
         att = registry.fetch_report(from_registry)
@@ -231,7 +233,8 @@ def validate(
             raise typer.Exit(EXIT_FAILED)
         return
     if host == (image is not None):
-        raise UsageError("give an IMAGE or --host (one of them)")
+        raise UsageError("give an IMAGE or --host (one of them)",
+                         "e.g. envbuild validate envbuild/cpu:TAG, or envbuild validate --host")
     with _status(f"validating {image or 'this host'} (up to {timeout:.0f} s)", json or quiet):
         if image is not None:
             v = validate_image(image, require_gpu=require_gpu, timeout=timeout)

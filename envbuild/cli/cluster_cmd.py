@@ -124,7 +124,8 @@ def render(
     from envbuild.cluster import render as r
 
     if k8s == slurm:
-        raise UsageError("choose one of --k8s and --slurm")
+        raise UsageError("choose one of --k8s and --slurm",
+                         "--k8s renders Kubernetes manifests, --slurm a Slurm batch script")
     o = _options(image, out, nodes=nodes, ntasks_per_node=ntasks_per_node,
                  gpus_per_node=gpus_per_node, runtime=runtime, timeout=timeout, only=only,
                  min_bytes=min_bytes, max_bytes=max_bytes)
@@ -182,7 +183,8 @@ def collect(
                          'each task prints one line starting with {"envbuild_cluster": 1')
     expected = expand(nodes) if nodes else expected_nodes(lines)
     if world_size is not None and not 1 <= world_size <= 1 << 20:
-        raise UsageError(f"--world-size {world_size} is out of range")
+        raise UsageError(f"--world-size {world_size} is out of range",
+                         "give the number of processes of the job, 1 or more")
     report = rep.build(expected, lines, rules=rules, world_size=world_size,
                        fabric=fabric, gpus_per_node=gpus_per_node)
     _emit(report, json_out)

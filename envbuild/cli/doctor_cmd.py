@@ -53,7 +53,8 @@ def _read_input(text: str | None, file: Path | None) -> LogText:
     from envbuild.explain import LogText, read_log
 
     if text is not None and file is not None:
-        raise UsageError("give the error text or --file, not both")
+        raise UsageError("give the error text or --file, not both",
+                         "e.g. envbuild explain --file train.log, or envbuild explain 'TEXT'")
     if file is not None:
         try:
             with file.open("rb") as fh:

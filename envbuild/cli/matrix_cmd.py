@@ -65,29 +65,22 @@ def show_cmd(
 ) -> None:
     """Print one table of the matrix (unverified facts are marked with *)."""
     from envbuild.matrix import load
-    from envbuild.matrix_views import table_rows
+    from envbuild.matrix_views import MARK, table_rows, text_rows
 
     if table not in TABLES:
         raise UsageError(f"unknown table {table!r}", f"choose one of: {', '.join(TABLES)}")
     header, rows = table_rows(load(directory), table)
-    if json:
+    if json:  # data only: `verified` is a boolean, the text view's marks stay out
         emit_json([dict(zip(header, r, strict=True)) for r in rows])
         return
-    cells = [header, *[[_cell(c) for c in r] for r in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    for i, row in enumerate(cells):
+    shown, cells = text_rows(header, rows)
+    table_cells = [shown, *cells]
+    widths = [max(len(row[i]) for row in table_cells) for i in range(len(shown))]
+    for i, row in enumerate(table_cells):
         say("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
         if i == 0:
             say("  ".join("-" * w for w in widths))
-    say("* = not verified against a primary source")
-
-
-def _cell(value: object) -> str:
-    if isinstance(value, list):
-        return ",".join(str(v) for v in value)
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    return "" if value is None else str(value)
+    say(f"{MARK} = not verified against a primary source")
 
 
 Source = Annotated[str, typer.Option(

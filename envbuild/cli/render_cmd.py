@@ -56,7 +56,9 @@ def render(
     if all_:
         rendered = prepare_all(req, ci, m)
         if not rendered:
-            raise UsageError("no valid combination matches these filters")
+            raise UsageError("no valid combination matches these filters",
+                             "loosen a filter (--torch, --python, --os, --target); "
+                             "`envbuild matrix show torch` lists what exists")
         tree = {f"{name}/{rel}": f for name, p in rendered for rel, f in p.files.items()}
         write_tree(tree, out, force)
         if json:

@@ -11,17 +11,20 @@ def resolve(
     target: o.Target = None, cuda: o.Cuda = None, rocm: o.Rocm = None, torch: o.Torch = None,
     python: o.Python = None, driver: o.Driver = None, gpu: o.Gpu = None, os: o.Os = None,
     flavor: o.Flavor = None, without: o.Without = None,
-    forward_compat: o.ForwardCompat = False, json: o.Json = False,
-    size: o.Size = False,
+    forward_compat: o.ForwardCompat = False, python_source: o.PythonSource = None,
+    json: o.Json = False, size: o.Size = False,
 ) -> None:
     """Resolve driver / CUDA / cuDNN / torch / Python / OS into one explained spec."""
     from envbuild.matrix import load
+    from envbuild.request import check_python_source
     from envbuild.resolve import resolve as do_resolve
+    from envbuild.resolve import with_python_source
 
     req = o.make_request(target, cuda, rocm, torch, python, driver, gpu, os, flavor, without,
                          forward_compat)
+    check_python_source(python_source)
     m = load()
-    spec = do_resolve(req, m)
+    spec = with_python_source(do_resolve(req, m), python_source, m)
     est = None
     if size and spec.target != "mps":
         from envbuild.sizefetch import gather

@@ -106,6 +106,7 @@ def _wait(job_id: str, deadline: float, never: tuple[str, ...]) -> None:
                 "--exclude, --partition, --constraint, --time (sinfo shows what exists)")
         if time.monotonic() > deadline:
             raise proc.ProcessError(f"job {job_id} did not finish within the time limit",
+                                    "raise --timeout, or check the job with squeue/sacct",
                                     exit_code=EXIT_CANNOT_RUN)
         time.sleep(0.5)
 
@@ -162,6 +163,7 @@ def validate(o: ClusterOptions, *, on_event: Callable[[str], None] = lambda s: N
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise proc.ProcessError("step did not finish in time",
+                                            "raise --timeout, or check the job with sacct",
                                             exit_code=EXIT_CANNOT_RUN)
                 on_event(f"srun step {step}")
                 step_env = dict(env)

@@ -34,5 +34,13 @@ arch="$("$python" -c 'import platform; print(platform.machine())')"
 if grep -qv '^#' "$here/user-requirements.txt"; then
   "$venv/bin/pip" install -r "$here/user-requirements.txt" -c "$here/constraints.txt"
 fi
-"$venv/bin/python" "$here/validator.pyz" --spec "$here/spec.json" --peaks "$here/peaks.json" || true
+# Ready only after the validation passed: its exit code is the script's (1 a check failed,
+# 3 it could not run), and the venv stays for a look at what failed.
+rc=0
+"$venv/bin/python" "$here/validator.pyz" --spec "$here/spec.json" --peaks "$here/peaks.json" || rc=$?
+if [ "$rc" -ne 0 ]; then
+  echo "envbuild: the environment in $venv did not pass validation (exit $rc): not ready" >&2
+  echo "hint: the report above names the failed checks; fix them and run this script again" >&2
+  exit "$rc"
+fi
 echo "ready: source $venv/bin/activate"

@@ -1,0 +1,259 @@
+"""Every error is one `error:` line plus a `hint:` and a documented exit code (README, Exit
+codes): proved twice. Statically, every construction of an envbuild error in envbuild/ passes a
+non-empty hint (the hint is also a required argument, so mypy refuses a call without one). At the
+CLI, a generated table of malformed values for every validated option of every command, and
+click's own usage errors, each come out as one `error:` line, a `hint:` line and exit 2."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+import json
+import string
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import ROOT
+
+PACKAGE = ROOT / "envbuild"
+BASE = "EnvbuildError"
+DEFAULT_HINT = {"MatrixError"}  # its default hint: run `envbuild matrix check`
+
+
+# ---------------------------------------------------------------- static: every construction
+
+
+def _name(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def error_classes(trees: dict[str, ast.Module]) -> set[str]:
+    """EnvbuildError and every class that derives from it, in any module."""
+    found = {BASE}
+    grew = True
+    while grew:
+        grew = False
+        for tree in trees.values():
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ClassDef) and node.name not in found and \
+                        any(_name(b) in found for b in node.bases):
+                    found.add(node.name)
+                    grew = True
+    return found
+
+
+def _hint_arg(call: ast.Call) -> ast.expr | None:
+    for kw in call.keywords:
+        if kw.arg == "hint":
+            return kw.value
+    return call.args[1] if len(call.args) > 1 else None
+
+
+def _empty(node: ast.expr | None) -> bool:
+    if node is None:
+        return True
+    if isinstance(node, ast.Constant):
+        return not node.value
+    return isinstance(node, ast.JoinedStr) and not node.values
+
+
+def missing_hints(trees: dict[str, ast.Module]) -> tuple[int, list[str]]:
+    """(how many error constructions there are, those without a non-empty hint)."""
+    classes = error_classes(trees)
+    count, bad = 0, []
+    for path, tree in sorted(trees.items()):
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call) or _name(node.func) not in classes:
+                continue
+            count += 1
+            if _name(node.func) in DEFAULT_HINT and _hint_arg(node) is None:
+                continue
+            if any(isinstance(a, ast.Starred) for a in node.args) or \
+                    any(kw.arg is None for kw in node.keywords):
+                continue  # forwarded arguments: the hint comes from a checked construction
+            if _empty(_hint_arg(node)):
+                bad.append(f"{path}:{node.lineno}: {ast.unparse(node)[:120]}")
+    return count, bad
+
+
+def _trees(root: Path) -> dict[str, ast.Module]:
+    return {str(p.relative_to(ROOT)): ast.parse(p.read_text(), str(p))
+            for p in sorted(root.rglob("*.py"))}
+
+
+def test_every_error_envbuild_raises_has_a_hint() -> None:
+    count, bad = missing_hints(_trees(PACKAGE))
+    assert count > 250  # the scan sees them all (a scan that finds none proves nothing)
+    assert bad == []
+
+
+@pytest.mark.parametrize(("source", "flagged"), [
+    ("raise UsageError('no hint')", True),
+    ("raise UsageError('empty', '')", True),
+    ("raise ConflictError('empty f', f'')", True),
+    ("raise Mine('sub-subclass without a hint')", True),
+    ("raise errors.EnvironmentProblem('attribute call')", True),
+    ("raise UsageError('kw', hint='')", True),
+    ("raise UsageError('ok', 'do this')", False),
+    ("raise UsageError('ok', hint=f'do {x}')", False),
+    ("raise MatrixError('default hint')", False),
+    ("raise MatrixError('empty hint', '')", True),
+])
+def test_the_scan_catches_a_missing_hint(tmp_path: Path, source: str, flagged: bool) -> None:
+    code = ("class Sub(EnvbuildError): pass\nclass Mine(Sub): pass\n"
+            f"def f(x):\n    {source}\n")
+    errors = PACKAGE / "errors.py"  # the real class family, with a module of a test's own
+    count, bad = missing_hints({"errors.py": ast.parse(errors.read_text()),
+                                "m.py": ast.parse(code)})
+    assert count == 1 and bool(bad) == flagged
+
+
+# ---------------------------------------------------------------- the CLI: generated bad values
+
+
+@dataclass(frozen=True)
+class Bad:
+    cmd: tuple[str, ...]
+    option: str
+    value: str
+
+
+def _run(argv: list[str]) -> tuple[int, str, str]:
+    from envbuild.cli import run
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = run(argv)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def assert_one_error_with_hint(rc: int, stderr: str, want_rc: int = 2) -> None:
+    lines = stderr.splitlines()
+    assert rc == want_rc, stderr
+    assert "Traceback" not in stderr
+    assert [ln for ln in lines if ln.startswith("error: ")] == lines[:1], stderr
+    assert len(lines) >= 2 and lines[1].startswith("hint: ") and lines[1][6:].strip(), stderr
+    assert all(ln.startswith("  - ") for ln in lines[2:]), stderr
+
+
+WORD = st.text(string.ascii_lowercase + string.digits, min_size=1, max_size=10).map(
+    lambda w: "zq" + w)  # no target, GPU, OS, shell or version starts so
+CONTROL = st.tuples(WORD, st.sampled_from([chr(c) for c in (*range(0, 9), *range(10, 32), 127)]),
+                    WORD).map("".join)
+LONG = st.integers(300, 5000).map(lambda n: "9" * n)
+FULLWIDTH = st.sampled_from(["１２.２", "３.１１", "٥٣٥.١٠٤", "2.٥"])
+BLANK = st.sampled_from(["", " ", "\t"])
+OPTION = st.sampled_from(["-x", "--bogus"])
+ANY_BAD = st.one_of(WORD, CONTROL, LONG, FULLWIDTH, BLANK)
+PACKAGE_BAD = st.one_of(CONTROL, LONG, BLANK, OPTION.map(lambda o: o + "y"))
+
+# Every option whose values envbuild checks, per class of command, with the values that are
+# malformed for it. Unknown words are malformed for every option that names a thing.
+REQUEST_OPTIONS = {o: ANY_BAD for o in (
+    "--target", "--cuda", "--rocm", "--torch", "--python", "--driver", "--os", "--flavor",
+    "--gpu", "--without", "--python-source")}
+CONTEXT_OPTIONS = {
+    "--pip": PACKAGE_BAD, "--apt": st.one_of(PACKAGE_BAD, WORD.map(lambda w: w + "-")),
+    "--conda": st.one_of(PACKAGE_BAD, st.sampled_from(["pytorch", "python=3.8", "torch"])),
+    "--pip-index-url": ANY_BAD, "--torch-index-url": ANY_BAD, "--pip-extra-index-url": ANY_BAD,
+    "--torch-index-kind": ANY_BAD, "--base-image": st.one_of(CONTROL, BLANK, OPTION),
+    "--user": st.one_of(CONTROL, LONG, BLANK, st.sampled_from(["root:x", "a b", "nobody"])),
+}
+TABLE: dict[tuple[str, ...], dict[str, st.SearchStrategy[str]]] = {
+    ("resolve",): REQUEST_OPTIONS,
+    ("render",): {**REQUEST_OPTIONS, **CONTEXT_OPTIONS, "--format": ANY_BAD,
+                  "--cuda-redist-url": st.one_of(CONTROL, BLANK, WORD)},
+    ("make",): {**REQUEST_OPTIONS, **CONTEXT_OPTIONS, "--progress": ANY_BAD,
+                "--proxy": st.one_of(CONTROL, BLANK, WORD)},
+    ("bundle",): {**REQUEST_OPTIONS, **{k: v for k, v in CONTEXT_OPTIONS.items()
+                                        if k != "--conda"},
+                  "--proxy": st.one_of(CONTROL, BLANK, WORD)},
+    ("build", "."): {"--progress": ANY_BAD},
+    ("matrix", "refresh"): {"--source": ANY_BAD},
+    ("cluster", "render", "img:1", "--k8s"): {"--min-bytes": ANY_BAD, "--max-bytes": ANY_BAD,
+                                              "--runtime": st.one_of(WORD, CONTROL, BLANK)},
+}
+CASES = [(cmd, opt) for cmd, opts in TABLE.items() for opt in opts]
+
+
+@pytest.fixture
+def no_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """Nothing a malformed value lets through may reach a real engine or the user's state."""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("ENVBUILD_DOCKER", str(tmp_path / "no-docker"))
+    return tmp_path
+
+
+@pytest.mark.parametrize(("cmd", "option"), CASES, ids=[" ".join((*c[:2], o)) for c, o in CASES])
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_malformed_option_values_are_one_error_with_a_hint(
+        cmd: tuple[str, ...], option: str, data: st.DataObject, no_engine: Path) -> None:
+    value = data.draw(TABLE[cmd][option], label=option)
+    argv = [*cmd, option, value]
+    if cmd[0] in ("render", "make", "bundle") and option != "--target":
+        argv += ["--target", "cpu"]  # a request that resolves without a host
+    if cmd[0] == "render":
+        argv += ["--out", str(no_engine / "out")]
+    rc, _, err = _run(argv)
+    assert_one_error_with_hint(rc, err)
+    if cmd == ("resolve",):  # --json: the same error as one object on stdout
+        rc, out, _ = _run([*argv, "--json"])
+        assert rc == 2 and json.loads(out)["error"]["hint"]
+
+
+COMMANDS = [("resolve",), ("render",), ("make",), ("bundle",), ("build",), ("validate",),
+            ("doctor",), ("explain",), ("matrix", "show"), ("matrix", "check"),
+            ("matrix", "refresh"), ("team", "plan"), ("team", "build"), ("cluster", "render"),
+            ("cluster", "validate"), ()]
+
+
+@pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: " ".join(c) or "top")
+def test_clicks_own_usage_errors_have_a_hint(cmd: tuple[str, ...], no_engine: Path) -> None:
+    rc, _, err = _run([*cmd, "--no-such-option"])
+    assert_one_error_with_hint(rc, err)
+    assert f"envbuild {' '.join(cmd)} --help".replace("  ", " ").strip() in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["resolve", "--cuda"], ["render", "--out"], ["validate", "--timeout", "abc"],
+    ["team", "build", "--jobs", "x"], ["cluster", "render", "--nodes", "many"],
+    ["matrix", "show"], ["frobnicate"], ["--show-completion", "tcsh"],
+    ["--show-completion", "resolve"],
+])
+def test_missing_values_and_bad_types_have_a_hint(argv: list[str], no_engine: Path) -> None:
+    rc, _, err = _run(argv)
+    assert_one_error_with_hint(rc, err)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(key=st.sampled_from(["pip", "apt", "conda", "gpu", "target", "cuda", "python", "flavor",
+                            "without", "python_source", "os", "torch"]),
+       value=st.one_of(CONTROL, LONG, BLANK, WORD), as_list=st.booleans())
+def test_team_file_values_are_one_error_with_a_hint(key: str, value: str, as_list: bool,
+                                                    tmp_path_factory: pytest.TempPathFactory
+                                                    ) -> None:
+    from envbuild.teamfile import LISTS
+
+    if key in ("pip", "apt", "conda") and value.startswith("zq") and not value.endswith("-"):
+        value = value + "\x1b[0m"  # a plain word is a valid package name
+    if key in ("gpu", "os") and value.startswith("zq"):
+        value = value + "\n"
+    listed = key in LISTS
+    shown = json.dumps([value] if listed or as_list else value)
+    path = tmp_path_factory.mktemp("team") / "envbuild.toml"
+    other = "" if key == "target" else "target = \"cpu\"\n"
+    path.write_text(f"[image.a]\n{other}{key} = {shown}\n")
+    rc, _, err = _run(["team", "plan", "--file", str(path)])
+    assert_one_error_with_hint(rc, err)
+    assert f"[image.a] {key}" in err.splitlines()[0]
