@@ -24,7 +24,7 @@ from envbuild import engine
 from envbuild.errors import EnvbuildError, EnvironmentProblem, UsageError
 from envbuild.pipeline import Secrets
 from envbuild.proxy import describe
-from envbuild.redact import redact
+from envbuild.redact import redact, shown
 from envbuild.render import image_reference
 from envbuild.spec import Spec, from_json
 
@@ -77,13 +77,13 @@ def env_build_args(dockerfile: str, env: Mapping[str, str]) -> dict[str, str]:
         value = env.get(name, "")
         if name not in declared or not value:
             continue
-        shown = redact(value)[:80]
+        echo = shown(value, 80, url=True)
         parts = urlsplit(value)
         if len(value) > 2000 or _BAD_URL.search(value):
-            raise UsageError(f"{name} {shown!r} holds whitespace, quotes or control characters",
+            raise UsageError(f"{name} {echo!r} holds whitespace, quotes or control characters",
                              f"{name} is a URL, e.g. https://mirror.example.com/python")
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise UsageError(f"{name} {shown!r} is not an http(s) URL with a host",
+            raise UsageError(f"{name} {echo!r} is not an http(s) URL with a host",
                              f"{name} is read inside the build container: e.g. "
                              "https://mirror.example.com/python (a file path there is not "
                              "the host's)")

@@ -23,7 +23,7 @@ import jinja2
 from envbuild import __version__, targets
 from envbuild.errors import UsageError
 from envbuild.matrix import Matrix, OsInfo
-from envbuild.redact import redact
+from envbuild.redact import mask_url, shown
 from envbuild.resources import matrix_dir, templates_dir
 from envbuild.spec import Spec
 
@@ -72,7 +72,7 @@ class RenderOptions:
 
 def image_reference(value: str, flag: str = "--base-image") -> str:
     if len(value) > 255 or not _IMAGE_REF.fullmatch(value):
-        raise UsageError(f"{flag} {redact(value)[:60]!r} is not an image reference",
+        raise UsageError(f"{flag} {shown(value, 60)!r} is not an image reference",
                          "e.g. ubuntu:22.04, registry.example.com:5000/mirror/ubuntu:22.04")
     if flag == "--base-image" and _NO_SHELL.fullmatch(value):
         raise UsageError(f"--base-image {value}: the empty image has no shell, package manager "
@@ -86,41 +86,56 @@ def image_reference(value: str, flag: str = "--base-image") -> str:
 # ` | < > { } " \ whitespace, control and non-ASCII characters).
 _URL_CHARS = re.compile(r"[A-Za-z0-9._~:/?#\[\]@!*+,=%-]+")
 _PCT = re.compile(r"%(?![0-9A-Fa-f]{2})")
-_URL_HINT = "e.g. https://pypi.example.com/simple (credentials: https://USER:TOKEN@host/simple)"
+_URL_HINT = "e.g. https://pypi.example.com/simple (a login: https://USER:TOKEN@host/simple)"
+_PCT_HINT = ("percent-encode it (%XX): in a login, / is %2F, ? %3F, # %23, @ %40, : %3A; "
+             + _URL_HINT)
 
 
 def index_url(value: str, flag: str) -> tuple[str, bool]:
     """(URL without credentials, whether it had credentials). Credentials go in a build secret.
 
     Refused (UsageError, exit 2): anything but http(s) with a host; any character outside
-    RFC 3986 or special to a shell; a query or fragment (a token there would be written into the
-    Dockerfile, so into the image history: the hint says to move it into the user:token@ part).
+    RFC 3986 or special to a shell; a login standing anywhere but before the host (an
+    unencoded '/' '?' '#' of its password ended the host early: the rest would be written
+    into the Dockerfile as a path); a query or fragment (a token there would be written into
+    the Dockerfile, so into the image history: the hint says to move it into the user:token@
+    part). Every message shows the value with its login and query masked, whatever its shape.
     """
-    shown = redact(value)[:80]
+    echo = shown(value, 80, url=True)
     if len(value) > 2000:
         raise UsageError(f"{flag} is {len(value)} characters long (limit 2000)", _URL_HINT)
+    _, sep, rest = value.partition("://")
+    end = min((i for i in (rest.find(c) for c in "/?#") if i != -1), default=len(rest))
+    if sep and "@" in rest[end:]:
+        raise UsageError(f"{flag} {echo!r}: an '@' after the host (a login whose '/' '?' or "
+                         "'#' ended the host early?)", _PCT_HINT)
     if "?" in value or "#" in value:
         raise UsageError(
-            f"{flag} {shown!r} has a query or fragment, which would be stored in the image "
+            f"{flag} {echo!r} has a query or fragment, which would be stored in the image "
             "history", "give a token as the URL's user part instead: "
             "https://__token__:TOKEN@host/simple (it goes into a build secret, never the image)")
     bad = next((c for c in value if not _URL_CHARS.fullmatch(c)), None)
     if bad is not None:
-        what = "whitespace" if bad.isspace() else f"the character {bad!a}"
-        raise UsageError(f"{flag} {shown!r} contains {what}, which a URL may not hold here",
-                         "percent-encode it (%XX); " + _URL_HINT)
+        if bad.isspace():
+            raise UsageError(f"{flag} {echo!r} contains whitespace, which a URL may not hold",
+                             "a login with whitespace cannot go into the build's netrc secret "
+                             "either: use a token without; " + _URL_HINT)
+        # the character may be the password's own: named only when nothing was masked
+        what = f"the character {bad!a}" if mask_url(value) == value else "a character"
+        raise UsageError(f"{flag} {echo!r} contains {what}, which a URL may not hold here",
+                         _PCT_HINT)
     if _PCT.search(value):
-        raise UsageError(f"{flag} {shown!r} has a % that is not a %XX escape", _URL_HINT)
+        raise UsageError(f"{flag} {echo!r} has a % that is not a %XX escape", _URL_HINT)
     parts = urlsplit(value)
     try:
         port = parts.port
     except ValueError:
-        raise UsageError(f"{flag} {shown!r} has an invalid port", _URL_HINT) from None
+        raise UsageError(f"{flag} {echo!r} has an invalid port", _URL_HINT) from None
     if parts.scheme not in ("https", "http") or not parts.hostname:
-        raise UsageError(f"{flag} {shown!r} is not an http(s) URL with a host", _URL_HINT)
+        raise UsageError(f"{flag} {echo!r} is not an http(s) URL with a host", _URL_HINT)
     user, password = unquote(parts.username or ""), unquote(parts.password or "")
     if re.search(r"[\s\x00-\x1f\x7f]", user + password):
-        raise UsageError(f"{flag} {shown!r}: its credentials hold whitespace or control "
+        raise UsageError(f"{flag} {echo!r}: its credentials hold whitespace or control "
                          "characters", "a netrc secret cannot carry them; use a token without")
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     netloc = host + (f":{port}" if port else "")
@@ -156,7 +171,7 @@ _WORD = re.compile(r"[A-Za-z0-9._:/@+=~-]+")
 
 def _finalize(value: Any) -> Any:
     if isinstance(value, str) and _CONTROL.search(value):
-        raise UsageError(f"refusing to render {redact(value)[:40]!r}: it holds a control "
+        raise UsageError(f"refusing to render {shown(value, 40)!r}: it holds a control "
                          "character", "check the values given on the command line")
     return value
 
@@ -188,7 +203,7 @@ def _shjoin(values: Any) -> str:
 def _word(value: Any) -> str:
     text = str(value)
     if not _WORD.fullmatch(text):
-        raise UsageError(f"refusing to render {redact(text)[:40]!r} where only a plain word "
+        raise UsageError(f"refusing to render {shown(text, 40)!r} where only a plain word "
                          "(letters, digits, . _ : / @ + = ~ -) may stand",
                          "check the values given on the command line")
     return text
@@ -203,7 +218,7 @@ _ENV_VALUE = re.compile(r"[A-Za-z0-9._:/@+=~,<>-]+")
 def _env_value(value: Any) -> str:
     text = str(value)
     if not _ENV_VALUE.fullmatch(text):
-        raise UsageError(f"refusing to render {redact(text)[:40]!r} as an ENV value",
+        raise UsageError(f"refusing to render {shown(text, 40)!r} as an ENV value",
                          "check the values given on the command line")
     return text
 
