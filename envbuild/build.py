@@ -6,7 +6,6 @@ and no temporary files; secrets live in a 0600 temp dir outside the context for 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -27,6 +26,7 @@ from envbuild.proxy import describe
 from envbuild.redact import redact, shown
 from envbuild.render import image_reference
 from envbuild.spec import Spec, from_json
+from envbuild.tags import context_hash, default_tag
 
 _STEP = re.compile(r"^#(\d+) (\[[^\]]+\] .*)$")
 _ERR = re.compile(r"^#(\d+) ERROR: (.*)$")
@@ -96,28 +96,6 @@ _SECRET_FLAGS = {"ca": "--ca-cert FILE", "netrc": "--netrc FILE (or the index UR
 
 def required_secrets(dockerfile: str) -> set[str]:
     return set(re.findall(r"--mount=type=secret,id=([\w-]+)", dockerfile))
-
-
-def context_hash(context: Path) -> str:
-    """Hash of everything that goes into the image: rendered files and wheel names/sizes."""
-    h = hashlib.sha256()
-    for path in sorted(p for p in context.rglob("*") if p.is_file()):
-        rel = path.relative_to(context).as_posix()
-        h.update(rel.encode() + b"\0")
-        if rel.startswith("wheelhouse/"):
-            h.update(str(path.stat().st_size).encode())
-        else:
-            h.update(hashlib.sha256(path.read_bytes()).digest())
-    return h.hexdigest()[:16]
-
-
-def default_tag(spec: Spec, chash: str) -> str:
-    """envbuild/<target>:torch<X.Y.Z>[-<variant>]-py<X.Y>-<12 hex>: readable, and the hex names
-    the whole build input (the spec hash and the context hash, so --pip, --apt, --conda,
-    --base-image and the wheelhouse too): two different inputs never share a default tag."""
-    digest = hashlib.sha256(f"{spec.hash}\0{chash}".encode()).hexdigest()[:12]
-    variant = "" if spec.variant == spec.target else f"-{spec.variant}"
-    return f"envbuild/{spec.target}:torch{spec.torch}{variant}-py{spec.python}-{digest}"
 
 
 def failing_step(lines: list[str]) -> tuple[str, list[str]]:

@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import jinja2
 
-from envbuild import __version__, targets
+from envbuild import __version__, tags, targets
 from envbuild.errors import UsageError
 from envbuild.matrix import Matrix, OsInfo
 from envbuild.redact import mask_url, shown
@@ -61,6 +61,7 @@ class RenderOptions:
     index_credentials: bool = False
     ca_cert: bool = False
     wheelhouse: bool = False
+    wheels: tuple[tuple[str, int], ...] = ()  # the wheelhouse's (name, size): in the image tag
     base_image: str | None = None
     python_source: str | None = None
     apptainer: bool = False
@@ -363,19 +364,73 @@ def validator_source() -> bytes:
     return zipapp.build()
 
 
-def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile]:
-    torch_index = opts.torch_index_url or spec.index_url
+@dataclass(frozen=True)
+class Indexes:
+    """Which index serves what: the one rule every format follows (Dockerfile, environment.yml,
+    setup-macos.sh, the requirements.txt note).
+
+    torch and its companions (and their dependencies) come from the torch index (--torch-index-url,
+    else the variant's PyTorch index); the user's and the team's packages from the user index
+    (--pip-index-url, else PyPI); --pip-extra-index-url serves both. A plain-http index is
+    trusted for its own host only (pip ignores it otherwise). The URLs hold no login: that is
+    a build secret (netrc) in the image, and the user's ~/.netrc or pip configuration elsewhere.
+    """
+
+    torch: str
+    user: str
+    extras: tuple[str, ...] = ()
+
+    def _args(self, first: str, more: tuple[str, ...] = ()) -> list[str]:
+        extra = list(dict.fromkeys((*more, *self.extras)))
+        return (["--index-url", first, *_trusted_hosts([first])]
+                + [a for u in extra for a in ("--extra-index-url", u)] + _trusted_hosts(extra))
+
+    def torch_args(self) -> list[str]:
+        """pip's options for the torch stack."""
+        return self._args(self.torch)
+
+    def user_args(self) -> list[str]:
+        """pip's options for the user's (and the team's) packages."""
+        return self._args(self.user)
+
+    def one_call_args(self, user_packages: bool) -> list[str]:
+        """pip's options where one pip call installs both (a conda environment file's pip
+        section: pip takes one --index-url per call). Without user packages, the torch stack's
+        own; with them, the user index first and the torch index as an extra one: the user's
+        packages resolve against their index, and torch's exact builds (+cu121, pinned) exist
+        only on the torch index. A package both indexes serve goes to the newer version, as pip
+        does with any extra index: the one difference from two calls."""
+        if not user_packages or self.user == self.torch:
+            return self.torch_args()
+        return self._args(self.user, (self.torch,))
+
+
+def indexes(spec: Spec, opts: RenderOptions, m: Matrix) -> Indexes:
+    """The index plan of a render (see Indexes)."""
     pypi = str(m.meta["torch"].get("pypi_index", "https://pypi.org/simple"))
-    user_index = opts.pip_index_url or pypi
+    return Indexes(torch=opts.torch_index_url or spec.index_url,
+                   user=opts.pip_index_url or pypi, extras=tuple(opts.pip_extra_index_urls))
+
+
+def pip_options(args: list[str]) -> list[str]:
+    """pip arguments as requirements-file lines (`--index-url URL`), one option a line."""
+    return [f"{a} {b}" for a, b in zip(args[::2], args[1::2], strict=True)]
+
+
+def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile]:
+    idx = indexes(spec, opts, m)
     # No value reaching a template may hold a control character (a newline would start a new
     # Dockerfile instruction or requirements line whatever the quoting): checked once, here.
-    _no_control((spec, opts, pypi))
+    _no_control((spec, opts, idx))
     pins = torch_pins(spec, opts.torch_local_tag)
+    user_packages = bool(opts.pip or opts.team_pip)
     common: dict[str, Any] = {
         "envbuild_version": __version__, "spec": spec, "spec_hash": spec.hash, "pins": pins,
         "user_pip": list(opts.pip), "user_conda": list(opts.conda), "user_apt": list(opts.apt),
-        "index_url": torch_index, "extra_index_urls": list(opts.pip_extra_index_urls),
-        "venv": VENV,
+        "all_user_pip": [*opts.team_pip, *opts.pip], "index_url": idx.torch, "venv": VENV,
+        "torch_pip_args": idx.torch_args(), "user_pip_args": idx.user_args(),
+        "one_call_options": pip_options(idx.one_call_args(user_packages)),
+        "one_call_merged": user_packages and idx.user != idx.torch,
     }
     files = {
         "requirements.txt": RenderedFile(_template("requirements.txt.j2", **common)),
@@ -404,14 +459,12 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
     root = opts.user == "root"
     uid = 0 if root else opts.uid
     home = "/root" if root else f"/home/{opts.user}"
-    wheel = ["--no-index", "--find-links", WHEELHOUSE_MOUNT]
-    extras = [a for u in opts.pip_extra_index_urls for a in ("--extra-index-url", u)]
-    extras += _trusted_hosts(opts.pip_extra_index_urls)
-    pip_args = wheel if opts.wheelhouse else \
-        ["--index-url", torch_index, *_trusted_hosts([torch_index]), *extras]
-    # User packages may come from the index even with a wheelhouse (local wheels are found too).
+    # The image: the same indexes, or its wheelhouse (the torch stack from it alone; user
+    # packages may still come from their index, local wheels found first).
+    pip_args = ["--no-index", "--find-links", WHEELHOUSE_MOUNT] if opts.wheelhouse else \
+        idx.torch_args()
     user_pip_args = (["--find-links", WHEELHOUSE_MOUNT] if opts.wheelhouse else []) + \
-        ["--index-url", user_index, *_trusted_hosts([user_index]), *extras]
+        idx.user_args()
     base_image = opts.base_image or spec.base_image
     assert base_image is not None
     ctx = {
@@ -434,8 +487,9 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
     files[".dockerignore"] = RenderedFile(_template("dockerignore.j2", **ctx))
     files["apt-packages.txt"] = RenderedFile(_template("apt-packages.txt.j2", **ctx))
     files["envbuild-validate"] = RenderedFile(_template("envbuild-validate.j2", **ctx), 0o755)
-    if opts.apptainer:
-        ref = opts.image_ref or default_tag(spec)
+    if opts.apptainer:  # from the image `envbuild build` makes of these files: its own tag
+        ref = opts.image_ref or tags.default_tag(spec, tags.files_hash(
+            {rel: f.content for rel, f in files.items()}, opts.wheels))
         files["apptainer.def"] = RenderedFile(_template("apptainer.def.j2", image_ref=ref, **ctx))
     return files
 
@@ -485,10 +539,6 @@ def _trusted_hosts(urls: list[str] | tuple[str, ...]) -> list[str]:
         if p.scheme == "http" and p.hostname:
             out += ["--trusted-host", p.netloc.rsplit("@", 1)[-1]]
     return out
-
-
-def default_tag(spec: Spec) -> str:
-    return f"envbuild/{spec.target}:{spec.torch}-{spec.variant}-py{spec.python}-{spec.hash}"
 
 
 def write_tree(files: dict[str, RenderedFile], out: Path, force: bool = False,
