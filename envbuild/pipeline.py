@@ -92,9 +92,12 @@ def _netrc(urls: list[str]) -> str:
     for u in urls:
         p = urlsplit(u)
         if p.username or p.password:
-            # netrc holds the decoded values (index_url refused whitespace in them)
-            lines.append(f"machine {p.hostname} login {unquote(p.username or '')} "
-                         f"password {unquote(p.password or '')}")
+            # netrc holds the decoded values (index_url refused whitespace in them); a
+            # user-only token has no password token at all: `password` with nothing after it
+            # would take the next line's `machine` as the password and break the whole file
+            password = unquote(p.password or "")
+            lines.append(f"machine {p.hostname} login {unquote(p.username or '')}"
+                         + (f" password {password}" if password else ""))
     return "\n".join(lines) + ("\n" if lines else "")
 
 

@@ -135,9 +135,10 @@ def index_url(value: str, flag: str) -> tuple[str, bool]:
     if parts.scheme not in ("https", "http") or not parts.hostname:
         raise UsageError(f"{flag} {echo!r} is not an http(s) URL with a host", _URL_HINT)
     user, password = unquote(parts.username or ""), unquote(parts.password or "")
-    if re.search(r"[\s\x00-\x1f\x7f]", user + password):
-        raise UsageError(f"{flag} {echo!r}: its credentials hold whitespace or control "
-                         "characters", "a netrc secret cannot carry them; use a token without")
+    if re.search(r"[\s\x00-\x1f\x7f\\\"]", user + password):
+        raise UsageError(f"{flag} {echo!r}: its credentials hold whitespace, a control "
+                         "character, a quote or a backslash (percent-encoded or not)",
+                         "a netrc secret cannot carry them; use a token without")
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     netloc = host + (f":{port}" if port else "")
     return urlunsplit((parts.scheme, netloc, parts.path, "", "")), bool(user or password)

@@ -301,3 +301,40 @@ def test_an_at_after_the_host_is_refused(value: str) -> None:
         index_url(value, "--pip-index-url")
     assert "after the host" in info.value.message and "%2F" in info.value.hint
     assert "ZqSecret1" not in info.value.message + info.value.hint
+
+
+# -- the netrc secret the logins go to ----------------------------------------------------------
+
+# what an index URL takes raw in a login, and percent-escapes of the rest (shell specials too)
+_login_char = st.sampled_from([*"abcXYZ019-._~!*+,=", "%40", "%2F", "%3A", "%3F", "%23", "%25",
+                               "%27", "%24", "%26", "%3B", "%C3%A9"])
+_login = st.lists(_login_char, min_size=1, max_size=8).map("".join)
+
+
+@given(logins=st.lists(st.tuples(_login, st.none() | _login), min_size=1, max_size=3),
+       hosts=st.permutations(["a.example", "b.example:8443", "10.0.0.9"]))
+@settings(max_examples=200, deadline=None)
+def test_logins_reach_the_netrc_whole(logins: list[tuple[str, str | None]],
+                                      hosts: list[str]) -> None:
+    """Every index login, user-only tokens and percent-escapes included, comes back from the
+    netrc secret as pip reads it (Python's netrc), host by host; one entry cannot break the
+    next (a user-only token once wrote `password` with nothing after it)."""
+    import netrc
+    from urllib.parse import unquote
+
+    from envbuild.pipeline import ContextInputs, render_options
+
+    urls = [f"https://{u}{':' + p if p is not None else ''}@{h}/simple"
+            for (u, p), h in zip(logins, hosts, strict=False)]
+    ci = ContextInputs(pip_index_url=urls[0], torch_index_url=urls[1] if len(urls) > 1 else None,
+                       pip_extra_index_urls=tuple(urls[2:]))
+    _, secrets = render_options(ci)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "netrc"
+        path.write_text(secrets.contents["netrc"], encoding="utf-8")
+        path.chmod(0o600)
+        parsed = netrc.netrc(str(path)).hosts
+    for (user, password), host in zip(logins, hosts, strict=False):
+        login, _, secret = parsed[host.split(":")[0]]
+        assert (login, secret) == (unquote(user), unquote(password or "")), \
+            secrets.contents["netrc"]
