@@ -6,7 +6,6 @@ and no temporary files; secrets live in a 0600 temp dir outside the context for 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -24,9 +23,10 @@ from envbuild import engine
 from envbuild.errors import EnvbuildError, EnvironmentProblem, UsageError
 from envbuild.pipeline import Secrets
 from envbuild.proxy import describe
-from envbuild.redact import redact
+from envbuild.redact import redact, shown
 from envbuild.render import image_reference
 from envbuild.spec import Spec, from_json
+from envbuild.tags import context_hash, default_tag
 
 _STEP = re.compile(r"^#(\d+) (\[[^\]]+\] .*)$")
 _ERR = re.compile(r"^#(\d+) ERROR: (.*)$")
@@ -79,13 +79,13 @@ def env_build_args(dockerfile: str, env: Mapping[str, str]) -> dict[str, str]:
         value = env.get(name, "")
         if name not in declared or not value:
             continue
-        shown = redact(value)[:80]
+        echo = shown(value, 80, url=True)
         parts = urlsplit(value)
         if len(value) > 2000 or _BAD_URL.search(value):
-            raise UsageError(f"{name} {shown!r} holds whitespace, quotes or control characters",
+            raise UsageError(f"{name} {echo!r} holds whitespace, quotes or control characters",
                              f"{name} is a URL, e.g. https://mirror.example.com/python")
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise UsageError(f"{name} {shown!r} is not an http(s) URL with a host",
+            raise UsageError(f"{name} {echo!r} is not an http(s) URL with a host",
                              f"{name} is read inside the build container: e.g. "
                              "https://mirror.example.com/python (a file path there is not "
                              "the host's)")
@@ -98,28 +98,6 @@ _SECRET_FLAGS = {"ca": "--ca-cert FILE", "netrc": "--netrc FILE (or the index UR
 
 def required_secrets(dockerfile: str) -> set[str]:
     return set(re.findall(r"--mount=type=secret,id=([\w-]+)", dockerfile))
-
-
-def context_hash(context: Path) -> str:
-    """Hash of everything that goes into the image: rendered files and wheel names/sizes."""
-    h = hashlib.sha256()
-    for path in sorted(p for p in context.rglob("*") if p.is_file()):
-        rel = path.relative_to(context).as_posix()
-        h.update(rel.encode() + b"\0")
-        if rel.startswith("wheelhouse/"):
-            h.update(str(path.stat().st_size).encode())
-        else:
-            h.update(hashlib.sha256(path.read_bytes()).digest())
-    return h.hexdigest()[:16]
-
-
-def default_tag(spec: Spec, chash: str) -> str:
-    """envbuild/<target>:torch<X.Y.Z>[-<variant>]-py<X.Y>-<12 hex>: readable, and the hex names
-    the whole build input (the spec hash and the context hash, so --pip, --apt, --conda,
-    --base-image and the wheelhouse too): two different inputs never share a default tag."""
-    digest = hashlib.sha256(f"{spec.hash}\0{chash}".encode()).hexdigest()[:12]
-    variant = "" if spec.variant == spec.target else f"-{spec.variant}"
-    return f"envbuild/{spec.target}:torch{spec.torch}{variant}-py{spec.python}-{digest}"
 
 
 def failing_step(lines: list[str]) -> tuple[str, list[str]]:

@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from envbuild.errors import EnvironmentProblem
-from envbuild.redact import redact
+from envbuild.redact import redact, shown
 
 OFFLINE_HINT = "offline or blocked? check the network and HTTPS_PROXY / REQUESTS_CA_BUNDLE"
 TLS_HINT = ("behind a TLS-intercepting proxy set REQUESTS_CA_BUNDLE to its CA bundle "
@@ -123,7 +123,7 @@ class Http:
         parts = urlsplit(url)
         host = urlsplit(redact(url)).netloc.rpartition("@")[2]  # a password with "/" in it
         if parts.scheme not in ("http", "https") or not host:
-            raise Unreachable(f"not an http(s) URL: {redact(url[:80])}",
+            raise Unreachable(f"not an http(s) URL: {shown(url, 80, url=True)}",
                               "only http:// and https:// URLs are fetched", host=host)
         allowed = None if ok is None else {200, *ok}
         hdrs = dict(headers or {})

@@ -92,15 +92,19 @@ def _netrc(urls: list[str]) -> str:
     for u in urls:
         p = urlsplit(u)
         if p.username or p.password:
-            # netrc holds the decoded values (index_url refused whitespace in them)
-            lines.append(f"machine {p.hostname} login {unquote(p.username or '')} "
-                         f"password {unquote(p.password or '')}")
+            # netrc holds the decoded values (index_url refused whitespace in them); a
+            # user-only token has no password token at all: `password` with nothing after it
+            # would take the next line's `machine` as the password and break the whole file
+            password = unquote(p.password or "")
+            lines.append(f"machine {p.hostname} login {unquote(p.username or '')}"
+                         + (f" password {password}" if password else ""))
     return "\n".join(lines) + ("\n" if lines else "")
 
 
 def render_options(ci: ContextInputs, image_ref: str = "") -> tuple[RenderOptions, Secrets]:
     from envbuild.packages import validate_all
     from envbuild.render import RenderOptions, image_reference, index_url, user_name
+    from envbuild.tags import wheel_sizes
 
     pip, apt, conda = validate_all(list(ci.pip), list(ci.apt), list(ci.conda), ci.allow_url)
     team_pip = validate_all(list(ci.team_pip), [], [], ci.allow_url)[0]
@@ -145,7 +149,7 @@ def render_options(ci: ContextInputs, image_ref: str = "") -> tuple[RenderOption
         conda=tuple(conda),
         torch_index_url=torch_index, pip_index_url=pip_index, pip_extra_index_urls=tuple(extras),
         index_credentials=creds, ca_cert=ci.ca_cert is not None,
-        wheelhouse=ci.wheelhouse is not None,
+        wheelhouse=ci.wheelhouse is not None, wheels=wheel_sizes(ci.wheelhouse),
         base_image=image_reference(ci.base_image) if ci.base_image else None,
         python_source=ci.python_source, apptainer=ci.apptainer, image_ref=image_ref,
         cuda_redist_url=redist_url)

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from envbuild.errors import UsageError
-from envbuild.redact import redact
+from envbuild.redact import redact, shown
 
 SCHEMES = ("http", "https", "socks5", "socks5h")
 _HINT = "e.g. --proxy http://proxy.example.com:3128 (a login goes in the user:password@ part)"
@@ -22,20 +22,20 @@ _BAD = re.compile(r"[\s\x00-\x1f\x7f\"'`\\]")
 
 
 def proxy_url(value: str, name: str) -> str:
-    shown = redact(value)[:80]
+    echo = shown(value, 80, url=True)
     if len(value) > 2000 or _BAD.search(value):
-        raise UsageError(f"{name} {shown!r} holds whitespace, quotes or control characters",
+        raise UsageError(f"{name} {echo!r} holds whitespace, quotes or control characters",
                          _HINT)
     parts = urlsplit(value)
     try:
         parts.port  # noqa: B018 - raises on an invalid port
     except ValueError:
-        raise UsageError(f"{name} {shown!r} has an invalid port", _HINT) from None
+        raise UsageError(f"{name} {echo!r} has an invalid port", _HINT) from None
     if parts.scheme not in SCHEMES or not parts.hostname:
-        raise UsageError(f"{name} {shown!r} is not a proxy URL ({', '.join(SCHEMES)} with a "
+        raise UsageError(f"{name} {echo!r} is not a proxy URL ({', '.join(SCHEMES)} with a "
                          "host)", _HINT)
     if parts.query or parts.fragment:
-        raise UsageError(f"{name} {shown!r} has a query or fragment", _HINT)
+        raise UsageError(f"{name} {echo!r} has a query or fragment", _HINT)
     return value
 
 

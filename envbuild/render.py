@@ -20,10 +20,10 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import jinja2
 
-from envbuild import __version__, targets
+from envbuild import __version__, tags, targets
 from envbuild.errors import UsageError
 from envbuild.matrix import Matrix, OsInfo
-from envbuild.redact import redact
+from envbuild.redact import mask_url, shown
 from envbuild.request import COMPONENTS
 from envbuild.resources import matrix_dir, templates_dir
 from envbuild.spec import Spec
@@ -62,6 +62,7 @@ class RenderOptions:
     index_credentials: bool = False
     ca_cert: bool = False
     wheelhouse: bool = False
+    wheels: tuple[tuple[str, int], ...] = ()  # the wheelhouse's (name, size): in the image tag
     base_image: str | None = None
     python_source: str | None = None
     apptainer: bool = False
@@ -73,7 +74,7 @@ class RenderOptions:
 
 def image_reference(value: str, flag: str = "--base-image") -> str:
     if len(value) > 255 or not _IMAGE_REF.fullmatch(value):
-        raise UsageError(f"{flag} {redact(value)[:60]!r} is not an image reference",
+        raise UsageError(f"{flag} {shown(value, 60)!r} is not an image reference",
                          "e.g. ubuntu:22.04, registry.example.com:5000/mirror/ubuntu:22.04")
     if flag == "--base-image" and _NO_SHELL.fullmatch(value):
         raise UsageError(f"--base-image {value}: the empty image has no shell, package manager "
@@ -87,42 +88,58 @@ def image_reference(value: str, flag: str = "--base-image") -> str:
 # ` | < > { } " \ whitespace, control and non-ASCII characters).
 _URL_CHARS = re.compile(r"[A-Za-z0-9._~:/?#\[\]@!*+,=%-]+")
 _PCT = re.compile(r"%(?![0-9A-Fa-f]{2})")
-_URL_HINT = "e.g. https://pypi.example.com/simple (credentials: https://USER:TOKEN@host/simple)"
+_URL_HINT = "e.g. https://pypi.example.com/simple (a login: https://USER:TOKEN@host/simple)"
+_PCT_HINT = ("percent-encode it (%XX): in a login, / is %2F, ? %3F, # %23, @ %40, : %3A; "
+             + _URL_HINT)
 
 
 def index_url(value: str, flag: str) -> tuple[str, bool]:
     """(URL without credentials, whether it had credentials). Credentials go in a build secret.
 
     Refused (UsageError, exit 2): anything but http(s) with a host; any character outside
-    RFC 3986 or special to a shell; a query or fragment (a token there would be written into the
-    Dockerfile, so into the image history: the hint says to move it into the user:token@ part).
+    RFC 3986 or special to a shell; a login standing anywhere but before the host (an
+    unencoded '/' '?' '#' of its password ended the host early: the rest would be written
+    into the Dockerfile as a path); a query or fragment (a token there would be written into
+    the Dockerfile, so into the image history: the hint says to move it into the user:token@
+    part). Every message shows the value with its login and query masked, whatever its shape.
     """
-    shown = redact(value)[:80]
+    echo = shown(value, 80, url=True)
     if len(value) > 2000:
         raise UsageError(f"{flag} is {len(value)} characters long (limit 2000)", _URL_HINT)
+    _, sep, rest = value.partition("://")
+    end = min((i for i in (rest.find(c) for c in "/?#") if i != -1), default=len(rest))
+    if sep and "@" in rest[end:]:
+        raise UsageError(f"{flag} {echo!r}: an '@' after the host (a login whose '/' '?' or "
+                         "'#' ended the host early?)", _PCT_HINT)
     if "?" in value or "#" in value:
         raise UsageError(
-            f"{flag} {shown!r} has a query or fragment, which would be stored in the image "
+            f"{flag} {echo!r} has a query or fragment, which would be stored in the image "
             "history", "give a token as the URL's user part instead: "
             "https://__token__:TOKEN@host/simple (it goes into a build secret, never the image)")
     bad = next((c for c in value if not _URL_CHARS.fullmatch(c)), None)
     if bad is not None:
-        what = "whitespace" if bad.isspace() else f"the character {bad!a}"
-        raise UsageError(f"{flag} {shown!r} contains {what}, which a URL may not hold here",
-                         "percent-encode it (%XX); " + _URL_HINT)
+        if bad.isspace():
+            raise UsageError(f"{flag} {echo!r} contains whitespace, which a URL may not hold",
+                             "a login with whitespace cannot go into the build's netrc secret "
+                             "either: use a token without; " + _URL_HINT)
+        # the character may be the password's own: named only when nothing was masked
+        what = f"the character {bad!a}" if mask_url(value) == value else "a character"
+        raise UsageError(f"{flag} {echo!r} contains {what}, which a URL may not hold here",
+                         _PCT_HINT)
     if _PCT.search(value):
-        raise UsageError(f"{flag} {shown!r} has a % that is not a %XX escape", _URL_HINT)
+        raise UsageError(f"{flag} {echo!r} has a % that is not a %XX escape", _URL_HINT)
     parts = urlsplit(value)
     try:
         port = parts.port
     except ValueError:
-        raise UsageError(f"{flag} {shown!r} has an invalid port", _URL_HINT) from None
+        raise UsageError(f"{flag} {echo!r} has an invalid port", _URL_HINT) from None
     if parts.scheme not in ("https", "http") or not parts.hostname:
-        raise UsageError(f"{flag} {shown!r} is not an http(s) URL with a host", _URL_HINT)
+        raise UsageError(f"{flag} {echo!r} is not an http(s) URL with a host", _URL_HINT)
     user, password = unquote(parts.username or ""), unquote(parts.password or "")
-    if re.search(r"[\s\x00-\x1f\x7f]", user + password):
-        raise UsageError(f"{flag} {shown!r}: its credentials hold whitespace or control "
-                         "characters", "a netrc secret cannot carry them; use a token without")
+    if re.search(r"[\s\x00-\x1f\x7f\\\"]", user + password):
+        raise UsageError(f"{flag} {echo!r}: its credentials hold whitespace, a control "
+                         "character, a quote or a backslash (percent-encoded or not)",
+                         "a netrc secret cannot carry them; use a token without")
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     netloc = host + (f":{port}" if port else "")
     return urlunsplit((parts.scheme, netloc, parts.path, "", "")), bool(user or password)
@@ -157,7 +174,7 @@ _WORD = re.compile(r"[A-Za-z0-9._:/@+=~-]+")
 
 def _finalize(value: Any) -> Any:
     if isinstance(value, str) and _CONTROL.search(value):
-        raise UsageError(f"refusing to render {redact(value)[:40]!r}: it holds a control "
+        raise UsageError(f"refusing to render {shown(value, 40)!r}: it holds a control "
                          "character", "check the values given on the command line")
     return value
 
@@ -189,7 +206,7 @@ def _shjoin(values: Any) -> str:
 def _word(value: Any) -> str:
     text = str(value)
     if not _WORD.fullmatch(text):
-        raise UsageError(f"refusing to render {redact(text)[:40]!r} where only a plain word "
+        raise UsageError(f"refusing to render {shown(text, 40)!r} where only a plain word "
                          "(letters, digits, . _ : / @ + = ~ -) may stand",
                          "check the values given on the command line")
     return text
@@ -204,7 +221,7 @@ _ENV_VALUE = re.compile(r"[A-Za-z0-9._:/@+=~,<>-]+")
 def _env_value(value: Any) -> str:
     text = str(value)
     if not _ENV_VALUE.fullmatch(text):
-        raise UsageError(f"refusing to render {redact(text)[:40]!r} as an ENV value",
+        raise UsageError(f"refusing to render {shown(text, 40)!r} as an ENV value",
                          "check the values given on the command line")
     return text
 
@@ -347,19 +364,73 @@ def validator_source() -> bytes:
     return zipapp.build()
 
 
-def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile]:
-    torch_index = opts.torch_index_url or spec.index_url
+@dataclass(frozen=True)
+class Indexes:
+    """Which index serves what: the one rule every format follows (Dockerfile, environment.yml,
+    setup-macos.sh, the requirements.txt note).
+
+    torch and its companions (and their dependencies) come from the torch index (--torch-index-url,
+    else the variant's PyTorch index); the user's and the team's packages from the user index
+    (--pip-index-url, else PyPI); --pip-extra-index-url serves both. A plain-http index is
+    trusted for its own host only (pip ignores it otherwise). The URLs hold no login: that is
+    a build secret (netrc) in the image, and the user's ~/.netrc or pip configuration elsewhere.
+    """
+
+    torch: str
+    user: str
+    extras: tuple[str, ...] = ()
+
+    def _args(self, first: str, more: tuple[str, ...] = ()) -> list[str]:
+        extra = list(dict.fromkeys((*more, *self.extras)))
+        return (["--index-url", first, *_trusted_hosts([first])]
+                + [a for u in extra for a in ("--extra-index-url", u)] + _trusted_hosts(extra))
+
+    def torch_args(self) -> list[str]:
+        """pip's options for the torch stack."""
+        return self._args(self.torch)
+
+    def user_args(self) -> list[str]:
+        """pip's options for the user's (and the team's) packages."""
+        return self._args(self.user)
+
+    def one_call_args(self, user_packages: bool) -> list[str]:
+        """pip's options where one pip call installs both (a conda environment file's pip
+        section: pip takes one --index-url per call). Without user packages, the torch stack's
+        own; with them, the user index first and the torch index as an extra one: the user's
+        packages resolve against their index, and torch's exact builds (+cu121, pinned) exist
+        only on the torch index. A package both indexes serve goes to the newer version, as pip
+        does with any extra index: the one difference from two calls."""
+        if not user_packages or self.user == self.torch:
+            return self.torch_args()
+        return self._args(self.user, (self.torch,))
+
+
+def indexes(spec: Spec, opts: RenderOptions, m: Matrix) -> Indexes:
+    """The index plan of a render (see Indexes)."""
     pypi = str(m.meta["torch"].get("pypi_index", "https://pypi.org/simple"))
-    user_index = opts.pip_index_url or pypi
+    return Indexes(torch=opts.torch_index_url or spec.index_url,
+                   user=opts.pip_index_url or pypi, extras=tuple(opts.pip_extra_index_urls))
+
+
+def pip_options(args: list[str]) -> list[str]:
+    """pip arguments as requirements-file lines (`--index-url URL`), one option a line."""
+    return [f"{a} {b}" for a, b in zip(args[::2], args[1::2], strict=True)]
+
+
+def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile]:
+    idx = indexes(spec, opts, m)
     # No value reaching a template may hold a control character (a newline would start a new
     # Dockerfile instruction or requirements line whatever the quoting): checked once, here.
-    _no_control((spec, opts, pypi))
+    _no_control((spec, opts, idx))
     pins = torch_pins(spec, opts.torch_local_tag)
+    user_packages = bool(opts.pip or opts.team_pip)
     common: dict[str, Any] = {
         "envbuild_version": __version__, "spec": spec, "spec_hash": spec.hash, "pins": pins,
         "user_pip": list(opts.pip), "user_conda": list(opts.conda), "user_apt": list(opts.apt),
-        "index_url": torch_index, "extra_index_urls": list(opts.pip_extra_index_urls),
-        "venv": VENV,
+        "all_user_pip": [*opts.team_pip, *opts.pip], "index_url": idx.torch, "venv": VENV,
+        "torch_pip_args": idx.torch_args(), "user_pip_args": idx.user_args(),
+        "one_call_options": pip_options(idx.one_call_args(user_packages)),
+        "one_call_merged": user_packages and idx.user != idx.torch,
     }
     files = {
         "requirements.txt": RenderedFile(_template("requirements.txt.j2", **common)),
@@ -389,14 +460,12 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
     root = opts.user == "root"
     uid = 0 if root else opts.uid
     home = "/root" if root else f"/home/{opts.user}"
-    wheel = ["--no-index", "--find-links", WHEELHOUSE_MOUNT]
-    extras = [a for u in opts.pip_extra_index_urls for a in ("--extra-index-url", u)]
-    extras += _trusted_hosts(opts.pip_extra_index_urls)
-    pip_args = wheel if opts.wheelhouse else \
-        ["--index-url", torch_index, *_trusted_hosts([torch_index]), *extras]
-    # User packages may come from the index even with a wheelhouse (local wheels are found too).
+    # The image: the same indexes, or its wheelhouse (the torch stack from it alone; user
+    # packages may still come from their index, local wheels found first).
+    pip_args = ["--no-index", "--find-links", WHEELHOUSE_MOUNT] if opts.wheelhouse else \
+        idx.torch_args()
     user_pip_args = (["--find-links", WHEELHOUSE_MOUNT] if opts.wheelhouse else []) + \
-        ["--index-url", user_index, *_trusted_hosts([user_index]), *extras]
+        idx.user_args()
     base_image = opts.base_image or spec.base_image
     assert base_image is not None
     ctx = {
@@ -419,8 +488,9 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
     files[".dockerignore"] = RenderedFile(_template("dockerignore.j2", **ctx))
     files["apt-packages.txt"] = RenderedFile(_template("apt-packages.txt.j2", **ctx))
     files["envbuild-validate"] = RenderedFile(_template("envbuild-validate.j2", **ctx), 0o755)
-    if opts.apptainer:
-        ref = opts.image_ref or default_tag(spec)
+    if opts.apptainer:  # from the image `envbuild build` makes of these files: its own tag
+        ref = opts.image_ref or tags.default_tag(spec, tags.files_hash(
+            {rel: f.content for rel, f in files.items()}, opts.wheels))
         files["apptainer.def"] = RenderedFile(_template("apptainer.def.j2", image_ref=ref, **ctx))
     return files
 
@@ -470,10 +540,6 @@ def _trusted_hosts(urls: list[str] | tuple[str, ...]) -> list[str]:
         if p.scheme == "http" and p.hostname:
             out += ["--trusted-host", p.netloc.rsplit("@", 1)[-1]]
     return out
-
-
-def default_tag(spec: Spec) -> str:
-    return f"envbuild/{spec.target}:{spec.torch}-{spec.variant}-py{spec.python}-{spec.hash}"
 
 
 def write_tree(files: dict[str, RenderedFile], out: Path, force: bool = False,

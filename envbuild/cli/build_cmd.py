@@ -16,13 +16,15 @@ import typer
 from envbuild.cli import _options as o
 from envbuild.cli._app import app, emit_json, say, warn
 from envbuild.errors import EXIT_FAILED, EnvbuildError, UsageError
+from envbuild.tags import DEFAULT_TAG_FORMAT
 
 if TYPE_CHECKING:
     from envbuild.make import Checked, Hooks, MakeResult
     from envbuild.validate import Validation
 
 Tag = Annotated[str | None, typer.Option(
-    "--tag", help="Image tag (default envbuild/<target>:<torch>-<variant>-py<ver>-<spec hash>).")]
+    "--tag", help="Image tag (default: {} tagged {}; the hex names the spec and every file of "
+    "the build context, the variant is left out for cpu).".format(*DEFAULT_TAG_FORMAT.split(":")))]
 Rebuild = Annotated[bool, typer.Option(
     "--rebuild", help="Build even if an image with the same spec and context exists.")]
 Progress = Annotated[str, typer.Option(

@@ -32,7 +32,7 @@ arch="$("$python" -c 'import platform; print(platform.machine())')"
 "$python" -m venv "$venv"
 "$venv/bin/pip" install --index-url https://pypi.org/simple -r "$here/requirements.txt"
 if grep -qv '^#' "$here/user-requirements.txt"; then
-  "$venv/bin/pip" install -r "$here/user-requirements.txt" -c "$here/constraints.txt"
+  "$venv/bin/pip" install --index-url https://pypi.org/simple -r "$here/user-requirements.txt" -c "$here/constraints.txt"
 fi
 # Ready only after the validation passed: its exit code is the script's (1 a check failed,
 # 3 it could not run), and the venv stays for a look at what failed.
