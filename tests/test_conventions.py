@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -112,6 +113,9 @@ def test_a_variant_against_cuda_and_target(matrix: Matrix, data: st.DataObject) 
     except UsageError as exc:
         assert contradicts, exc.message
         assert exc.hint and f"--torch {patch}" in exc.hint
+        for other in re.findall(r"--cuda (\d+\.\d+)", exc.hint):  # the --cuda it suggests
+            with contextlib.suppress(ConflictError):  # may conflict for another reason
+                resolve(Request(torch=f"{patch}+{tag}", cuda=other), matrix)
         return
     except ConflictError as exc:
         assert not contradicts and exc.hint
