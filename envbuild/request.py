@@ -349,6 +349,10 @@ def _check_variant(req: Request, v: Variant, target: str, why: str) -> None:
     the rule that the wheel's CUDA has the image's major and is not newer than it."""
     version = split_torch(req.torch or "")[0]
     alone = f"--torch {version} alone lets envbuild pick the variant"
+    if not targets.get(target).container:  # macOS: PyPI's wheels, which carry no local tag
+        raise UsageError(f"--torch {req.torch} names a {v.tag} wheel of the PyTorch index; "
+                         f"--target {target} installs PyPI's macOS wheels, which have no variant",
+                         f"give --torch {version}")
     if targets.get(target).wheel_kind != v.kind:
         label = targets.of_wheel_kind(v.kind)[0]
         raise UsageError(f"--torch {req.torch} is a {label.label} wheel, which does not fit "

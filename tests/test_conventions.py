@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -94,9 +95,9 @@ def test_a_variant_the_release_lacks_names_what_it_has(matrix: Matrix) -> None:
 @given(data=st.data())
 def test_a_variant_against_cuda_and_target(matrix: Matrix, data: st.DataObject) -> None:
     """A CUDA variant and --cuda: the wheel's CUDA must have the image's major and be <= it
-    (else a usage error with a hint); any variant against a --target of another wheel kind is a
-    usage error; otherwise the request resolves with that variant or conflicts for a reason of
-    its own."""
+    (else a usage error with a hint); any variant against a --target of another wheel kind, or
+    against mps (PyPI's macOS wheels have no variant), is a usage error; otherwise the request
+    resolves with that variant or conflicts for a reason of its own."""
     patch, tag = data.draw(st.sampled_from(_builds(matrix)))
     v = next(x for x in matrix.variants if x.tag == tag)
     target = data.draw(st.sampled_from([None, *targets.NAMES]))
@@ -104,7 +105,8 @@ def test_a_variant_against_cuda_and_target(matrix: Matrix, data: st.DataObject) 
     if cuda is not None and target not in (None, "cuda"):
         target = None
     req = Request(torch=f"{patch}+{tag}", target=target, cuda=cuda)
-    contradicts = (target is not None and targets.get(target).wheel_kind != v.kind) or (
+    contradicts = (target is not None and (targets.get(target).wheel_kind != v.kind
+                                           or not targets.get(target).container)) or (
         cuda is not None and (v.kind != "cuda" or v.version.split(".")[0] != cuda.split(".")[0]
                               or version_key(v.version) > version_key(cuda)))
     try:
@@ -112,6 +114,9 @@ def test_a_variant_against_cuda_and_target(matrix: Matrix, data: st.DataObject) 
     except UsageError as exc:
         assert contradicts, exc.message
         assert exc.hint and f"--torch {patch}" in exc.hint
+        for other in re.findall(r"--cuda (\d+\.\d+)", exc.hint):  # the --cuda it suggests
+            with contextlib.suppress(ConflictError):  # may conflict for another reason
+                resolve(Request(torch=f"{patch}+{tag}", cuda=other), matrix)
         return
     except ConflictError as exc:
         assert not contradicts and exc.hint
