@@ -7,7 +7,6 @@ and no temporary files; secrets live in a 0600 temp dir outside the context for 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -21,6 +20,7 @@ from typing import TextIO
 from urllib.parse import urlsplit
 
 from envbuild import engine
+from envbuild.boundedio import load_json, read_text
 from envbuild.errors import EnvbuildError, EnvironmentProblem, UsageError
 from envbuild.pipeline import Secrets
 from envbuild.proxy import describe
@@ -52,7 +52,7 @@ def load_spec(context: Path) -> Spec:
         raise UsageError(f"{context} is not a rendered build context (no Dockerfile/spec.json)",
                          "render one first: envbuild render ... --out DIR")
     try:
-        return from_json(json.loads(path.read_text()))
+        return from_json(load_json(path, "spec file"))
     except (ValueError, TypeError) as exc:
         raise UsageError(f"{path} is not an envbuild spec: {exc}") from None
 
@@ -107,7 +107,8 @@ def context_hash(context: Path) -> str:
         if rel.startswith("wheelhouse/"):
             h.update(str(path.stat().st_size).encode())
         else:
-            h.update(hashlib.sha256(path.read_bytes()).digest())
+            with path.open("rb") as fh:  # streamed: a big file is not held in memory
+                h.update(hashlib.file_digest(fh, "sha256").digest())
     return h.hexdigest()[:16]
 
 
@@ -235,10 +236,10 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
     Docker's predefined proxy build args: never in the image config, history or argv. The
     ENV_BUILD_ARGS the Dockerfile declares come from `env` (default: this process's)."""
     spec = load_spec(context)
-    extra = env_build_args((context / "Dockerfile").read_text(),
+    extra = env_build_args(read_text(context / "Dockerfile", "Dockerfile"),
                            os.environ if env is None else env)
     secrets = secrets or Secrets()
-    missing = sorted(required_secrets((context / "Dockerfile").read_text())
+    missing = sorted(required_secrets(read_text(context / "Dockerfile", "Dockerfile"))
                      - set(secrets.files) - set(secrets.contents))
     if missing:
         flags = ", ".join(_SECRET_FLAGS.get(m, f"secret {m}") for m in missing)
@@ -289,7 +290,7 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
                                   extra_env={**(proxies or {}), **extra})
         if rc != 0 or not iidfile.is_file():
             if registry_denied(lines):
-                base = base_image_of((context / "Dockerfile").read_text())
+                base = base_image_of(read_text(context / "Dockerfile", "Dockerfile"))
                 reg = registry_of(base)
                 raise EnvironmentProblem(
                     f"the registry {reg} refused the login for the base image {base} (build "
@@ -298,7 +299,7 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
             short = step if len(step) <= 90 else step[:87] + "..."
             raise BuildFailed(f"build failed at {short}", _hint(step, tail),
                               [*tail, f"full log: {log_path}"])
-        image_id = iidfile.read_text().strip()
+        image_id = read_text(iidfile, "image id file").strip()
         engine.tag(image_id, ref)
         return BuildResult(ref, image_id, False, time.monotonic() - start, log_path,
                            builder.reason)
