@@ -6,7 +6,6 @@ and no temporary files; secrets live in a 0600 temp dir outside the context for 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -20,6 +19,7 @@ from typing import TextIO
 from urllib.parse import urlsplit
 
 from envbuild import engine
+from envbuild.boundedio import load_json, read_text
 from envbuild.errors import EnvbuildError, EnvironmentProblem, UsageError
 from envbuild.pipeline import Secrets
 from envbuild.proxy import describe
@@ -52,7 +52,7 @@ def load_spec(context: Path) -> Spec:
         raise UsageError(f"{context} is not a rendered build context (no Dockerfile/spec.json)",
                          "render one first: envbuild render ... --out DIR")
     try:
-        return from_json(json.loads(path.read_text()))
+        return from_json(load_json(path, "spec file"))
     except (ValueError, TypeError) as exc:
         raise UsageError(f"{path} is not an envbuild spec: {exc}",
                          "render the context again: envbuild render ... --out DIR --force") \
@@ -215,10 +215,10 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
     Docker's predefined proxy build args: never in the image config, history or argv. The
     ENV_BUILD_ARGS the Dockerfile declares come from `env` (default: this process's)."""
     spec = load_spec(context)
-    extra = env_build_args((context / "Dockerfile").read_text(),
+    extra = env_build_args(read_text(context / "Dockerfile", "Dockerfile"),
                            os.environ if env is None else env)
     secrets = secrets or Secrets()
-    missing = sorted(required_secrets((context / "Dockerfile").read_text())
+    missing = sorted(required_secrets(read_text(context / "Dockerfile", "Dockerfile"))
                      - set(secrets.files) - set(secrets.contents))
     if missing:
         flags = ", ".join(_SECRET_FLAGS.get(m, f"secret {m}") for m in missing)
@@ -269,7 +269,7 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
                                   extra_env={**(proxies or {}), **extra})
         if rc != 0 or not iidfile.is_file():
             if registry_denied(lines):
-                base = base_image_of((context / "Dockerfile").read_text())
+                base = base_image_of(read_text(context / "Dockerfile", "Dockerfile"))
                 reg = registry_of(base)
                 raise EnvironmentProblem(
                     f"the registry {reg} refused the login for the base image {base} (build "
@@ -278,7 +278,7 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
             short = step if len(step) <= 90 else step[:87] + "..."
             raise BuildFailed(f"build failed at {short}", _hint(step, tail),
                               [*tail, f"full log: {log_path}"])
-        image_id = iidfile.read_text().strip()
+        image_id = read_text(iidfile, "image id file").strip()
         engine.tag(image_id, ref)
         return BuildResult(ref, image_id, False, time.monotonic() - start, log_path,
                            builder.reason)

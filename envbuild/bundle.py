@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from envbuild import boundedio
+from envbuild.echo import shown
 from envbuild.errors import EnvbuildError, UsageError
 from envbuild.render import VENV, WHEELHOUSE_MOUNT
 
@@ -340,7 +342,7 @@ def read_bundle(root: Path) -> Bundle:
     """Read and check a bundle: every listed file present with its recorded sha256 (exit 2)."""
     path = root / "bundle.json"
     try:
-        meta = json.loads(path.read_text())
+        meta = boundedio.load_json(path, "bundle.json")  # a FIFO, device, huge or deep: exit 2
     except (OSError, ValueError):
         raise UsageError(f"--from-bundle {root}: no readable bundle.json",
                          "make one with: envbuild bundle [make options] --out DIR") from None
@@ -350,9 +352,11 @@ def read_bundle(root: Path) -> Bundle:
     for rel, digest in sorted(dict(meta.get("files", {})).items()):
         f = root / rel
         if ".." in Path(rel).parts or not f.is_file():
-            raise UsageError(f"--from-bundle {root}: {rel} is missing", "copy the whole bundle")
+            raise UsageError(f"--from-bundle {root}: {shown(rel)} is missing",
+                             "copy the whole bundle")
         if sha256_file(f) != digest:
-            raise UsageError(f"--from-bundle {root}: {rel} does not match its recorded sha256",
+            raise UsageError(f"--from-bundle {root}: {shown(rel)} does not match its recorded "
+                             "sha256",
                              "the bundle was changed or damaged in transit: copy it again")
     return Bundle(root, meta)
 
@@ -494,7 +498,9 @@ def _read_small(tf: tarfile.TarFile, m: tarfile.TarInfo, what: str) -> bytes:
 
 def _json(data: bytes, what: str, name: str) -> Any:
     try:
-        return json.loads(data)
+        return boundedio.parse_json(data)
+    except boundedio.TooDeep as exc:
+        raise _bad(what, f"{name} is {exc}") from None
     except ValueError:
         raise _bad(what, f"{name} is not JSON") from None
 

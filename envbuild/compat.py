@@ -247,11 +247,11 @@ def host_rules() -> HostRules:
     """The [doctor] table of matrix/signatures.toml, loaded once as typed data."""
     import tomllib
 
+    from envbuild.boundedio import load_toml
     from envbuild.resources import matrix_dir
 
     try:
-        with (matrix_dir() / "signatures.toml").open("rb") as fh:
-            table = tomllib.load(fh).get("doctor", {})
+        table = load_toml(matrix_dir() / "signatures.toml", "matrix file").get("doctor", {})
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise MatrixError(f"signatures.toml: cannot read the [doctor] table: {exc}") from exc
     return HostRules.from_table(table)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuild import proc
+from envbuild.echo import shown
 from envbuild.errors import EXIT_CANNOT_RUN, EnvbuildError, EnvironmentProblem
 
 LABEL_ROLE = "io.envbuild.role"
@@ -153,7 +154,7 @@ def image_labels(ref: str) -> dict[str, str]:
         try:
             return dict(c.images.get(ref).labels or {})
         except docker.errors.ImageNotFound:
-            raise EnvbuildError(f"image {ref!r} not found in the local Docker engine",
+            raise EnvbuildError(f"image {shown(ref)} not found in the local Docker engine",
                                 "build it first (envbuild build / envbuild make)") from None
 
 

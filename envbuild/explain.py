@@ -12,6 +12,7 @@ tail of an input over the limit, because the traceback that matters is at the en
 
 from __future__ import annotations
 
+import os
 import re
 import string
 import tomllib
@@ -21,7 +22,8 @@ from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from envbuild import compat, logscan
+from envbuild import boundedio, compat, logscan
+from envbuild.echo import escaped
 from envbuild.errors import MatrixError
 from envbuild.logscan import MIN_ANCHOR, Haystack, Scanner, anchor
 from envbuild.matrix import Matrix
@@ -136,8 +138,7 @@ def parse_catalogue(doc: Mapping[str, Any]) -> Catalogue:
 @cache
 def _load(path: Path) -> Catalogue:
     try:
-        with path.open("rb") as fh:
-            doc = tomllib.load(fh)
+        doc = boundedio.load_toml(path, "signature catalogue")
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise MatrixError(f"cannot read the error-signature catalogue {path}: {exc}") from exc
     return parse_catalogue(doc)
@@ -389,24 +390,43 @@ def _join(head: bytes, tail: bytes, total: int) -> LogText:
     return LogText(_decode(head) + marker + _decode(tail), total, True, len(head), len(tail))
 
 
-def read_log(stream: BinaryIO, limit: int = MAX_LOG_BYTES, head: int = HEAD_BYTES) -> LogText:
-    """The whole input if it fits in `limit` bytes, else its first `head` and last
-    `limit - head` bytes. A seekable file is not read in the middle; a pipe is streamed once,
-    keeping only the tail window."""
-    head = min(head, limit)
-    keep_tail = limit - head
+def _size(stream: BinaryIO, name: str) -> int:
+    """The size of a regular file (or an in-memory buffer); -1 for a pipe, FIFO or socket,
+    which are streamed. A device (/dev/zero seeks to 0 and never ends) or a directory is
+    refused (UsageError)."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):  # io.UnsupportedOperation: a BytesIO
+        fd = -1
+    if fd >= 0:
+        if not boundedio.check_stream(fd, name):
+            return -1
+        stream.seek(0)
+        return os.fstat(fd).st_size
     try:
         size = stream.seek(0, 2)
         stream.seek(0)
     except (OSError, ValueError):
-        size = -1
+        return -1
+    return size
+
+
+def read_log(stream: BinaryIO, limit: int = MAX_LOG_BYTES, head: int = HEAD_BYTES,
+             name: str = "stdin", most: int = boundedio.STREAM_BYTES) -> LogText:
+    """The whole input if it fits in `limit` bytes, else its first `head` and last
+    `limit - head` bytes. A regular file is not read in the middle; a pipe is streamed once,
+    keeping only the tail window, and refused past `most` bytes (UsageError); a device is
+    refused before a byte is read."""
+    head = min(head, limit)
+    keep_tail = limit - head
+    size = _size(stream, name)
     if size >= 0:
         if size <= limit:
-            data = stream.read()
+            data = stream.read(limit)  # a file grown since: what fits
             return LogText(_decode(data), len(data))
         first = stream.read(head)
         stream.seek(max(size - keep_tail, len(first)))
-        return _join(first, stream.read(), size)
+        return _join(first, stream.read(keep_tail), size)
     first = stream.read(head)
     total = len(first)
     if total < head:
@@ -414,6 +434,8 @@ def read_log(stream: BinaryIO, limit: int = MAX_LOG_BYTES, head: int = HEAD_BYTE
     window = bytearray()
     while chunk := stream.read(CHUNK):
         total += len(chunk)
+        if total > most:
+            raise boundedio.too_long_stream(name)
         window += chunk
         if len(window) > keep_tail + CHUNK:
             del window[:len(window) - keep_tail]
@@ -434,9 +456,11 @@ def _haystack(text: str | Haystack, cat: Catalogue) -> Haystack:
 
 
 def _line_of(text: str, start: int) -> str:
+    """The matched line as a report shows it: terminal escapes and other controls of the log
+    escaped (\\x1b), at most 240 characters."""
     begin = text.rfind("\n", 0, start) + 1
     end = text.find("\n", start)
-    line = text[begin:end if end >= 0 else len(text)].strip()
+    line = escaped(text[begin:end if end >= 0 else len(text)].strip())
     return line if len(line) <= 240 else line[:237] + "..."
 
 
@@ -461,7 +485,7 @@ def explain(text: str, matrix: Matrix, catalogue: Catalogue | None = None) -> li
         confidence = round(min(0.99, sig.confidence + 0.02 * (len(hits) - 1)), 2)
         first = min((h[0] for h in hits), key=lambda m: m.start())
         found.append((confidence, order, Match(sig.id, sig.title, sig.cause,
-                                               render_fix(sig, fields), confidence,
+                                               escaped(render_fix(sig, fields)), confidence,
                                                _line_of(text, first.start()))))
     found.sort(key=lambda t: (-t[0], t[1]))
     return [m for _, _, m in found]

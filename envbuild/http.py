@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import base64
-import json
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
+from envbuild.boundedio import parse_json
 from envbuild.errors import EnvironmentProblem
 from envbuild.redact import redact, shown
 
@@ -64,7 +64,7 @@ class Reply:
 
     def json(self) -> Any:
         try:
-            return json.loads(self.body)
+            return parse_json(self.body)
         except (ValueError, UnicodeDecodeError) as exc:
             raise EnvironmentProblem(
                 f"{redact(self.url)} did not answer valid JSON ({first_line(str(exc))})",
@@ -314,7 +314,7 @@ class RegistryAuth:
             headers["Authorization"] = "Basic " + _basic(login)
         r = self.send("GET", url, headers, None)
         try:
-            doc = json.loads(r.body)
+            doc = parse_json(r.body)
             token = (doc.get("token") or doc.get("access_token")) if isinstance(doc, dict) \
                 else None
         except (ValueError, UnicodeDecodeError):

@@ -16,6 +16,7 @@ from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
+from envbuild.echo import shown
 from envbuild.errors import MatrixError
 from envbuild.versions import parse_version, version_key
 
@@ -271,23 +272,23 @@ def _type_ok(value: Any, hint: Any) -> Any:
     if hint is str:
         if isinstance(value, str):
             return value
-        raise TypeError(f"expected a string, got {value!r}")
+        raise TypeError(f"expected a string, got {shown(value)}")
     if hint is bool:
         if isinstance(value, bool):
             return value
-        raise TypeError(f"expected true/false, got {value!r}")
+        raise TypeError(f"expected true/false, got {shown(value)}")
     if hint is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        raise TypeError(f"expected an integer, got {value!r}")
+        raise TypeError(f"expected an integer, got {shown(value)}")
     if hint is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
-        raise TypeError(f"expected a number, got {value!r}")
+        raise TypeError(f"expected a number, got {shown(value)}")
     # tuple[str, ...]
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return tuple(value)
-    raise TypeError(f"expected a list of strings, got {value!r}")
+    raise TypeError(f"expected a list of strings, got {shown(value)}")
 
 
 @cache
@@ -339,9 +340,12 @@ def _parse_rows(cls: type, rows: Any, file: str, table: str,
 
 
 def _read_toml(path: Path, problems: list[Problem]) -> dict[str, Any]:
+    """A matrix file through the bounded reader: a FIFO, device, a file over CONFIG_BYTES, one
+    nested too deep or not UTF-8 is refused (UsageError, exit 2), not listed as a problem."""
+    from envbuild.boundedio import load_toml
+
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
+        return load_toml(path, "matrix file")
     except FileNotFoundError:
         problems.append(Problem(path.name, "-", "file is missing"))
     except tomllib.TOMLDecodeError as exc:
@@ -402,7 +406,7 @@ def _versions_ok(values: Iterable[tuple[str, str]], file: str, label: str) -> li
     out = []
     for name, value in values:
         if value and parse_version(value) is None:
-            out.append(Problem(file, label, f"{name}: {value!r} is not a version"))
+            out.append(Problem(file, label, f"{name}: {shown(value)} is not a version"))
     return out
 
 
@@ -590,15 +594,15 @@ def _trusted(path: Path) -> bool:
 
 
 def _read_cache(cache: Path) -> Matrix | None:
-    import json
+    from envbuild.boundedio import CACHE_BYTES, load_json
+    from envbuild.errors import UsageError
 
     if not _trusted(cache):
         return None
     try:
-        with cache.open("rb") as fh:
-            doc = json.loads(fh.read(64 << 20))
-    except (OSError, ValueError, RecursionError):
-        return None
+        doc = load_json(cache, "matrix cache", cap=CACHE_BYTES)
+    except (OSError, ValueError, UsageError):
+        return None  # missing, damaged or hostile: rebuilt from the TOML
     if not isinstance(doc, dict) or doc.get("format") != _CACHE_FORMAT \
             or doc.get("key") != cache.stem:
         return None
@@ -644,9 +648,9 @@ def load(directory: Path | None = None) -> Matrix:
     matrix = _from_docs(docs, problems)
     problems += cross_check(matrix)
     if problems:
-        shown = "; ".join(str(x) for x in problems[:3])
+        listed = "; ".join(str(x) for x in problems[:3])
         more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
-        raise MatrixError(f"the version matrix in {d} is broken: {shown}{more}")
+        raise MatrixError(f"the version matrix in {d} is broken: {listed}{more}")
     if cache is not None:
         _write_cache(cache, docs)
     return matrix

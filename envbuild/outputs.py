@@ -27,6 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
+from envbuild import boundedio
+from envbuild.boundedio import parse_json
+from envbuild.echo import shown
 from envbuild.errors import EnvbuildError, EnvironmentProblem, UsageError
 
 
@@ -102,7 +105,7 @@ def _plan(files: Mapping[str, RenderedFile], links: Mapping[str, Path]) -> list[
 
 def _os_error(exc: OSError, path: Path | str, doing: str = "write",
               flag: str = "--out") -> EnvbuildError:
-    where = exc.filename or path
+    where = boundedio.path_text(exc.filename or path)
     reason = exc.strerror or str(exc)
     if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
         return EnvironmentProblem(f"cannot {doing} {where}: {reason}",
@@ -124,11 +127,11 @@ def resolve_out(out: Path, flag: str = "--out") -> Path:
     """The absolute, symlink- and `..`-free path `out` names, checked before anything is made."""
     text = str(out)
     if "\x00" in text or not text.strip():
-        raise UsageError(f"{flag} {text!r} is not a path", f"e.g. {flag} ./out")
+        raise UsageError(f"{flag} {shown(text)} is not a path", f"e.g. {flag} ./out")
     try:
         target = Path(os.path.realpath(text))
     except (OSError, ValueError) as exc:
-        raise UsageError(f"{flag} {text!r} cannot be resolved: {exc}",
+        raise UsageError(f"{flag} {shown(text)} cannot be resolved: {exc}",
                          f"choose another {flag}") from None
     # The nearest existing ancestor must be a directory: `--out FILE/sub` is refused here.
     probe = target
@@ -147,7 +150,7 @@ def _read_manifest(target: Path) -> dict[str, dict[str, Any]] | None:
         st = os.lstat(path)
         if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_MANIFEST_BYTES:
             return None
-        data = json.loads(path.read_bytes())
+        data = parse_json(path.read_bytes())  # TooDeep: a ValueError
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("generator") != "envbuild" \

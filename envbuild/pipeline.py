@@ -75,10 +75,16 @@ _SECRET_HINTS = {
 def secret_file(path: Path, flag: str) -> Path:
     """A file given as a build secret: it must be a readable regular file."""
     hint = _SECRET_HINTS.get(flag, "give a file")
+    from envbuild.boundedio import regular_file
+
     if path.is_dir():
         raise UsageError(f"{flag} {path}: is a directory, not a file", hint)
-    if not path.is_file():
-        raise UsageError(f"{flag} {path}: no such file", hint)
+    try:
+        regular_file(path, "file", hint)  # a FIFO or a device (/dev/zero) is refused by name
+    except FileNotFoundError:
+        raise UsageError(f"{flag} {path}: no such file", hint) from None
+    except UsageError as exc:
+        raise UsageError(f"{flag} {exc.message}", hint) from None
     try:
         with path.open("rb"):
             pass

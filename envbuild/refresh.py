@@ -534,7 +534,7 @@ class _Block:
 
 
 def _blocks(lines: list[str]) -> list[_Block]:
-    import tomllib
+    from envbuild.boundedio import parse_toml
 
     heads = [(i, m.group(1)) for i, line in enumerate(lines) if (m := _HEADER.match(line))
              and line.lstrip().startswith("[")]
@@ -543,8 +543,8 @@ def _blocks(lines: list[str]) -> list[_Block]:
         end = heads[n + 1][0] if n + 1 < len(heads) else len(lines)
         body = "\n".join(lines[i + 1:end])
         try:
-            values = tomllib.loads(body)
-        except tomllib.TOMLDecodeError:
+            values = parse_toml(body)
+        except ValueError:  # TOMLDecodeError, TooDeep: not a block this can edit
             values = {}
         out.append(_Block(name, i, end, values))
     return out
@@ -989,10 +989,10 @@ def write_changes(d: Any, changes: Sequence[Change], source_ids: Mapping[str, st
     """Apply to copies, check the copies as a whole, then replace the files (nothing is
     half-written)."""
     import os
-    import shutil
     import tempfile
     from pathlib import Path
 
+    from envbuild.boundedio import read_bytes, read_text
     from envbuild.errors import MatrixError
     from envbuild.matrix import check
 
@@ -1004,11 +1004,11 @@ def write_changes(d: Any, changes: Sequence[Change], source_ids: Mapping[str, st
     used = sorted({c.source for c in changes if c.applicable})
     new_text: dict[str, str] = {}
     for fname, chs in per_file.items():
-        text = (d / fname).read_text(encoding="utf-8")
+        text = read_text(d / fname, "matrix file")
         for src in used:
             text = apply_changes(text, [c for c in chs if c.source == src], source_ids[src])
         new_text[fname] = text
-    sources = (d / "sources.toml").read_text(encoding="utf-8")
+    sources = read_text(d / "sources.toml", "matrix file")
     for src in used:
         sid = source_ids[src]
         if f'[source."{sid}"]' not in sources:
@@ -1018,8 +1018,8 @@ def write_changes(d: Any, changes: Sequence[Change], source_ids: Mapping[str, st
                 f"envbuild matrix refresh --source {src} --write, {day}")
     new_text["sources.toml"] = sources
     with tempfile.TemporaryDirectory(prefix="envbuild-refresh-") as tmp:
-        for p in d.glob("*.toml"):
-            shutil.copy2(p, Path(tmp) / p.name)
+        for p in d.glob("*.toml"):  # through the bounded reader: no FIFO or /dev/zero copied
+            (Path(tmp) / p.name).write_bytes(read_bytes(p, "matrix file"))
         for fname, text in new_text.items():
             (Path(tmp) / fname).write_text(text, encoding="utf-8")
         problems = check(Path(tmp))

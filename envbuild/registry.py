@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urljoin
 
+from envbuild.boundedio import parse_json
 from envbuild.errors import EnvbuildError, EnvironmentProblem, UsageError
 from envbuild.http import Http, RegistryAuth, Reply, Unreachable, loopback
 
@@ -121,9 +122,12 @@ def _scheme(host: str) -> str:
 
 def _docker_config() -> dict[str, Any]:
     path = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker")) / "config.json"
+    from envbuild.boundedio import load_json
+    from envbuild.errors import UsageError
+
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
+        doc = load_json(path, "Docker config")
+    except (OSError, ValueError, UsageError):  # missing, damaged, or not a file: no logins
         return {}
     return doc if isinstance(doc, dict) else {}
 
@@ -146,7 +150,7 @@ def _helper_login(helper: str, server: str) -> tuple[str, str] | None:
     if not res.ok:  # "credentials not found in native keychain"; its output is never shown
         return None
     try:
-        doc = json.loads(res.stdout)
+        doc = parse_json(res.stdout)
         user, secret = doc["Username"], doc["Secret"]
     except (ValueError, KeyError, TypeError):
         raise EnvironmentProblem(f"the credential helper {name} answered something else than "
@@ -285,7 +289,7 @@ class Client:
         if r.status != 200 or not r.header("Content-Type").startswith(OCI_INDEX):
             return None
         try:
-            found = json.loads(r.body).get("manifests", [])
+            found = parse_json(r.body).get("manifests", [])
         except (ValueError, AttributeError):
             return None
         if not isinstance(found, list):
@@ -382,9 +386,9 @@ def fetch_report(image: str) -> Attached | None:
         if got is None:
             continue
         try:
-            manifest = json.loads(got[0])
+            manifest = parse_json(got[0])
             layer = next(x for x in manifest["layers"] if x["mediaType"] == REPORT_TYPE)
-            report = json.loads(c.get_blob(ref.repo, str(layer["digest"])))
+            report = parse_json(c.get_blob(ref.repo, str(layer["digest"])))
         except (ValueError, KeyError, TypeError, StopIteration):
             continue
         if isinstance(report, dict):

@@ -21,7 +21,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import jinja2
 
 from envbuild import __version__, tags, targets
-from envbuild.errors import UsageError
+from envbuild.errors import MatrixError, UsageError
 from envbuild.matrix import Matrix, OsInfo
 from envbuild.redact import mask_url, shown
 from envbuild.request import COMPONENTS
@@ -148,8 +148,13 @@ def index_url(value: str, flag: str) -> tuple[str, bool]:
 @cache
 def system_users() -> frozenset[str]:
     """Names of the system accounts of the base images' OS families (matrix/system-users.toml)."""
-    with (matrix_dir() / "system-users.toml").open("rb") as fh:
-        doc = tomllib.load(fh)
+    from envbuild.boundedio import load_toml
+
+    path = matrix_dir() / "system-users.toml"
+    try:
+        doc = load_toml(path, "matrix file")
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise MatrixError(f"cannot read {path}: {exc}") from None
     return frozenset(u for fam in doc.get("family", []) for u in fam.get("users", []))
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from envbuild import targets
+from envbuild.echo import shown
 from envbuild.errors import UsageError
 from envbuild.matrix import Gpu, Matrix, Variant
 from envbuild.versions import version_key
@@ -147,16 +148,17 @@ def torch_specifier(text: str) -> SpecifierSet:
 
     t = text.strip()
     if not t or len(t) > 100:
-        raise UsageError(f"--torch {text[:60]!r} is not a version or specifier", _TORCH_HINT)
+        raise UsageError(f"--torch {shown(text)} is not a version or specifier", _TORCH_HINT)
     t = split_torch(t)[0]
     if _TORCH_BARE.fullmatch(t):
         t = f"=={t}.*" if t.count(".") == 1 else f"=={t}"
     try:
         spec = SpecifierSet(t)
     except InvalidSpecifier:
-        raise UsageError(f"--torch {text!r} is not a version or specifier", _TORCH_HINT) from None
+        raise UsageError(f"--torch {shown(text)} is not a version or specifier",
+                         _TORCH_HINT) from None
     if not str(spec):
-        raise UsageError(f"--torch {text!r} is empty", "examples: --torch 2.4")
+        raise UsageError(f"--torch {shown(text)} is empty", "examples: --torch 2.4")
     return spec
 
 
@@ -180,7 +182,7 @@ def gpu_index(matrix: Matrix) -> dict[str, Gpu]:
 def parse_gpu(text: str, matrix: Matrix) -> GpuRef:
     raw = text.strip()
     if not raw or len(raw) > 80 or not re.fullmatch(r"[\w .+()/-]+", raw):
-        raise UsageError(f"--gpu {text[:40]!r} is not a GPU name or compute capability",
+        raise UsageError(f"--gpu {shown(text)} is not a GPU name or compute capability",
                          "examples: --gpu H100, --gpu 'RTX 4090', --gpu sm_86, --gpu gfx942")
     m = _SM.fullmatch(raw) or _CC.fullmatch(raw)
     if m:
@@ -197,7 +199,7 @@ def parse_gpu(text: str, matrix: Matrix) -> GpuRef:
     if g is None:
         names = sorted({x.name for x in matrix.gpus})
         close = _close(raw, names) or _close(_norm_gpu(raw), [_norm_gpu(n) for n in names])
-        raise UsageError(f"unknown GPU {raw!r}",
+        raise UsageError(f"unknown GPU {shown(raw)}",
                          "give a compute capability instead (e.g. --gpu sm_89) or a known name "
                          "(`envbuild matrix show gpus`)", close)
     return GpuRef(label=g.name, vendor=g.vendor, cc=g.cc, gfx=g.gfx)
@@ -208,17 +210,17 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
                       if v not in (None, (), "", False)
                       and k not in ("components", "base", "forward_compat"))
     if req.target is not None and req.target not in TARGETS:
-        raise UsageError(f"--target {req.target[:40]!r} is not one of {', '.join(TARGETS)}",
+        raise UsageError(f"--target {shown(req.target)} is not one of {', '.join(TARGETS)}",
                          f"use --target {' | '.join(TARGETS)} (any case), or leave it out: "
                          "--cuda implies cuda, --rocm rocm", _close(req.target, list(TARGETS)))
     if req.flavor is not None and req.flavor not in FLAVORS:
-        raise UsageError(f"--flavor {req.flavor[:40]!r} is not one of {', '.join(FLAVORS)}",
+        raise UsageError(f"--flavor {shown(req.flavor)} is not one of {', '.join(FLAVORS)}",
                          "base (the default: runtime libraries come with the wheel), runtime "
                          "(CUDA), devel (nvcc / hipcc)", _close(req.flavor, list(FLAVORS)))
     companions = [c for c in COMPONENTS if c != "torch"]
     for c in req.components:
         if c not in COMPONENTS:
-            raise UsageError(f"--without {c[:40]!r} is not one of {', '.join(companions)}",
+            raise UsageError(f"--without {shown(c)} is not one of {', '.join(companions)}",
                              f"--without takes {' or '.join(companions)} (repeat it for both)",
                              _close(c, companions))
     if "torch" not in req.components:
@@ -231,7 +233,7 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
     notes: list[str] = []
     if req.cuda is not None:
         if not _CUDA.fullmatch(req.cuda):
-            raise UsageError(f"--cuda {req.cuda!r} is not a CUDA version",
+            raise UsageError(f"--cuda {shown(req.cuda)} is not a CUDA version",
                              "use X, X.Y or X.Y.Z (ASCII digits), e.g. --cuda 12.2")
         known = [r.version for r in matrix.cuda]
         if "." not in req.cuda:
@@ -250,7 +252,7 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
                                           if v not in close])
     if req.rocm is not None:
         if not _ROCM.fullmatch(req.rocm):
-            raise UsageError(f"--rocm {req.rocm!r} is not a ROCm version",
+            raise UsageError(f"--rocm {shown(req.rocm)} is not a ROCm version",
                              "use X.Y or X.Y.Z, e.g. --rocm 6.2")
         known_rocm = [r.version for r in matrix.rocm]
         if not any(v == req.rocm or v.startswith(req.rocm + ".") for v in known_rocm):
@@ -262,12 +264,12 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
     if variant is not None:
         notes.append(f"variant {variant.tag}: --torch {req.torch} names it (a pip local version)")
     if req.python is not None and not _PYTHON.fullmatch(req.python):
-        raise UsageError(f"--python {req.python!r} is not a CPython version",
+        raise UsageError(f"--python {shown(req.python)} is not a CPython version",
                          "use 3.X (ASCII digits), e.g. --python 3.11")
     driver = req.driver
     if driver is not None:
         if not _DRIVER.fullmatch(driver):
-            raise UsageError(f"--driver {driver!r} is not an NVIDIA driver version",
+            raise UsageError(f"--driver {shown(driver)} is not an NVIDIA driver version",
                              "use the number nvidia-smi prints (ASCII digits), e.g. "
                              "--driver 535.104.05, or a branch: --driver 535")
         if "." not in driver:
@@ -275,7 +277,7 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
             notes.append(note)
     if req.os is not None and matrix.os_info(req.os) is None:
         ids = [o.id for o in matrix.oses]
-        raise UsageError(f"--os {req.os!r} is not an operating system envbuild knows",
+        raise UsageError(f"--os {shown(req.os)} is not an operating system envbuild knows",
                          f"known: {', '.join(ids)} (macOS only with --target mps)",
                          _close(req.os, ids))
     gpus = tuple(parse_gpu(g, matrix) for g in req.gpus)

@@ -18,7 +18,6 @@ index or registry: a missing fact becomes "unknown" with its reason, never an er
 from __future__ import annotations
 
 import functools
-import json
 import re
 import struct
 import zipfile
@@ -36,6 +35,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from envbuild.boundedio import parse_json
 from envbuild.http import Denied, Http, RegistryAuth, Reply
 from envbuild.http import Unreachable as Unreachable
 from envbuild.size import BaseFact, SizeEstimate, WheelFact, estimate
@@ -164,7 +164,7 @@ def parse_index(project: str, page_url: str, resp: Response) -> list[IndexFile]:
     """Files of a PEP 691 JSON or PEP 503 HTML project page."""
     out = []
     if resp.headers.get("content-type", "").startswith(PEP691):
-        doc = json.loads(resp.body)
+        doc = parse_json(resp.body)
         for f in doc.get("files", []):
             meta = f.get("core-metadata", f.get("data-dist-info-metadata", False))
             size = f.get("size")
@@ -405,7 +405,7 @@ def base_fact(ref: str, fetch: Fetch = http_get) -> BaseFact:
         r = auth.request("GET", f"{api}/{repo}/manifests/{tag}", scope, headers)
         if r.status != 200:
             return BaseFact(ref, how=f"registry answered HTTP {r.status}")
-        doc: dict[str, Any] = json.loads(r.body)
+        doc: dict[str, Any] = parse_json(r.body)
         if "manifests" in doc:
             entry = next((d for d in doc["manifests"]
                           if d.get("platform", {}).get("os") == "linux"
@@ -415,7 +415,7 @@ def base_fact(ref: str, fetch: Fetch = http_get) -> BaseFact:
             r = auth.request("GET", f"{api}/{repo}/manifests/{entry['digest']}", scope, headers)
             if r.status != 200:
                 return BaseFact(ref, how=f"registry answered HTTP {r.status}")
-            doc = json.loads(r.body)
+            doc = parse_json(r.body)
         layers = doc.get("layers")
         if not isinstance(layers, list):
             return BaseFact(ref, how="manifest without layers")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envbuild import __version__
+from envbuild.echo import shown
 from envbuild.errors import EnvbuildError, UsageError
 from envbuild.teamfile import TeamFile, TeamImage
 
@@ -221,11 +222,14 @@ def dump_lock(lock: Mapping[str, Any]) -> str:
 def read_lock(path: Path) -> dict[str, Any] | None:
     import tomllib
 
+    from envbuild.boundedio import load_toml
+
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = load_toml(path, "lock file",
+                         hint="remove it and run `envbuild team build` to write a new one")
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not a readable lock file ({exc})",
                          "remove it and run `envbuild team build` to write a new one") from None
     if not isinstance(data.get("image", {}), dict):
@@ -455,7 +459,7 @@ def locked_image(image: TeamImage, entry: Mapping[str, Any], path: Path) -> Team
         for r in reqs:
             n = _name(r)
             if n not in versions:
-                raise UsageError(f"{where}: {r!r} is not in the lock's packages",
+                raise UsageError(f"{where}: {shown(r)} is not in the lock's packages",
                                  "the team file changed since the lock was written; run "
                                  "`envbuild team build` (without --locked) first")
             out.append(f"{n}=={versions[n]}")
@@ -476,7 +480,7 @@ def locked_team(team: TeamFile, lock: Mapping[str, Any] | None, lock_path: Path)
     for image in team.images:
         entry = lock.get("image", {}).get(image.name)
         if entry is None:
-            raise UsageError(f"--locked: {lock_path} has no image {image.name!r}",
+            raise UsageError(f"--locked: {lock_path} has no image {shown(image.name)}",
                              "run `envbuild team build` (without --locked) first")
         images.append(locked_image(image, entry, lock_path))
     return dataclasses.replace(team, images=tuple(images))

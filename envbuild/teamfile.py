@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envbuild import boundedio
+from envbuild.echo import shown
 from envbuild.errors import UsageError
 from envbuild.pipeline import ContextInputs
 from envbuild.request import COMPONENTS, Request
@@ -123,15 +125,15 @@ def _check_value(key: str, value: str) -> None:
         simple[key](value)
     elif key in patterns:
         if not patterns[key].match(value):
-            raise UsageError(f"{value[:40]!r} is not a valid {key} version",
+            raise UsageError(f"{shown(value)} is not a valid {key} version",
                              f"e.g. {key} = \"{_VERSION_EXAMPLE[key]}\"")
     elif key in choices:
         if value not in choices[key]:
-            raise UsageError(f"{value[:40]!r} is not one of {', '.join(choices[key])}",
+            raise UsageError(f"{shown(value)} is not one of {', '.join(choices[key])}",
                              f"{key} = \"{choices[key][0]}\", for example")
     elif key in ("os", "gpu"):
         if not re.fullmatch(r"[\w .+()/-]{1,80}", value):
-            raise UsageError(f"{value[:40]!r} is not a {'GPU' if key == 'gpu' else 'OS'} name",
+            raise UsageError(f"{shown(value)} is not a {'GPU' if key == 'gpu' else 'OS'} name",
                              "`envbuild matrix show gpus` / `envbuild matrix show os` list "
                              "the known names")
     elif key in ("wheelhouse", "ca_cert"):
@@ -148,7 +150,7 @@ def _table(data: object, path: Path, table: str) -> dict[str, Any]:
 
             close = difflib.get_close_matches(key.replace("-", "_"), sorted(KEYS), n=3,
                                               cutoff=0.6)
-            raise UsageError(f"{_where(path, table, key[:40])}: unknown key",
+            raise UsageError(f"{_where(path, table, shown(key))}: unknown key",
                              "keys are make's long options with - as _ (cuda, torch, python, "
                              "target, pip, apt, ...) and registry", close)
         try:
@@ -218,13 +220,17 @@ def image_of(name: str, defaults: dict[str, Any], own: dict[str, Any], base: Pat
 def parse(text: str, path: Path) -> TeamFile:
     """The team file's text -> its images, every value checked. Pure (paths are not read)."""
     try:
-        data = tomllib.loads(text)
+        data = boundedio.parse_toml(text)
+    except boundedio.TooDeep as exc:
+        raise UsageError(f"{path}: {exc}; a team file is read up to {boundedio.MAX_DEPTH} levels",
+                         "a team file has [defaults] and [image.NAME] tables of strings and "
+                         "lists of strings") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML ({exc})",
                          "see the example in the README, section Team images") from None
     for key in data:
         if key not in ("defaults", "image"):
-            raise UsageError(f"{path}: unknown top-level key or table {key[:40]!r}",
+            raise UsageError(f"{path}: unknown top-level key or table {shown(key)}",
                              "a team file has [defaults] and [image.NAME] tables")
     defaults = _table(data.get("defaults", {}), path, "defaults")
     images = data.get("image", {})
@@ -236,7 +242,7 @@ def parse(text: str, path: Path) -> TeamFile:
     out = []
     for name, table in images.items():
         if len(name) > 64 or not _NAME.fullmatch(name):
-            raise UsageError(f"{path}: [image.{name[:40]!r}]: not an image name",
+            raise UsageError(f"{path}: [image.{shown(name)}]: not an image name",
                              "lower-case letters, digits and . _ - (it becomes the repository "
                              "name), e.g. [image.h100]")
         own = _table(table, path, f"image.{name}")
@@ -245,13 +251,11 @@ def parse(text: str, path: Path) -> TeamFile:
 
 
 def load(path: Path | None = None) -> TeamFile:
+    """Read through the bounded reader: a regular UTF-8 file of at most CONFIG_BYTES."""
     p = path or Path(DEFAULT_FILE)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = boundedio.read_text(p, "team file")
     except FileNotFoundError:
-        raise UsageError(f"{p}: no such team file",
+        raise UsageError(f"{boundedio.path_text(p)}: no such team file",
                          "write an envbuild.toml (README: Team images) or pass --file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{p}: cannot be read ({exc})",
-                         "give a readable UTF-8 file with --file") from None
     return parse(text, p)

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from envbuild import engine, proc
-from envbuild.errors import EXIT_CANNOT_RUN, EnvbuildError
+from envbuild.boundedio import CACHE_BYTES, load_json, parse_json, path_text
+from envbuild.errors import EXIT_CANNOT_RUN, EnvbuildError, UsageError
 from envbuild.validator import rules
 
 VALIDATE_LABEL = {engine.LABEL_ROLE: "validate"}
@@ -65,7 +66,7 @@ def _parse_report(output: str) -> dict[str, Any]:
     start = output.find("{")
     if start < 0:
         raise ValueError("no JSON report in the validator output")
-    data = json.loads(output[start:])
+    data = parse_json(output[start:])
     if not isinstance(data, dict) or "checks" not in data:
         raise ValueError("the validator output is not a report")
     return data
@@ -155,6 +156,15 @@ def validate_host(*, spec: Path | None = None, require_gpu: bool = False,
     from envbuild.matrix import load
     from envbuild.render import peaks_json
 
+    if spec is not None:  # the validator reads it whole: a FIFO, /dev/zero, deep JSON stop here
+        try:
+            load_json(spec, "spec file")
+        except FileNotFoundError:
+            raise UsageError(f"--spec {path_text(spec)}: no such file",
+                             "give the spec.json of a rendered context") from None
+        except ValueError as exc:
+            raise UsageError(f"--spec {path_text(spec)}: not JSON ({exc})",
+                             "give the spec.json of a rendered context") from None
     with tempfile.TemporaryDirectory(prefix="envbuild-validate-") as tmp:
         peaks = Path(tmp, "peaks.json")
         peaks.write_text(peaks_json(load()))
@@ -171,4 +181,5 @@ def validate_host(*, spec: Path | None = None, require_gpu: bool = False,
             raise EnvbuildError("the validator could not run on this host",
                                 "is torch installed here? pip install 'envbuild[host]'",
                                 [(r.stderr or r.stdout).strip()[-400:]], EXIT_CANNOT_RUN)
-        return Validation(json.loads(out.read_text()), r.returncode, False, "")
+        return Validation(load_json(out, "validator report", cap=CACHE_BYTES), r.returncode,
+                          False, "")

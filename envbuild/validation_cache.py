@@ -125,8 +125,11 @@ def passed(report: Mapping[str, Any], exit_code: int) -> bool:
 def load(key: str, directory: Path | None = None) -> Cached | None:
     """The stored passing report for key; None when absent, unreadable or not a pass."""
     path = (directory or cache_dir()) / f"{key}.json"
+    from envbuild.boundedio import CACHE_BYTES, load_json
+    from envbuild.errors import UsageError
+
     try:
-        data = json.loads(path.read_text())
+        data = load_json(path, "validation cache entry", cap=CACHE_BYTES)
         report = data["report"]
         if data.get("key") != key or not isinstance(report, dict) or not passed(report, 0):
             return None
@@ -134,7 +137,7 @@ def load(key: str, directory: Path | None = None) -> Cached | None:
         if created.tzinfo is None:
             return None
         return Cached(report, str(data.get("note", "")), bool(data.get("gpus_passed")), created)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, UsageError):
         return None
 
 

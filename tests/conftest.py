@@ -6,6 +6,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,11 +29,22 @@ class Cli:
 
 
 def run_cli(*args: str, input_text: str | None = None, env: dict[str, str] | None = None,
-            timeout: float = 600) -> Cli:
-    """Run the real CLI as a separate process, exactly as a user would."""
+            timeout: float = 600, cwd: Path | None = None, stdin: Any = None,
+            memory: int | None = None) -> Cli:
+    """Run the real CLI as a separate process, exactly as a user would. `stdin`: a file (or
+    descriptor) instead of `input_text`; `memory`: an address-space limit in bytes (RLIMIT_AS),
+    so a runaway read fails in the child instead of filling the machine."""
+    def limit() -> None:
+        import resource
+
+        if memory is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
     p = subprocess.run([sys.executable, "-m", "envbuild", *args], capture_output=True, text=True,
-                       input=input_text, timeout=timeout, cwd=ROOT,
-                       env={**os.environ, **(env or {})})
+                       errors="replace", input=input_text,
+                       stdin=stdin if input_text is None else None, timeout=timeout,
+                       cwd=cwd or ROOT, env={**os.environ, **(env or {})},
+                       preexec_fn=limit if memory is not None else None)
     return Cli(p.returncode, p.stdout, p.stderr)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -48,10 +49,14 @@ def _wants_json(argv: list[str]) -> bool:
 
 
 def _fail(err: EnvbuildError, as_json: bool) -> int:
-    from envbuild.redact import redact  # every error passes here: no URL credential is echoed
+    from envbuild.echo import one_line  # every error passes here: each line escaped and capped
+    from envbuild.redact import redact  # ... and no URL credential is echoed
 
-    err = EnvbuildError(redact(err.message), redact(err.hint),
-                        [redact(a) for a in err.alternatives], err.exit_code, err.fixes)
+    def clean(text: str) -> str:
+        return one_line(redact(text))
+
+    err = EnvbuildError(clean(err.message), clean(err.hint),
+                        [clean(a) for a in err.alternatives], err.exit_code, err.fixes)
     if as_json:
         emit_json({"error": {"message": err.message, "hint": err.hint,
                              "alternatives": err.alternatives, "fixes": err.fixes}})
@@ -89,6 +94,15 @@ def run(argv: list[str]) -> int:
     except BrokenPipeError:
         _stdout_gone()
         return 0
+    except OSError as err:  # a path no file system takes, wherever it was first looked at
+        if err.errno not in (errno.ENAMETOOLONG, errno.ELOOP):
+            raise
+        from envbuild.boundedio import path_text
+
+        hint = "give a shorter path" if err.errno == errno.ENAMETOOLONG else \
+            "the path has a symlink loop; give another"
+        return _fail(EnvbuildError(f"{path_text(err.filename or '')}: {err.strerror}", hint, [],
+                                   EXIT_USAGE), as_json)
     except SystemExit as exc:  # typer turns EPIPE into sys.exit(1)
         if isinstance(exc.__context__, BrokenPipeError):
             _stdout_gone()

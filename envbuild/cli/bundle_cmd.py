@@ -47,6 +47,7 @@ def bundle(
     packages only go to environment.yml, not into the image: not taken.)"""
     from envbuild import bundle as b
     from envbuild import engine
+    from envbuild.boundedio import read_bytes
     from envbuild.build import build as do_build
     from envbuild.matrix import load
     from envbuild.pipeline import prepare
@@ -141,8 +142,8 @@ def bundle(
         b.copy_wheels(work / "user" / "out", tmp / "context" / "wheelhouse", new_wheels)
         # 4. the matrix the spec was resolved with
         (tmp / "matrix").mkdir()
-        for f in sorted(matrix_dir().glob("*.toml")):
-            shutil.copyfile(f, tmp / "matrix" / f.name)
+        for f in sorted(matrix_dir().glob("*.toml")):  # bounded: no FIFO or device copied
+            (tmp / "matrix" / f.name).write_bytes(read_bytes(f, "matrix file"))
         b.write_meta(tmp, {"spec_hash": spec.hash, "spec": spec.to_json(),
                            "system_ref": system_ref, "system_id": result.image_id,
                            "base_image": base_ref, "base": base, "system_oci": oci.to_json(),

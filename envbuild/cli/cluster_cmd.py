@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 from pathlib import Path
@@ -160,21 +161,25 @@ def collect(
                                                                         "expected.")] = None,
     gpus_per_node: GpusPerNode = 0, fabric: Fabric = None, json_out: Json = False,
 ) -> None:
+    from envbuild.boundedio import check_stream, open_log, path_text
     from envbuild.cluster import report as rep
     from envbuild.cluster.hosts import expand
     from envbuild.cluster.slurm import expected_nodes, load_rules
 
     text = []
-    for log in logs:
+    for log in logs:  # the first MAX_LOG_BYTES of each: regular files and pipes, no device
         try:
             if str(log) == "-":
-                text.append(sys.stdin.read(MAX_LOG_BYTES))
+                stdin = sys.stdin.buffer
+                with contextlib.suppress(OSError, ValueError):  # no descriptor: a test's buffer
+                    check_stream(stdin.fileno(), "stdin", "task log")  # /dev/zero: refused
+                text.append(stdin.read(MAX_LOG_BYTES).decode("utf-8", "replace"))
             else:
-                with log.open("rb") as fh:
+                with open_log(log, "task log") as fh:
                     text.append(fh.read(MAX_LOG_BYTES).decode("utf-8", "replace"))
         except OSError as exc:
-            raise UsageError(f"cannot read {log}: {exc.strerror}", "give readable log files") \
-                from None
+            raise UsageError(f"cannot read {path_text(log)}: {exc.strerror}",
+                             "give readable log files") from None
     rules = load_rules()
     rep.check_fabric(rules, fabric)
     lines = rep.parse_lines("\n".join(text))

@@ -50,18 +50,19 @@ def doctor(
 
 
 def _read_input(text: str | None, file: Path | None) -> LogText:
+    from envbuild.boundedio import open_log, path_text
     from envbuild.explain import LogText, read_log
 
     if text is not None and file is not None:
         raise UsageError("give the error text or --file, not both",
                          "e.g. envbuild explain --file train.log, or envbuild explain 'TEXT'")
-    if file is not None:
-        try:
-            with file.open("rb") as fh:
-                return read_log(fh)
-        except OSError as exc:
-            raise UsageError(f"cannot read {file}: {exc.strerror}",
-                             "give a readable log file") from exc
+    if file is not None:  # a regular file, or a pipe/FIFO (never waited on); no device
+        with open_log(file) as fh:
+            try:
+                return read_log(fh, name=str(file))
+            except OSError as exc:
+                raise UsageError(f"cannot read {path_text(file)}: {exc.strerror}",
+                                 "give a readable log file") from exc
     if text is not None:
         return LogText(text, len(text.encode("utf-8", errors="replace")))
     if sys.stdin.isatty():

@@ -14,6 +14,7 @@ import typer
 
 from envbuild.cli._app import app, emit_json, say, warn
 from envbuild.cli._options import Json
+from envbuild.echo import escaped, one_line
 from envbuild.errors import EXIT_FAILED, UsageError
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ def _hooks(name: str, show: bool) -> Hooks:
             m = step.match(line)
             if show and m:
                 with _lock:
-                    sys.stderr.write(f"[{name}] {m.group(1)[:110]}\n")
+                    sys.stderr.write(f"[{name}] {escaped(m.group(1)[:110])}\n")
         yield sink
 
     return Hooks(status=status, progress=progress)
@@ -110,7 +111,7 @@ def _hooks(name: str, show: bool) -> Hooks:
 
 def _done_line(b: Built) -> str:
     if b.error is not None:
-        return f"[{b.planned.name}] error: {b.error.message}"
+        return f"[{b.planned.name}] error: {one_line(b.error.message)}"
     v = b.validation()
     r = b.result
     assert r is not None
@@ -178,9 +179,9 @@ def build_cmd(
             say(f"lock      {wrote}")
         for b in built:
             if b.error is not None:
-                warn(f"error: {b.planned.name}: {b.error.message}")
+                warn(f"error: {b.planned.name}: {one_line(b.error.message)}")
                 if b.error.hint:
-                    warn(f"hint: {b.error.hint}")
+                    warn(f"hint: {one_line(b.error.hint)}")
     if any(b.error is not None or b.validation()["status"] != "pass" for b in built):
         raise typer.Exit(EXIT_FAILED)
 

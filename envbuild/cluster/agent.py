@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, NoReturn
 
+from envbuild.boundedio import parse_json
 from envbuild.cluster.hosts import (
     CLUSTER_FAULT_ENV,
     FAULT_ENV,
@@ -53,8 +54,8 @@ def _parse_json(text: str) -> dict[str, Any] | None:
     if start < 0:
         return None
     try:
-        data = json.loads(text[start:])
-    except ValueError:
+        data = parse_json(text[start:])
+    except ValueError:  # TooDeep included
         return None
     return data if isinstance(data, dict) else None
 

@@ -7,7 +7,6 @@ Kubernetes pod (both in one). Thresholds come from matrix/cluster.toml (see `Clu
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 from collections import Counter
@@ -15,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from envbuild.boundedio import parse_json
 from envbuild.cluster.hosts import compress, sort_key
 
 MARK = "envbuild_cluster"
@@ -71,8 +71,8 @@ def parse_lines(text: str) -> list[dict[str, Any]]:
         if start < 0 or MARK not in raw:
             continue
         try:
-            obj = json.loads(raw[start:])
-        except ValueError:
+            obj = parse_json(raw[start:])
+        except ValueError:  # TooDeep included
             continue
         if isinstance(obj, dict) and obj.get(MARK) == 1 and isinstance(obj.get("kind"), str):
             out.append(obj)

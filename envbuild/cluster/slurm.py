@@ -27,16 +27,21 @@ from envbuild.cluster.render import (
     srun_argv,
     worker_source,
 )
-from envbuild.errors import EXIT_CANNOT_RUN, EnvbuildError, EnvironmentProblem
+from envbuild.errors import EXIT_CANNOT_RUN, EnvbuildError, EnvironmentProblem, UsageError
 
 
 def load_rules() -> rep.ClusterRules:
     import tomllib
 
+    from envbuild.boundedio import load_toml
+    from envbuild.errors import MatrixError
     from envbuild.resources import matrix_dir
 
-    with (matrix_dir() / "cluster.toml").open("rb") as fh:
-        return rep.rules_from_toml(tomllib.load(fh))
+    path = matrix_dir() / "cluster.toml"
+    try:
+        return rep.rules_from_toml(load_toml(path, "matrix file"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise MatrixError(f"cannot read {path}: {exc}") from None
 
 
 def _write(path: Path, text: str, mode: int = 0o644) -> None:
@@ -55,9 +60,11 @@ def _require(tool: str) -> None:
 
 def collect_dir(out: Path) -> list[dict[str, Any]]:
     lines: list[dict[str, Any]] = []
-    for log in sorted(out.glob("*.log")):
-        with suppress(OSError):
-            lines += rep.parse_lines(log.read_text(errors="replace"))
+    from envbuild.boundedio import CACHE_BYTES, open_log
+
+    for log in sorted(out.glob("*.log")):  # the first CACHE_BYTES of each; no FIFO or device
+        with suppress(OSError, UsageError), open_log(log, "task log") as fh:
+            lines += rep.parse_lines(fh.read(CACHE_BYTES).decode("utf-8", "replace"))
     return lines
 
 

@@ -9,6 +9,7 @@ from envbuild.doctor import checks_env, checks_host
 from envbuild.doctor.model import Finding, HostFacts, Recommendation, Request
 from envbuild.doctor.recommend import recommend
 from envbuild.doctor.view import INFO, Out, build_view
+from envbuild.echo import shown
 from envbuild.errors import UsageError
 from envbuild.matrix import Matrix
 
@@ -47,6 +48,6 @@ def diagnose(facts: HostFacts, matrix: Matrix, request: Request | None = None,
 def _validate(req: Request, m: Matrix) -> None:
     if req.cuda and m.cuda_release(req.cuda) is None:
         known = [r.version for r in m.cuda]
-        raise UsageError(f"--cuda {req.cuda!r} is not a CUDA release envbuild knows",
+        raise UsageError(f"--cuda {shown(req.cuda)} is not a CUDA release envbuild knows",
                          "give a CUDA minor version such as " + (known[-1] if known else "12.8"),
                          known)

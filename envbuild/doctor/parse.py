@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -173,8 +172,10 @@ def json_object(text: str | None) -> dict[str, Any] | None:
     start = text.find("{")
     if start < 0:
         return None
+    from envbuild.boundedio import parse_json_prefix
+
     try:
-        obj, _ = json.JSONDecoder().raw_decode(text[start:])
-    except json.JSONDecodeError:
+        obj, _ = parse_json_prefix(text[start:])
+    except ValueError:  # not JSON, or nested too deep (TooDeep)
         return None
     return obj if isinstance(obj, dict) else None

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from envbuild import boundedio
 from envbuild.doctor import model
 from envbuild.doctor.model import Cmd, DevNode, DockerClient, HostFacts
 from envbuild.errors import UsageError
@@ -23,6 +24,9 @@ def _cmd_json(c: Cmd) -> dict[str, Any]:
 
 def _cmd_from(argv: tuple[str, ...], d: dict[str, Any]) -> Cmd:
     return Cmd(argv, d.get("rc"), d.get("stdout", ""), d.get("stderr", ""), d.get("error", ""))
+
+
+_HINT = "record one with `envbuild doctor --save DIR`"
 
 
 class _Bad(ValueError):
@@ -103,9 +107,12 @@ def _pci(v: Any, key: str) -> tuple[tuple[str, str], ...]:
 
 
 def _text(path: Path) -> str:
-    """A recorded text file; binary garbage is refused, not decoded into nonsense."""
+    """A recorded text file, through the bounded reader (a regular file of at most RECORD_BYTES);
+    binary garbage is refused, not decoded into nonsense."""
+    data = boundedio.read_bytes(path, "recorded file", cap=boundedio.RECORD_BYTES,
+                                hint=_HINT)
     try:
-        return path.read_bytes().decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise _Bad(f"{path.name} is not UTF-8 text") from None
 
@@ -155,7 +162,7 @@ def load(directory: Path) -> HostFacts:
 def _load(directory: Path) -> HostFacts:
     host_file = directory / "host.json"
     try:
-        host_any: Any = json.loads(_text(host_file))
+        host_any: Any = boundedio.parse_json(_text(host_file))  # TooDeep: a ValueError
     except (OSError, ValueError) as exc:
         raise UsageError(f"{host_file}: not a recorded doctor directory ({exc})",
                          "record one with `envbuild doctor --save DIR`") from exc

@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Any
 
 from envbuild.doctor.model import Finding, HostFacts, Recommendation, Severity
+from envbuild.echo import escaped
 
 WIDTH = 100
 _LABEL = {Severity.OK: "ok", Severity.INFO: "info", Severity.WARN: "WARN", Severity.ERROR: "ERROR"}
@@ -57,4 +58,4 @@ def render(findings: list[Finding], rec: Recommendation, facts: HostFacts,
         lines += _wrap(f"({rec.reason})", "  ")
     for alt in rec.alternatives:
         lines += _wrap("or: " + alt, "  ")
-    return "\n".join(lines) + "\n"
+    return "\n".join(escaped(line) for line in lines) + "\n"  # a recording's terminal escapes

@@ -8,6 +8,7 @@ from typing import Any
 from envbuild import compat
 from envbuild.doctor import model, parse
 from envbuild.doctor.model import Finding, HostFacts, Severity
+from envbuild.echo import escaped
 from envbuild.matrix import Matrix
 from envbuild.versions import version_key
 
@@ -181,7 +182,9 @@ class Out:
 
     def add(self, id_: str, sev: Severity, message: str, remediation: str = "",
             evidence: tuple[str, ...] | list[str] = ()) -> None:
-        self.items.append(Finding(id_, sev, message, remediation, tuple(evidence)))
+        # facts come from the host's (or a recording's) command output: no terminal escapes
+        self.items.append(Finding(id_, sev, escaped(message), escaped(remediation),
+                                  tuple(escaped(e) for e in evidence)))
 
     def has(self, id_: str) -> bool:
         return any(x.id == id_ for x in self.items)
