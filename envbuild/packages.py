@@ -151,8 +151,8 @@ def conda_spec(value: str) -> str:
     # base_url; conda's /t/<token>/ path is masked too.
     if "@" in v or _GLUED_HASH.search(v) or redact(v) != v or mask_url(channel) != channel:
         raise UsageError(f"--conda {shown(v, 60)!r}: its channel URL holds a login or token "
-                         "(user:password@, a query, a fragment or /t/<token>/), which "
-                         "environment.yml would keep in plain text",
+                         "(a user or password before its host, a query, a fragment or "
+                         "/t/<token>/), which environment.yml would keep in plain text",
                          "name the channel without it (--conda 'https://host/channel::numpy') "
                          "and give conda the login in its own configuration (~/.condarc)")
     name = spec.name.normalized if spec.name is not None else ""
