@@ -6,6 +6,7 @@ of torch 2.13.0 (CPU). These tests never skip in CI: a missing engine or fixture
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -215,24 +216,55 @@ def test_failed_build_leaves_no_tag(fixtures: Path) -> None:
     assert leftovers() == before
 
 
+def _bridge_gateway() -> str:
+    out = docker("network", "inspect", "bridge", "--format",
+                 "{{range .IPAM.Config}}{{.Gateway}} {{.Subnet}}{{end}}").stdout.split()
+    if out and all(c.isdigit() or c == "." for c in out[0]):
+        return out[0]
+    import ipaddress
+    nets = [ipaddress.ip_network(x) for x in out if "/" in x]
+    assert nets, f"no IPv4 subnet on docker's bridge network: {out}"
+    return str(next(nets[0].hosts()))
+
+
 def test_ctrl_c_during_build_exits_130_without_tag(fixtures: Path) -> None:
+    """Ctrl-C while a build step runs: the step is held open by an index that accepts the
+    connection and never answers, so the interrupt lands mid-build whatever the machine's load
+    (waiting for the first RUN line raced the last steps, a second on a warm cache)."""
+    import threading
+
     tag = "envbuild-test/cpu:interrupted"
     before = leftovers()
+    srv = socket.socket()
+    srv.bind((_bridge_gateway(), 0))
+    srv.listen(8)
+    reached = threading.Event()
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = srv.accept()
+                held.append(conn)
+                reached.set()
+
+    threading.Thread(target=accept, daemon=True).start()
+    host, port = srv.getsockname()
     argv = [sys.executable, "-m", "envbuild", "make", *cpu_args(fixtures), "--tag", tag,
             "--rebuild", "--pip", f"six==1.16.0; python_version > '0.{time.time_ns()}'",
-            "--ca-cert", str(SYSTEM_CA)]
+            "--pip-index-url", f"http://{host}:{port}/simple", "--ca-cert", str(SYSTEM_CA)]
     p = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
-    assert p.stderr is not None
-    seen = []
-    deadline = time.monotonic() + 120
-    for line in p.stderr:  # wait until BuildKit is running steps
-        seen.append(line)
-        if line.startswith("#") and ("RUN" in line or "COPY" in line):
-            break
-        assert time.monotonic() < deadline, "".join(seen)
-    p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=120)
+    try:
+        assert reached.wait(240), "the build's pip step never reached the index"
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=120)
+    finally:
+        srv.close()
+        for conn in held:
+            conn.close()
+        if p.poll() is None:
+            p.kill()
     assert p.returncode == 130, err[-2000:]
     assert "Traceback" not in err
     assert not image_exists(tag)
