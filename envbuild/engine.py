@@ -391,19 +391,25 @@ def run_with_mounts(image: str, command: list[str], *, mounts: Mapping[str, tupl
                        timeout, stderr=True)
 
 
-def remove_containers(labels: Mapping[str, str]) -> list[str]:
-    """Force-remove every container carrying all these labels (a backstop after a cancelled job);
-    returns the removed ids."""
+def remove_containers(labels: Mapping[str, str], settle: float = 20.0) -> list[str]:
+    """Force-remove every container carrying all these labels (a backstop after a cancelled job)
+    and wait, up to `settle` seconds, until none is listed any more: an agent's own removal may
+    still be in progress, or its `docker run` may land just after the cancel. Returns the ids
+    removed here."""
     c = client()
-    removed = []
-    with _docker_errors():
-        found = c.containers.list(all=True, filters={"label": [f"{k}={v}"
-                                                              for k, v in labels.items()]})
-    for container in found:
-        with suppress(Exception):  # best effort: it may be going away on its own
-            container.remove(force=True)
-            removed.append(str(container.id)[:12])
-    return removed
+    removed: list[str] = []
+    deadline = time.monotonic() + settle
+    while True:
+        with _docker_errors():
+            found = c.containers.list(all=True, filters={"label": [f"{k}={v}"
+                                                                  for k, v in labels.items()]})
+        if not found or time.monotonic() > deadline:
+            return removed
+        for container in found:
+            with suppress(Exception):  # best effort: it may be going away on its own
+                container.remove(force=True)
+                removed.append(str(container.id)[:12])
+        time.sleep(0.2)
 
 
 def push(ref: str, attempts: int = 3, delay: float = 2.0) -> str:
