@@ -107,7 +107,8 @@ def test_redact_never_shows_userinfo_or_query(user: str, secret: str, scheme: st
             assert secret not in redact(text)
     # a message cut before the @ (value[:60]) still hides a user:password
     assert secret not in redact(f"{scheme}://{user}:{secret}@{host}{path}"[:cut])
-    assert redact(f"https://{host}{path}") == f"https://{host}{path}"
+    if "/t/" not in path:  # conda's /t/<token>/ path is a token too (test_secrets)
+        assert redact(f"https://{host}{path}") == f"https://{host}{path}"
 
 
 def _cli_refuses(tmp_path: Path, *args: str, command: str = "render",
