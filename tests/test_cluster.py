@@ -436,3 +436,33 @@ def test_a_trailing_line_break_is_refused(field: str, tail: str) -> None:
     with pytest.raises(UsageError):
         check_options(ClusterOptions(**kw))
     check_options(ClusterOptions(**{**kw, field: good}))
+
+
+def test_wait_does_not_take_a_busy_controller_for_an_ended_job(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """scontrol failing (slurmctld busy under load) says nothing about the job: _wait asks
+    again; only "Invalid job id" or a terminal state ends the wait (CI once cancelled a running
+    job after one failed scontrol and reported its nodes missing)."""
+    import time as _time
+
+    from envbuild import proc
+    from envbuild.cluster import slurm
+
+    answers = [(1, "", "slurm_load_jobs error: Socket timed out on send/recv operation"),
+               (0, "JobId=7 JobState=RUNNING Reason=None", ""),
+               (1, "", "slurm_load_jobs error: Unable to contact slurm controller"),
+               (0, "JobId=7 JobState=COMPLETED Reason=None", "")]
+    asked = []
+
+    def fake_run(argv, **_: object) -> proc.Result:  # type: ignore[no-untyped-def]
+        rc, out, err = answers[len(asked)]
+        asked.append(argv)
+        return proc.Result(tuple(argv), rc, out, err, 0.0)
+
+    monkeypatch.setattr(slurm.proc, "run", fake_run)
+    monkeypatch.setattr(slurm.time, "sleep", lambda _s: None)
+    slurm._wait("7", _time.monotonic() + 60, ())
+    assert len(asked) == 4
+    asked.clear()
+    answers[:] = [(1, "", "slurm_load_jobs error: Invalid job id specified")]
+    slurm._wait("7", _time.monotonic() + 60, ())
+    assert len(asked) == 1

@@ -103,7 +103,12 @@ def _wait(job_id: str, deadline: float, never: tuple[str, ...]) -> None:
     a pending job that can never start is an EnvironmentProblem (the caller cancels it)."""
     while True:
         r = proc.run(["scontrol", "show", "job", "-o", job_id], timeout=30, check=False)
-        state, reason = job_state(r.stdout) if r.ok else (None, None)
+        if r.ok:
+            state, reason = job_state(r.stdout)
+        elif "invalid job id" in (r.stderr + r.stdout).lower():
+            state, reason = None, None  # the controller forgot it: it ended long ago
+        else:  # slurmctld busy or restarting: that says nothing about the job, ask again
+            state, reason = "UNKNOWN", None
         if state is None or state in TERMINAL:  # gone from the controller: ended long ago
             return
         if state == "PENDING" and reason in never:
