@@ -36,7 +36,7 @@ _PYTHON = re.compile(r"^3\.\d{1,2}$", re.ASCII)
 _DRIVER = re.compile(r"^\d{3}(\.\d{1,3}){0,2}$", re.ASCII)
 _SM = re.compile(r"^(?:sm_?|compute_?)(\d{1,2})(\d)$", re.IGNORECASE | re.ASCII)
 _CC = re.compile(r"^(\d{1,2})\.(\d)$", re.ASCII)
-_TORCH_BARE = re.compile(r"^\d+\.\d+(\.\d+)?$", re.ASCII)
+TORCH_BARE = re.compile(r"^\d+\.\d+(\.\d+)?$", re.ASCII)  # 2.4 or 2.4.1
 # What `pip list` / torch.__version__ print for a wheel of the PyTorch index: 2.5.1+cu121.
 _TORCH_LOCAL = re.compile(r"^(?:==)?(\d+\.\d+\.\d+)\+([A-Za-z0-9.]+)$", re.ASCII)
 _TORCH_HINT = ("examples: --torch 2.4, --torch 2.4.1, --torch '>=2.3,<2.6', --torch 2.5.1+cu121 "
@@ -150,7 +150,7 @@ def torch_specifier(text: str) -> SpecifierSet:
     if not t or len(t) > 100:
         raise UsageError(f"--torch {shown(text)} is not a version or specifier", _TORCH_HINT)
     t = split_torch(t)[0]
-    if _TORCH_BARE.fullmatch(t):
+    if TORCH_BARE.fullmatch(t):
         t = f"=={t}.*" if t.count(".") == 1 else f"=={t}"
     try:
         spec = SpecifierSet(t)

@@ -25,7 +25,7 @@ from envbuild.matrix import (
     TorchRelease,
     Variant,
 )
-from envbuild.request import GpuRef, Parsed, Request, parse
+from envbuild.request import TORCH_BARE, GpuRef, Parsed, Request, parse, torch_specifier
 
 if TYPE_CHECKING:
     from envbuild.base_facts import BaseFacts
@@ -1002,12 +1002,9 @@ def _steps(m: Matrix, key: str, value: str, asked: str) -> float:
 def _asked_version(p: Parsed, key: str) -> str | None:
     if key == "torch":
         text = p.torch_text or ""
-        return text if _TORCH_BARE.fullmatch(text) else None
+        return text if TORCH_BARE.fullmatch(text) else None
     value = {"cuda": p.cuda, "python": p.python, "rocm": p.rocm}.get(key)
     return value if isinstance(value, str) else None
-
-
-_TORCH_BARE = re.compile(r"^\d+\.\d+(\.\d+)?$", re.ASCII)
 
 
 def _nearby(m: Matrix, p: Parsed, key: str) -> list[str]:
@@ -1028,7 +1025,6 @@ def _set(p: Parsed, key: str, value: str) -> Parsed:
     if key == "cuda":
         return dataclasses.replace(p, cuda=value, cuda_minor=value, cuda_major=None, given=given)
     if key == "torch":
-        from envbuild.request import torch_specifier
         return dataclasses.replace(p, torch=torch_specifier(value), torch_text=value, given=given)
     return dataclasses.replace(p, given=given, **{key: value})  # type: ignore[arg-type]
 
