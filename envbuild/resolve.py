@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -1121,7 +1122,8 @@ def _gpu_alternatives(m: Matrix, p: Parsed) -> list[Alternative]:
             break
         groups.append(([g], s))
     if len(groups) > 1:
-        parts = "; ".join(f"--gpu {' --gpu '.join(_labels(gs))} ({_core(s)})" for gs, s in groups)
+        parts = "; ".join(" ".join(f"--gpu {shlex.quote(g)}" for g in _labels(gs))
+                          + f" ({_core(s)})" for gs, s in groups)
         out.append(Alternative(f"one image per GPU generation: {parts}",
                                tuple((("gpus", _labels(gs)),) for gs, _ in groups),
                                (len(groups), 0.0)))
