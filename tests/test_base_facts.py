@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from envbuild.base_facts import BaseFacts, check, glibc_ok, match_os, os_release, parse
-from envbuild.errors import ConflictError, UsageError
+from envbuild.common.errors import ConflictError, UsageError
+from envbuild.core.base_facts import BaseFacts, check, glibc_ok, match_os, os_release, parse
+from envbuild.core.request import Request
+from envbuild.core.resolve import resolve, wheel_glibc
 from envbuild.matrix import Matrix
-from envbuild.request import Request
-from envbuild.resolve import resolve, wheel_glibc
 
 DEBIAN = """@@python=3.11
 @@glibc=glibc 2.36
@@ -161,7 +161,7 @@ def test_probe_output_is_bounded_for_special_os_release_files(special: str) -> N
     """The probe run by sh with os-release pointing at special files: it ends, under the cap."""
     import subprocess
 
-    from envbuild.base_facts import PROBE_MAX, probe_script
+    from envbuild.core.base_facts import PROBE_MAX, probe_script
 
     p = subprocess.run(["sh", "-c", probe_script(special, special)], capture_output=True,
                        timeout=30)

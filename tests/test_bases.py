@@ -24,9 +24,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from envbuild.core.spec import Spec
 from envbuild.matrix import Matrix, OsInfo, load
-from envbuild.render import RenderOptions, render
-from envbuild.spec import Spec
+from envbuild.render.context import RenderOptions, render
 from tests.conftest import IN_CI, run_cli, work_dir
 
 DOCKER = "/usr/bin/docker"

@@ -28,10 +28,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envbuild import boundedio
-from envbuild.boundedio import MAX_DEPTH, TooDeep, parse_json, parse_toml
-from envbuild.echo import MESSAGE_CHARS, VALUE_CHARS, one_line, shown
-from envbuild.errors import EXIT_USAGE, UsageError
+from envbuild.common import boundedio
+from envbuild.common.boundedio import MAX_DEPTH, TooDeep, parse_json, parse_toml
+from envbuild.common.echo import MESSAGE_CHARS, VALUE_CHARS, one_line, shown
+from envbuild.common.errors import EXIT_USAGE, UsageError
 from tests.conftest import ROOT, Cli, run_cli
 
 MAX_LINE = 400  # what one printed error line may be, whatever the input
@@ -81,7 +81,7 @@ HOSTILE = st.one_of(
 def test_shown_is_bounded_escaped_and_faithful(value: str) -> None:
     import ast
 
-    from envbuild.redact import mask_url, may_hold_login
+    from envbuild.common.redact import mask_url, may_hold_login
 
     out = shown(value)
     if may_hold_login(value):  # what may be a login is masked first (test_secrets owns that)
@@ -479,7 +479,7 @@ def test_a_pipe_on_stdin_is_read_up_to_the_stream_cap(monkeypatch: pytest.Monkey
     (the cap made small here; the real 1 GiB is measured in the report)."""
     import threading
 
-    from envbuild.explain import read_log
+    from envbuild.features.explain import read_log
 
     def write(fd: int, data: bytes) -> None:
         with contextlib.suppress(BrokenPipeError), os.fdopen(fd, "wb") as out:
@@ -541,7 +541,7 @@ def test_a_big_regular_log_is_read_head_and_tail_only(tmp_path: Path) -> None:
 @given(noise=st.lists(st.sampled_from([*_ESCAPES, "x", " ", "é"]), max_size=30).map("".join))
 @settings(max_examples=100, deadline=None)
 def test_matched_line_is_escaped(noise: str) -> None:
-    from envbuild.explain import explain
+    from envbuild.features.explain import explain
     from envbuild.matrix import load
 
     line = noise.replace("\n", " ").replace("\u2028", " ") + \
@@ -601,8 +601,8 @@ VALUES = {
 @pytest.fixture
 def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """In-process runs that start no process, reach no network and write only under tmp."""
-    from envbuild import http, proc
-    from envbuild.errors import EXIT_CANNOT_RUN
+    from envbuild.common import http, proc
+    from envbuild.common.errors import EXIT_CANNOT_RUN
 
     def no_process(argv: Any, *a: Any, **kw: Any) -> Any:
         raise proc.ProcessError(f"{argv[0]}: command not found", "test: no process",
@@ -651,8 +651,8 @@ REQUEST_FIELDS = ("cuda", "rocm", "torch", "python", "driver", "os", "target", "
 @given(field=st.sampled_from([*REQUEST_FIELDS, "gpus", "components"]), value=HOSTILE)
 @settings(max_examples=400, deadline=None)
 def test_request_errors_echo_values_bounded(field: str, value: str) -> None:
+    from envbuild.core.request import Request, parse
     from envbuild.matrix import load
-    from envbuild.request import Request, parse
 
     req = Request(**{field: (value,) if field in ("gpus", "components") else value})
     try:

@@ -19,7 +19,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from envbuild.bundle import (
+from envbuild.common.errors import EnvbuildError, UsageError
+from envbuild.core.request import Request
+from envbuild.features.bundle import (
     BUNDLE_SCHEMA,
     COLLECT_IN,
     COLLECT_OUT,
@@ -46,11 +48,9 @@ from envbuild.bundle import (
     with_wheelhouse,
     write_meta,
 )
-from envbuild.errors import EnvbuildError, UsageError
 from envbuild.matrix import Matrix
-from envbuild.pipeline import ContextInputs, Prepared, prepare
-from envbuild.render import render
-from envbuild.request import Request
+from envbuild.render.context import render
+from envbuild.render.pipeline import ContextInputs, Prepared, prepare
 from tests.conftest import run_cli
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -286,7 +286,7 @@ def test_torch_plan_of_a_prepared_context(matrix: Matrix, url: str, kind: str | 
                                           pin: str) -> None:
     """Rendered without a wheelhouse as `bundle` does: the plan takes the --torch-index-url the
     build would use (a login goes to the netrc, never into the command), the pins as rendered."""
-    from envbuild.errors import ConflictError
+    from envbuild.common.errors import ConflictError
 
     req = Request(target="cpu", torch="2.13.0", python="3.11", os="debian12",
                   components=("torch",))
@@ -535,8 +535,8 @@ def test_bad_pip_input_refused_before_any_build(tmp_path: Path, args: list[str])
 def _run_collect(matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                  result: tuple[int, str, bool], wrote: list[str]) -> tuple[dict[str, object],
                                                                             dict[str, str]]:
-    from envbuild import engine
     from envbuild.cli import bundle_cmd
+    from envbuild.engine import docker
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     p = _prepared(matrix, tmp_path, pip=("envbuild-probe-a",), ca_cert=SYSTEM_CA,
@@ -546,7 +546,7 @@ def _run_collect(matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     seen: dict[str, object] = {}
     home: dict[str, str] = {}
 
-    def fake(image: str, command: list[str], **kw: object) -> engine.RunResult:
+    def fake(image: str, command: list[str], **kw: object) -> docker.RunResult:
         seen.update(kw, image=image, command=command)
         mounts = kw["mounts"]
         assert isinstance(mounts, dict)
@@ -556,9 +556,9 @@ def _run_collect(matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         out, _ = mounts[COLLECT_OUT]
         for name in wrote:
             (Path(out) / name).write_bytes(b"w")
-        return engine.RunResult(*result)
+        return docker.RunResult(*result)
 
-    monkeypatch.setattr(engine, "run_with_mounts", fake)
+    monkeypatch.setattr(docker, "run_with_mounts", fake)
     proxies = {"https_proxy": "http://pu:pp@proxy:3128", "HTTPS_PROXY": "http://pu:pp@proxy:3128"}
     work = tmp_path / "work"
     work.mkdir()
@@ -621,8 +621,8 @@ def test_collection_output_that_is_not_wheels_refused(
 def _run_torch_collect(matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                        result: tuple[int, str, bool], wrote: list[str],
                        **inputs: object) -> dict[str, object]:
-    from envbuild import engine
     from envbuild.cli import bundle_cmd
+    from envbuild.engine import docker
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     req = Request(target="cpu", torch="2.13.0", python="3.11", os="debian12")
@@ -630,7 +630,7 @@ def _run_torch_collect(matrix: Matrix, tmp_path: Path, monkeypatch: pytest.Monke
     plan = torch_plan(_dockerfile(p))
     seen: dict[str, object] = {}
 
-    def fake(image: str, command: list[str], **kw: object) -> engine.RunResult:
+    def fake(image: str, command: list[str], **kw: object) -> docker.RunResult:
         seen.update(kw, image=image, command=command)
         mounts = kw["mounts"]
         assert isinstance(mounts, dict)
@@ -639,9 +639,9 @@ def _run_torch_collect(matrix: Matrix, tmp_path: Path, monkeypatch: pytest.Monke
         out, _ = mounts[COLLECT_OUT]
         for name in wrote:
             (Path(out) / name).write_bytes(name.encode())
-        return engine.RunResult(*result)
+        return docker.RunResult(*result)
 
-    monkeypatch.setattr(engine, "run_with_mounts", fake)
+    monkeypatch.setattr(docker, "run_with_mounts", fake)
     seen["wheels"] = bundle_cmd._collect(plan, "envbuild-bundle/system:x", p, {}, None,
                                          tmp_path / "work" / "torch")
     seen["requirements"] = str(p.files["requirements.txt"].content)
@@ -1004,8 +1004,8 @@ def test_the_base_images_digest(ref: str, local: dict[str, object] | None, diges
 def test_system_tag_follows_what_goes_into_the_system_image() -> None:
     """Two bundles of one spec with another user or OS package list must not share the system
     image's tag (one would retag the other's image on the connected side)."""
-    from envbuild.bundle import files_hash
-    from envbuild.render import RenderedFile
+    from envbuild.features.bundle import files_hash
+    from envbuild.render.context import RenderedFile
     base = {"Dockerfile": RenderedFile("FROM x\nRUN useradd a\n"),
             "apt-packages.txt": RenderedFile("netbase\n")}
     variants = [

@@ -29,7 +29,7 @@ from envbuild.cluster.render import (
     worker_source,
 )
 from envbuild.cluster.slurm import load_rules
-from envbuild.errors import EXIT_USAGE, UsageError
+from envbuild.common.errors import EXIT_USAGE, UsageError
 from tests.conftest import ROOT, run_cli
 
 FIX = ROOT / "tests" / "fixtures" / "cluster"
@@ -444,8 +444,8 @@ def test_wait_does_not_take_a_busy_controller_for_an_ended_job(monkeypatch) -> N
     job after one failed scontrol and reported its nodes missing)."""
     import time as _time
 
-    from envbuild import proc
     from envbuild.cluster import slurm
+    from envbuild.common import proc
 
     answers = [(1, "", "slurm_load_jobs error: Socket timed out on send/recv operation"),
                (0, "JobId=7 JobState=RUNNING Reason=None", ""),

@@ -13,12 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envbuild import targets
-from envbuild.errors import ConflictError, EnvbuildError, UsageError
+from envbuild.common.errors import ConflictError, EnvbuildError, UsageError
+from envbuild.common.versions import version_key
+from envbuild.core import targets
+from envbuild.core.request import COMPONENTS, Request
+from envbuild.core.resolve import resolve
 from envbuild.matrix import Matrix
-from envbuild.request import COMPONENTS, Request
-from envbuild.resolve import resolve
-from envbuild.versions import version_key
 
 
 def _run(*argv: str) -> tuple[int, str, str]:
@@ -137,7 +137,7 @@ def test_cli_resolve_names_the_variant(matrix: Matrix) -> None:
 
 def test_make_with_a_variant_builds_that_variant_not_the_hosts() -> None:
     """`make --torch 2.5.1+cu121` asks for hardware (the variant): no doctor recommendation."""
-    from envbuild.pipeline import wants_recommendation
+    from envbuild.render.pipeline import wants_recommendation
 
     assert wants_recommendation(Request(torch="2.5.1"))
     assert not wants_recommendation(Request(torch="2.5.1+cu121"))
@@ -189,7 +189,7 @@ CONDA_OWNED = ["python", *COMPONENTS, "pytorch", "pytorch-cuda", "cudatoolkit", 
        upper=st.booleans())
 def test_conda_packages_envbuild_installs_are_refused(name: str, channel: str, version: str,
                                                       upper: bool) -> None:
-    from envbuild.packages import conda_spec
+    from envbuild.core.packages import conda_spec
 
     spec = f"{channel}{name.upper() if upper else name}{version}"
     with pytest.raises(UsageError) as exc:
@@ -200,7 +200,7 @@ def test_conda_packages_envbuild_installs_are_refused(name: str, channel: str, v
 @pytest.mark.parametrize("spec", ["numpy", "conda-forge::ffmpeg", "python-dateutil",
                                   "pytorch-lightning", "torchmetrics", "cuda-nvcc"])
 def test_conda_packages_of_other_names_pass(spec: str) -> None:
-    from envbuild.packages import conda_spec
+    from envbuild.core.packages import conda_spec
 
     assert conda_spec(spec) == spec
 
@@ -210,7 +210,7 @@ def test_conda_packages_of_other_names_pass(spec: str) -> None:
        upper=st.booleans(), version=st.sampled_from(["", "==2.5.1", ">=2", "[extra]"]))
 def test_pip_packages_envbuild_installs_are_refused(name: str, sep: str, upper: bool,
                                                     version: str) -> None:
-    from envbuild.packages import pip_requirement
+    from envbuild.core.packages import pip_requirement
 
     spelled = name.upper() if upper else name
     if sep:  # torch_audio, Torch.Vision: pip normalizes to the same project only for - _ .
@@ -250,7 +250,7 @@ def test_every_error_class_requires_a_hint() -> None:
     """The hint is a required argument of every error class (mypy refuses a call without one)."""
     import inspect
 
-    from envbuild import errors, http, proc
+    from envbuild.common import errors, http, proc
 
     for cls in (errors.UsageError, errors.ConflictError, errors.EnvironmentProblem,
                 errors.EnvbuildError, http.Unreachable, proc.ProcessError):

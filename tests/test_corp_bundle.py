@@ -41,7 +41,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from envbuild.bundle import to_oci_archive
+from envbuild.features.bundle import to_oci_archive
 from tests.conftest import IN_CI, ROOT, run_cli
 from tests.served import serve
 from tests.test_build import BASE, DOCKER, docker, fixtures, image_exists  # noqa: F401

@@ -8,12 +8,12 @@ import re
 
 import pytest
 
-from envbuild.errors import ConflictError
+from envbuild.common.errors import ConflictError
+from envbuild.common.versions import major_of, minor_of, version_key
+from envbuild.core.request import Request
+from envbuild.core.resolve import resolve
 from envbuild.matrix import Matrix
-from envbuild.render import RenderOptions, render
-from envbuild.request import Request
-from envbuild.resolve import resolve
-from envbuild.versions import major_of, minor_of, version_key
+from envbuild.render.context import RenderOptions, render
 
 
 def test_torch_2_15_0_resolves_alone(matrix: Matrix) -> None:

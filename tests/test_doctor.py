@@ -18,12 +18,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envbuild import compat
+from envbuild.common.errors import MatrixError, UsageError
+from envbuild.core import compat
+from envbuild.core.spec import Spec
 from envbuild.doctor import evaluate, model, parse, probes, record, report, view
 from envbuild.doctor.model import Cmd, HostFacts, Request, Severity
-from envbuild.errors import MatrixError, UsageError
 from envbuild.matrix import Matrix, load
-from envbuild.spec import Spec
 from tests.conftest import run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "doctor"
@@ -85,8 +85,8 @@ def test_arch_aware_pascal_gets_a_wheel_with_its_sass(small: Matrix, matrix: Mat
 
 
 def _resolved(rec: model.Recommendation, m: Matrix) -> Spec:
-    from envbuild.request import Request as Resolve
-    from envbuild.resolve import resolve
+    from envbuild.core.request import Request as Resolve
+    from envbuild.core.resolve import resolve
 
     return resolve(Resolve(target=rec.target, cuda=rec.cuda or None, torch=rec.torch or None,
                            rocm=rec.rocm or None, driver=rec.driver or None, gpus=rec.gpus), m)
@@ -294,7 +294,7 @@ def test_permission_is_judged_on_the_nodes_cuda_opens(closed: set[str], small: M
 
 def test_device_permission_rules_are_data(small: Matrix) -> None:
     """The nodes judged and the default mode come from signatures.toml [doctor]."""
-    from envbuild.explain import load_catalogue
+    from envbuild.features.explain import load_catalogue
 
     table = dict(load_catalogue().doctor)
     rules = evaluate.HostRules.from_table(table)
@@ -318,7 +318,7 @@ def test_device_permission_rules_are_data(small: Matrix) -> None:
 
 
 def test_small_shm_threshold_is_data(small: Matrix) -> None:
-    from envbuild.explain import load_catalogue
+    from envbuild.features.explain import load_catalogue
 
     table = dict(load_catalogue().doctor)
     facts = replace(record.load(FIXTURES / "h100-sxm-recorded"), shm_bytes=512 << 20)
@@ -574,8 +574,8 @@ def test_cli_save_then_replay(tmp_path: Path) -> None:
                                         if (p / "expected.json").is_file()))
 def test_recommendation_is_a_command_make_accepts(case: str, matrix: Matrix) -> None:
     """What the doctor recommends resolves on the shipped matrix (no dead-end advice)."""
-    from envbuild.request import Request as Resolve
-    from envbuild.resolve import resolve
+    from envbuild.core.request import Request as Resolve
+    from envbuild.core.resolve import resolve
 
     _, rec = _run(case, matrix)
     spec = resolve(Resolve(target=rec.target, cuda=rec.cuda or None, torch=rec.torch or None,
@@ -583,7 +583,7 @@ def test_recommendation_is_a_command_make_accepts(case: str, matrix: Matrix) -> 
                    matrix)
     assert spec.target == rec.target
     if rec.driver:
-        from envbuild.versions import version_key
+        from envbuild.common.versions import version_key
         assert spec.min_driver is not None
         assert version_key(spec.min_driver) <= version_key(rec.driver)
 
@@ -628,8 +628,8 @@ def test_host_rules_load_once_as_typed_data() -> None:
     first = compat.host_rules()
     assert first is compat.host_rules()
     assert isinstance(first.docker_default_shm_mb, int) and first.cuda_device_nodes
-    from envbuild import engine
+    from envbuild.engine import docker
 
-    classic, buildx = engine._buildkit_rules()
+    classic, buildx = docker._buildkit_rules()
     assert classic == tuple(int(x) for x in first.buildkit_classic_min.split(".")[:2])
     assert buildx == tuple(int(x) for x in first.buildx_required_from.split(".")[:2])

@@ -16,9 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envbuild.echo import escaped
-from envbuild.errors import MatrixError
-from envbuild.explain import (
+from envbuild.common.echo import escaped
+from envbuild.common.errors import MatrixError
+from envbuild.common.logscan import SCAN_FROM, anchor
+from envbuild.features.explain import (
     DERIVED,
     MAX_LOG_BYTES,
     check_catalogue,
@@ -29,7 +30,6 @@ from envbuild.explain import (
     parse_catalogue,
     read_log,
 )
-from envbuild.logscan import SCAN_FROM, anchor
 from envbuild.matrix import Matrix, load
 from tests.conftest import run_cli
 
@@ -115,7 +115,7 @@ def test_catalogue_checks_catch_mistakes() -> None:
 
 
 def test_bad_regex_is_reported() -> None:
-    from envbuild.errors import MatrixError
+    from envbuild.common.errors import MatrixError
 
     with pytest.raises(MatrixError, match="bad regex"):
         parse_catalogue({"signature": [{"id": "x", "title": "t", "patterns": ["("],
@@ -453,7 +453,7 @@ def test_big_texts_match_exactly_as_a_whole_text_search(matrix: Matrix,
     """The anchor scan only skips work: every fixture, buried in a log or all stacked
     together, gives the same matches, lines and fixes as searching the whole text (the scan
     threshold is lowered so the whole-text reference search stays quick)."""
-    from envbuild import logscan
+    from envbuild.common import logscan
 
     monkeypatch.setattr(logscan, "SCAN_FROM", 4096)
     cat = load_catalogue()
@@ -515,7 +515,7 @@ def test_hostile_big_logs_match_as_a_whole_text_search(noise: list[str], picks: 
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Unicode that folds to several characters, control characters and regex syntax in
     the noise: the scan never crashes, never loses a match and never invents one."""
-    from envbuild import logscan
+    from envbuild.common import logscan
 
     monkeypatch.setattr(logscan, "SCAN_FROM", 1024)
     cat = load_catalogue()

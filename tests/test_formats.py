@@ -1,9 +1,9 @@
 """The formats agree (issue #20, class 1, "formats disagree"): generated requests, every format.
 
 - Which index serves what: the Dockerfile, environment.yml and setup-macos.sh install torch from
-  the torch index and the user's packages from the user's index (envbuild.render.Indexes).
+  the torch index and the user's packages from the user's index (envbuild.render.context.Indexes).
 - apptainer.def bootstraps from the image `build` makes of the same directory: its From: is the
-  tag `build` gives (envbuild.tags.default_tag), from the local Docker engine.
+  tag `build` gives (envbuild.core.tags.default_tag), from the local Docker engine.
 - `make --help` / `build --help` state the tag format default_tag follows.
 """
 
@@ -20,11 +20,11 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envbuild import tags
+from envbuild.core import tags
+from envbuild.core.request import Request
+from envbuild.core.spec import Spec
 from envbuild.matrix import Matrix, load
-from envbuild.render import RenderOptions, render
-from envbuild.request import Request
-from envbuild.spec import Spec
+from envbuild.render.context import RenderOptions, render
 from tests.conftest import run_cli
 
 _SPECS: dict[str, Spec] = {}
@@ -49,7 +49,7 @@ def _matrix() -> Matrix:
 
 def _spec(name: str) -> Spec:
     if name not in _SPECS:
-        from envbuild.resolve import resolve
+        from envbuild.core.resolve import resolve
 
         _SPECS[name] = resolve(REQUESTS[name], _matrix())
     return _SPECS[name]
@@ -178,14 +178,14 @@ class _Image:
 
 
 def _tag_build_gives(context: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run envbuild.build.build on the context with an engine that already holds an image of
+    """Run envbuild.engine.build.build on the context with an engine that already holds an image of
     it (the cache path: no Docker needed): the tag it gives that image."""
-    from envbuild import build, engine
+    from envbuild.engine import build, docker
 
     given: list[tuple[str, str]] = []
-    monkeypatch.setattr(engine, "find_images", lambda labels: [_Image()])
-    monkeypatch.setattr(engine, "image_tags", lambda image: [])
-    monkeypatch.setattr(engine, "tag", lambda image_id, ref: given.append((image_id, ref)))
+    monkeypatch.setattr(docker, "find_images", lambda labels: [_Image()])
+    monkeypatch.setattr(docker, "image_tags", lambda image: [])
+    monkeypatch.setattr(docker, "tag", lambda image_id, ref: given.append((image_id, ref)))
     result = build.build(context, env={})
     assert result.cached and given == [(_Image.id, result.tag)]
     return result.tag
@@ -201,8 +201,8 @@ def test_apptainer_def_bootstraps_from_the_image_build_makes(
         name: str, pip: list[str], apt: list[str], conda: list[str], wheels: list[str]) -> None:
     import tempfile
 
-    from envbuild.pipeline import ContextInputs, prepare
-    from envbuild.render import write_tree
+    from envbuild.render.context import write_tree
+    from envbuild.render.pipeline import ContextInputs, prepare
 
     m = _matrix()
     with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:

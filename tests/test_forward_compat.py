@@ -16,14 +16,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from envbuild import redist
-from envbuild.errors import ConflictError, UsageError
+from envbuild.common.errors import ConflictError, UsageError
+from envbuild.common.resources import templates_dir
+from envbuild.common.versions import version_key
+from envbuild.core import redist
+from envbuild.core.request import Request
+from envbuild.core.resolve import resolve
 from envbuild.matrix import Matrix, load
-from envbuild.render import RenderOptions, render
-from envbuild.request import Request
-from envbuild.resolve import resolve
-from envbuild.resources import templates_dir
-from envbuild.versions import version_key
+from envbuild.render.context import RenderOptions, render
 from tests.conftest import ROOT, run_cli
 from tests.served import serve
 

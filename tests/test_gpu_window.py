@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from envbuild.errors import ConflictError
-from envbuild.gpu_window import branch_of, fleet, window
+from envbuild.common.errors import ConflictError
+from envbuild.common.versions import version_key
+from envbuild.core.gpu_window import branch_of, fleet, window
+from envbuild.core.request import Request
+from envbuild.core.resolve import resolve
 from envbuild.matrix import Matrix
-from envbuild.request import Request
-from envbuild.resolve import resolve
-from envbuild.versions import version_key
 from tests.conftest import run_cli
 
 # (arch cc, newest driver that still drives it, oldest that does not) — one row per boundary

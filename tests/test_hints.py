@@ -243,7 +243,7 @@ def test_missing_values_and_bad_types_have_a_hint(argv: list[str], no_engine: Pa
 def test_team_file_values_are_one_error_with_a_hint(key: str, value: str, as_list: bool,
                                                     tmp_path_factory: pytest.TempPathFactory
                                                     ) -> None:
-    from envbuild.teamfile import LISTS
+    from envbuild.features.teamfile import LISTS
 
     if key in ("pip", "apt", "conda") and value.startswith("zq") and not value.endswith("-"):
         value = value + "\x1b[0m"  # a plain word is a valid package name

@@ -14,12 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envbuild.errors import EXIT_USAGE, UsageError
+from envbuild.common.errors import EXIT_USAGE, UsageError
+from envbuild.common.redact import redact
+from envbuild.core.packages import apt_package, conda_spec, pip_requirement
+from envbuild.core.request import Request, parse
 from envbuild.matrix import Matrix
-from envbuild.packages import apt_package, conda_spec, pip_requirement
-from envbuild.redact import redact
-from envbuild.render import image_reference, index_url, system_users, user_name
-from envbuild.request import Request, parse
+from envbuild.render.context import image_reference, index_url, system_users, user_name
 from tests.conftest import run_cli
 
 URL_FLAGS = ("--pip-index-url", "--torch-index-url", "--pip-extra-index-url")
@@ -288,7 +288,7 @@ _conda = st.sampled_from(["numpy>=1.26", "conda-forge::ffmpeg", "conda-forge/lab
 def test_environment_yml_round_trips(pips: list[str], condas: list[str]) -> None:
     import yaml
 
-    from envbuild.render import RenderOptions, render
+    from envbuild.render.context import RenderOptions, render
 
     m, spec = _cpu_spec()
     text = render(spec, RenderOptions(pip=tuple(pips), conda=tuple(condas)), m)[
@@ -308,8 +308,8 @@ _CPU: list[object] = []
 
 def _cpu_spec() -> tuple[Matrix, object]:
     if not _CPU:
+        from envbuild.core.resolve import resolve
         from envbuild.matrix import load
-        from envbuild.resolve import resolve
 
         m = load()
         _CPU.extend([m, resolve(Request(target="cpu", os="debian12"), m)])
@@ -321,7 +321,7 @@ def _cpu_spec() -> tuple[Matrix, object]:
 def test_environment_yml_keeps_the_issue_examples(req: str) -> None:
     import yaml
 
-    from envbuild.render import RenderOptions, render
+    from envbuild.render.context import RenderOptions, render
 
     m, spec = _cpu_spec()
     valid = pip_requirement(req)

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from envbuild import build as build_mod
-from envbuild import engine
-from envbuild.build import BuildFailed, default_log_dir, open_log
-from envbuild.errors import EnvironmentProblem
+from envbuild.common.errors import EnvironmentProblem
+from envbuild.engine import build as build_mod
+from envbuild.engine import docker
+from envbuild.engine.build import BuildFailed, default_log_dir, open_log
 from tests.conftest import run_cli
 
 
@@ -99,9 +99,9 @@ def test_build_writes_its_log_per_user_redacted(monkeypatch: pytest.MonkeyPatch,
     assert r.returncode == 0, r.stderr
     state = tmp_path / "state"
     monkeypatch.setenv("XDG_STATE_HOME", str(state))
-    monkeypatch.setattr(engine, "find_images", lambda labels: [])
-    monkeypatch.setattr(engine, "find_builder", lambda: SimpleNamespace(reason="fake builder"))
-    monkeypatch.setattr(engine, "build_argv",
+    monkeypatch.setattr(docker, "find_images", lambda labels: [])
+    monkeypatch.setattr(docker, "find_builder", lambda: SimpleNamespace(reason="fake builder"))
+    monkeypatch.setattr(docker, "build_argv",
                         lambda *a, **kw: ["docker", "build", "https://bob:SECRET@p.example/x"])
 
     def run_build(builder: object, argv: list[str], sink: object, timeout: float,
@@ -111,7 +111,7 @@ def test_build_writes_its_log_per_user_redacted(monkeypatch: pytest.MonkeyPatch,
             sink(line)  # type: ignore[operator]
         return 1
 
-    monkeypatch.setattr(engine, "run_build", run_build)
+    monkeypatch.setattr(docker, "run_build", run_build)
     before = set(Path("/tmp/envbuild-logs").glob("*")) if Path("/tmp/envbuild-logs").exists() \
         else set()
     with pytest.raises(BuildFailed) as info:

@@ -24,12 +24,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envbuild.errors import UsageError
+from envbuild.common.errors import UsageError
+from envbuild.core.request import Request
+from envbuild.core.resolve import resolve
+from envbuild.core.spec import Spec
 from envbuild.matrix import Matrix
-from envbuild.render import RenderOptions, render
-from envbuild.request import Request
-from envbuild.resolve import resolve
-from envbuild.spec import Spec
+from envbuild.render.context import RenderOptions, render
 
 M = "@MARK@"  # replaced by the marker file's path
 BREAKERS = [";", "|", "&&", "||", "&", "\n", "`", "$(", "'", '"', "'\"", ")", "}", "\\", "'$(",

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from envbuild.errors import EXIT_CANNOT_RUN, EnvironmentProblem
-from envbuild.http import Http, Reply, Unreachable
+from envbuild.common.errors import EXIT_CANNOT_RUN, EnvironmentProblem
+from envbuild.common.http import Http, Reply, Unreachable
 
 Answer = Callable[[BaseHTTPRequestHandler], tuple[int, dict[str, str], bytes]]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.errors import MatrixError
+from envbuild.common.errors import MatrixError
 from envbuild.matrix import Matrix, check, load
 from tests.conftest import ROOT, run_cli
 
@@ -87,7 +87,7 @@ def test_show_tables(table: str) -> None:
 def test_show_json_is_data_without_display_marks(table: str, matrix: Matrix) -> None:
     """--json carries data only: `verified` a boolean, variant tags as the matrix has them (the
     unverified ones listed apart); the `*` of the text view marks exactly those facts."""
-    from envbuild.matrix_views import MARK
+    from envbuild.matrix.views import MARK
 
     rows = json.loads(run_cli("matrix", "show", table, "--json").stdout)
     text = run_cli("matrix", "show", table).stdout.splitlines()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from envbuild.matrix import check, load
-from envbuild.matrix_rules import semantic_check, unverified
+from envbuild.matrix.rules import semantic_check, unverified
 from tests.conftest import ROOT, run_cli
 
 # (id, file, regex matching exactly once, replacement, fragment the problem text must contain)

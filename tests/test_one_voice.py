@@ -19,10 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envbuild.errors import ConflictError, EnvbuildError
+from envbuild.common.errors import ConflictError, EnvbuildError
+from envbuild.core.request import Request
+from envbuild.core.resolve import apply_changes, resolve
 from envbuild.matrix import Matrix, load
-from envbuild.request import Request
-from envbuild.resolve import apply_changes, resolve
 from tests.conftest import ROOT
 
 # `envbuild make ...` / `envbuild resolve ...` quoted in backticks, or a whole line of a block
@@ -270,7 +270,7 @@ EXPLAIN = ROOT / "tests" / "fixtures" / "explain"
 
 
 def _explain_fixes(text: str, m: Matrix) -> list[str]:
-    from envbuild.explain import explain
+    from envbuild.features.explain import explain
 
     return [x.fix for x in explain(text, m)]
 
@@ -392,7 +392,7 @@ def test_no_hint_promises_alternatives_it_lacks(m: Matrix) -> None:
 def test_pypi_index_hint_resolves(target: str, m: Matrix) -> None:
     """The PyPI-like index refusal names the build PyPI has: that command resolves, for every
     torch release whose non-default build is asked for."""
-    from envbuild.torch_index import plan
+    from envbuild.core.torch_index import plan
 
     checked = 0
     for rel in m.torch:

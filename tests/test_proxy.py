@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from envbuild import engine
-from envbuild.errors import UsageError
-from envbuild.proxy import build_proxy_env, describe
+from envbuild.common.errors import UsageError
+from envbuild.common.proxy import build_proxy_env, describe
+from envbuild.engine import docker
 from tests.conftest import run_cli
 
 GOOD = ["http://proxy.corp:3128", "https://proxy.corp", "http://u:p%40ss@10.0.0.1:8080",
@@ -64,9 +64,9 @@ def test_describe_masks_credentials() -> None:
 
 
 def test_argv_names_only(tmp_path: Path) -> None:
-    builder = engine.Builder("/usr/bin/docker", False, "20.10", "test")
+    builder = docker.Builder("/usr/bin/docker", False, "20.10", "test")
     proxies = build_proxy_env({}, "http://alice:S3CRET@proxy:3128")
-    argv = engine.build_argv(builder, tmp_path, tmp_path / "iid", {}, {}, "plain",
+    argv = docker.build_argv(builder, tmp_path, tmp_path / "iid", {}, {}, "plain",
                              env_build_args=list(proxies))
     assert "S3CRET" not in " ".join(argv)
     pairs = [argv[i + 1] for i, a in enumerate(argv) if a == "--build-arg"]

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from envbuild.errors import UsageError
-from envbuild.make import Checked, gate
-from envbuild.teamfile import parse
-from envbuild.validate import Validation
+from envbuild.common.errors import UsageError
+from envbuild.engine.validate import Validation
+from envbuild.features.make import Checked, gate
+from envbuild.features.teamfile import parse
 
 
 def _checked(report: dict[str, Any], code: int = 0) -> Checked:

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envbuild.errors import EXIT_CANNOT_RUN, EnvironmentProblem, MatrixError
-from envbuild.matrix import Matrix, check, load
-from envbuild.refresh import (
+from envbuild.common.errors import EXIT_CANNOT_RUN, EnvironmentProblem, MatrixError
+from envbuild.common.resources import matrix_dir
+from envbuild.features.refresh import (
     Change,
     Http,
     apply_changes,
@@ -38,7 +38,7 @@ from envbuild.refresh import (
     torch_pin,
     variant_tag,
 )
-from envbuild.resources import matrix_dir
+from envbuild.matrix import Matrix, check, load
 from tests.conftest import run_cli
 
 FIX = Path(__file__).parent / "fixtures" / "refresh"
@@ -337,7 +337,7 @@ def test_vanished_release_and_patch_are_reported_never_written(mdir: Path, serve
 
 
 def test_a_write_that_would_break_the_matrix_writes_nothing(mdir: Path) -> None:
-    from envbuild.refresh import write_changes
+    from envbuild.features.refresh import write_changes
 
     before = {p.name: p.read_bytes() for p in mdir.glob("*.toml")}
     bad = Change("pypi", "new-patch", "torch.toml", "patch", (("torch", "9.9.0"),),
@@ -723,7 +723,7 @@ def test_server_ignoring_range_is_never_downloaded(server: Server, matrix: Matri
        method=st.sampled_from([0, 8, 12, 99]))
 def test_zip_helpers_never_crash_on_garbage(data: bytes, size: int, csize: int,
                                             method: int) -> None:
-    from envbuild.refresh import zip_directory_span, zip_member, zip_metadata_entry
+    from envbuild.features.refresh import zip_directory_span, zip_member, zip_metadata_entry
 
     for blob in (data, b"PK\x05\x06" + data, b"PK\x01\x02" + data, b"PK\x03\x04" + data):
         span = zip_directory_span(blob, size)
@@ -750,7 +750,7 @@ def test_unverified_row_not_fully_confirmed_stays_unverified(mdir: Path, server:
 
 
 def test_notes_name_patches_whose_pins_differ_from_the_newest() -> None:
-    from envbuild.refresh import Pins, PypiFacts, TorchFacts, pypi_notes
+    from envbuild.features.refresh import Pins, PypiFacts, TorchFacts, pypi_notes
 
     def tf(v: str, nccl: str) -> TorchFacts:
         return TorchFacts(v, ("3.11",), "", Pins("12.1", "12.1.105", "8.9.2.26", nccl), "w")
@@ -804,7 +804,7 @@ def test_project_json_without_cuda_pins_is_not_trusted_for_the_latest(
 ])
 def test_ca_bundle_from_ssl_cert_file(env: dict[str, str], expected: Any, tmp_path: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from envbuild.refresh import ca_bundle
+    from envbuild.features.refresh import ca_bundle
 
     ca = tmp_path / "ca.pem"
     ca.write_text("x")

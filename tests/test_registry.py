@@ -23,9 +23,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envbuild import registry
-from envbuild.errors import EnvbuildError, UsageError
-from envbuild.http import Denied, RegistryAuth, Reply, loopback, parse_challenge
+from envbuild.common.errors import EnvbuildError, UsageError
+from envbuild.common.http import Denied, RegistryAuth, Reply, loopback, parse_challenge
+from envbuild.engine import registry
 from tests.conftest import IN_CI, run_cli
 
 
@@ -464,7 +464,7 @@ def test_hostile_helper_names_never_reach_a_process(name: str) -> None:
     """Any credHelpers/credsStore value outside [A-Za-z0-9][A-Za-z0-9._-]{0,63} (a path, a shell
     word, an option, Unicode look-alikes, control characters) is refused before any lookup or
     process: `docker-credential-<value>` is never looked up on PATH, let alone run."""
-    from envbuild import proc
+    from envbuild.common import proc
     calls: list[object] = []
     orig_which, orig_run = proc.which, proc.run
     proc.which = lambda *a, **k: calls.append(a) or "/bin/true"  # type: ignore[assignment]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from envbuild.build import base_image_of, registry_denied, registry_of
+from envbuild.engine.build import base_image_of, registry_denied, registry_of
 
 
 @pytest.mark.parametrize("ref,reg", [

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envbuild.errors import EXIT_FAILED, EXIT_USAGE, ConflictError, EnvbuildError, UsageError
+from envbuild.common.errors import EXIT_FAILED, EXIT_USAGE, ConflictError, EnvbuildError, UsageError
+from envbuild.common.versions import major_of, minor_of, version_key
+from envbuild.core.request import Request, known_drivers
+from envbuild.core.resolve import arch_covers, resolve
 from envbuild.matrix import Matrix
-from envbuild.request import Request, known_drivers
-from envbuild.resolve import arch_covers, resolve
-from envbuild.versions import major_of, minor_of, version_key
 from tests.conftest import run_cli
 
 # (request, expected subset of the spec). Each row is a decision a CUDA engineer would sign.
@@ -172,7 +172,7 @@ def test_every_spec_satisfies_the_matrix(matrix: Matrix, data: st.DataObject) ->
     if spec.torchvision:
         assert spec.torchvision == patch.torchvision
     if req.torch:
-        from envbuild.request import torch_specifier
+        from envbuild.core.request import torch_specifier
         assert torch_specifier(req.torch).contains(spec.torch, prereleases=True)
     if req.python:
         assert spec.python == req.python
@@ -239,7 +239,7 @@ def test_every_spec_satisfies_the_matrix(matrix: Matrix, data: st.DataObject) ->
 
 def _assert_driver_window(matrix: Matrix, spec: Any, variant: Any) -> None:
     """The resolved driver range is non-empty and inside every requested GPU's window."""
-    from envbuild.gpu_window import branch_of, window
+    from envbuild.core.gpu_window import branch_of, window
 
     assert spec.min_driver
     if spec.max_driver is not None:
@@ -413,7 +413,7 @@ def test_rocm_trace_says_what_the_wheel_bundles_and_what_devel_costs(matrix: Mat
 def test_python_source_override_is_part_of_the_spec(matrix: Matrix) -> None:
     """`--python-source standalone` where the OS ships the version: the spec says standalone (its
     hash, label and trace), so the two images never share a spec hash, tag or validation."""
-    from envbuild.resolve import with_python_source
+    from envbuild.core.resolve import with_python_source
     spec = resolve(Request(target="cpu", torch="2.13.0", python="3.11", os="debian12"), matrix)
     assert spec.python_source == "os"
     forced = with_python_source(spec, "standalone", matrix)

@@ -25,8 +25,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from envbuild.errors import EnvbuildError
-from envbuild.redact import mask_url, redact, shown
+from envbuild.common.errors import EnvbuildError
+from envbuild.common.redact import mask_url, redact, shown
 from tests.conftest import run_cli
 
 # -- generated URL shapes ---------------------------------------------------------------------
@@ -270,7 +270,7 @@ _PIP_LOGINS = [
 def test_logins_in_any_package_spec_form_are_refused(field: str, spec: str) -> None:
     """conda specs with a token in any form, and pip direct URLs with a login in any place
     (even with --allow-url): refused, and the refusal never shows the secret."""
-    from envbuild.packages import conda_spec, pip_requirement
+    from envbuild.core.packages import conda_spec, pip_requirement
 
     with pytest.raises(EnvbuildError) as info:
         conda_spec(spec) if field == "conda" else pip_requirement(spec, allow_url=True)
@@ -285,7 +285,7 @@ def test_logins_in_any_package_spec_form_are_refused(field: str, spec: str) -> N
     "pkg @ https://[::1]:8443/pkg-1.0-py3-none-any.whl",
 ])
 def test_direct_urls_without_a_login_stay_accepted(spec: str) -> None:
-    from envbuild.packages import pip_requirement
+    from envbuild.core.packages import pip_requirement
 
     assert pip_requirement(spec, allow_url=True) == spec
 
@@ -295,7 +295,7 @@ def test_direct_urls_without_a_login_stay_accepted(spec: str) -> None:
     "https://u:p?ZqSecret1@host.example/simple",
 ])
 def test_an_at_after_the_host_is_refused(value: str) -> None:
-    from envbuild.render import index_url
+    from envbuild.render.context import index_url
 
     with pytest.raises(EnvbuildError) as info:
         index_url(value, "--pip-index-url")
@@ -322,7 +322,7 @@ def test_logins_reach_the_netrc_whole(logins: list[tuple[str, str | None]],
     import netrc
     from urllib.parse import unquote
 
-    from envbuild.pipeline import ContextInputs, render_options
+    from envbuild.render.pipeline import ContextInputs, render_options
 
     urls = [f"https://{u}{':' + p if p is not None else ''}@{h}/simple"
             for (u, p), h in zip(logins, hosts, strict=False)]

@@ -24,11 +24,10 @@ from conftest import run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envbuild.matrix import Matrix
-from envbuild.request import Request
-from envbuild.resolve import resolve
-from envbuild.size import BaseFact, WheelFact, beside, describe, duplicates, estimate
-from envbuild.sizefetch import (
+from envbuild.core.request import Request
+from envbuild.core.resolve import resolve
+from envbuild.core.size import BaseFact, WheelFact, beside, describe, duplicates, estimate
+from envbuild.engine.sizefetch import (
     Response,
     Unreachable,
     base_fact,
@@ -39,6 +38,7 @@ from envbuild.sizefetch import (
     split_reference,
     wheel_contents_remote,
 )
+from envbuild.matrix import Matrix
 
 FIX = Path(__file__).parent / "fixtures" / "size"
 TORCH = "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
@@ -399,7 +399,7 @@ def test_hostile_index_pages_are_unknown(server: tuple[str, _Server], matrix: Ma
 def test_a_relative_wheelhouse_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`make --wheelhouse .work/wheelhouse` (relative, as the README types it) crashed the size
     estimate with a traceback after the build ("relative path can't be expressed as a file URI")."""
-    from envbuild.sizefetch import Lookup
+    from envbuild.engine.sizefetch import Lookup
 
     (tmp_path / "wh").mkdir()
     (tmp_path / "wh" / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"x")

@@ -43,10 +43,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envbuild import build as build_mod
-from envbuild import engine
-from envbuild.build import ENV_BUILD_ARGS, BuildFailed, env_build_args
-from envbuild.errors import UsageError
+from envbuild.common.errors import UsageError
+from envbuild.engine import build as build_mod
+from envbuild.engine import docker as engine
+from envbuild.engine.build import ENV_BUILD_ARGS, BuildFailed, env_build_args
 from tests.conftest import ROOT, run_cli, work_dir
 from tests.served import serve
 from tests.standalone_python import Archive, archive, site

@@ -12,10 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envbuild import targets, team, teamfile
-from envbuild.errors import UsageError
+from envbuild.common.errors import UsageError
+from envbuild.core import targets
+from envbuild.core.request import TARGETS
+from envbuild.features import team, teamfile
 from envbuild.matrix import Matrix
-from envbuild.request import TARGETS
 from tests.conftest import ROOT, run_cli
 
 F = Path("/team/envbuild.toml")
@@ -279,9 +280,10 @@ def test_resolve_does_not_import_the_build_stack() -> None:
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                        check=True)
     mods = p.stdout.rsplit("MODS", 1)[1]
-    for heavy in ("envbuild.make", "envbuild.build", "envbuild.engine", "envbuild.render",
+    for heavy in ("envbuild.features.make", "envbuild.engine.build", "envbuild.engine.docker",
+                  "envbuild.render.context",
                   "envbuild.cli.build_cmd", "envbuild.cli.team_cmd", "envbuild.cli.doctor_cmd",
-                  "envbuild.registry", "jinja2", "docker", "rich", "requests"):
+                  "envbuild.engine.registry", "jinja2", "docker", "rich", "requests"):
         assert f"'{heavy}'" not in mods, heavy
     assert mods.strip().endswith("0")
 
@@ -307,9 +309,9 @@ def test_target_registry_is_the_one_list_of_targets() -> None:
 
 
 def test_make_refuses_push_without_validation() -> None:
-    from envbuild.make import MakeRequest, make
-    from envbuild.pipeline import ContextInputs
-    from envbuild.request import Request
+    from envbuild.core.request import Request
+    from envbuild.features.make import MakeRequest, make
+    from envbuild.render.pipeline import ContextInputs
 
     with pytest.raises(UsageError, match="nobody validated"):
         make(MakeRequest(Request(target="cpu"), ContextInputs(), push="r:5000", validate=False))
@@ -318,9 +320,9 @@ def test_make_refuses_push_without_validation() -> None:
 def test_a_failed_rebuild_never_replaces_the_locked_entry(matrix: Matrix) -> None:
     from datetime import UTC, datetime
 
-    from envbuild.build import BuildResult
-    from envbuild.make import Checked, MakeResult
-    from envbuild.validate import Validation
+    from envbuild.engine.build import BuildResult
+    from envbuild.engine.validate import Validation
+    from envbuild.features.make import Checked, MakeResult
 
     a, b, _ = team.plan(teamfile.parse(GOOD, F), matrix)
     old = {"image": {"a": {"digest": "sha256:old-a"}, "b": {"digest": "sha256:old-b"}}}
@@ -342,8 +344,8 @@ def test_build_runs_each_shared_torch_layer_first_then_the_rest_in_parallel(
         matrix: Matrix, monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
-    from envbuild import make as make_mod
-    from envbuild.errors import EnvbuildError
+    from envbuild.common.errors import EnvbuildError
+    from envbuild.features import make as make_mod
 
     planned = team.plan(teamfile.parse(GOOD + "[image.d]\n[image.e]\n", F), matrix)
     calls: list[str] = []

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.errors import ConflictError, UsageError
+from envbuild.common.errors import ConflictError, UsageError
+from envbuild.core.request import Request
+from envbuild.core.resolve import resolve
+from envbuild.core.torch_index import index_kind, plan
 from envbuild.matrix import Matrix
-from envbuild.render import RenderOptions, render
-from envbuild.request import Request
-from envbuild.resolve import resolve
-from envbuild.torch_index import index_kind, plan
+from envbuild.render.context import RenderOptions, render
 from tests.conftest import run_cli
 
 PYPI_LIKE = [
@@ -157,7 +157,7 @@ def test_plain_http_index_is_trusted_for_its_host_only(matrix: Matrix, url: str,
                                                        host: str | None, flag: str) -> None:
     """pip ignores a plain-http index on another host unless --trusted-host names it (found by
     the served-mirror test: 'not a trusted or secure host and is being ignored')."""
-    from envbuild.pipeline import ContextInputs, render_options
+    from envbuild.render.pipeline import ContextInputs, render_options
 
     ci = ContextInputs(torch_index_url=url if flag == "torch" else None,
                        pip_index_url=url if flag == "pip" else None,

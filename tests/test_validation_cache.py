@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from envbuild import validation_cache as vc
-from envbuild.build import context_hash, default_tag, load_spec
+from envbuild.engine import validation_cache as vc
+from envbuild.engine.build import context_hash, default_tag, load_spec
 from tests.conftest import ROOT, run_cli
 
 FACTS = ROOT / "tests" / "fixtures" / "doctor"
@@ -183,12 +183,12 @@ def _recorded(name: str):  # type: ignore[no-untyped-def]
     ("mi300x", "rocm"), ("cpu-host-docker", "cpu"), ("no-docker", "cpu")])
 def test_make_without_target_takes_the_doctors_choice(host: str, target: str,
                                                       matrix) -> None:  # type: ignore[no-untyped-def]
+    from envbuild.core.request import Request
+    from envbuild.core.resolve import resolve
     from envbuild.doctor.model import Request as Ask
     from envbuild.doctor.recommend import recommend
     from envbuild.doctor.view import build_view
-    from envbuild.pipeline import apply_recommendation, wants_recommendation
-    from envbuild.request import Request
-    from envbuild.resolve import resolve
+    from envbuild.render.pipeline import apply_recommendation, wants_recommendation
 
     req = Request(python="3.11")
     assert wants_recommendation(req)
@@ -205,16 +205,16 @@ def test_make_without_target_takes_the_doctors_choice(host: str, target: str,
 @pytest.mark.parametrize("given_opts", [{"target": "cpu"}, {"cuda": "12.8"}, {"rocm": "6.2"},
                                         {"driver": "535.104.05"}, {"gpus": ("H100",)}])
 def test_hardware_options_keep_the_users_choice(given_opts: dict[str, object]) -> None:
-    from envbuild.pipeline import wants_recommendation
-    from envbuild.request import Request
+    from envbuild.core.request import Request
+    from envbuild.render.pipeline import wants_recommendation
 
     assert not wants_recommendation(Request(**given_opts))  # type: ignore[arg-type]
 
 
 def test_cpu_only_host_gets_cpu() -> None:
+    from envbuild.core.request import Request
     from envbuild.doctor.model import Recommendation
-    from envbuild.pipeline import apply_recommendation
-    from envbuild.request import Request
+    from envbuild.render.pipeline import apply_recommendation
 
     r = apply_recommendation(Request(torch="2.13.0"), Recommendation("cpu", reason="no GPU"))
     assert (r.target, r.cuda, r.driver, r.gpus, r.torch) == ("cpu", None, None, (), "2.13.0")

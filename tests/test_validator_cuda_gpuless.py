@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from envbuild.torch_index import wheelhouse_kind
-from envbuild.validate import describe_gpu_verdict, gpu_verdict
+from envbuild.core.torch_index import wheelhouse_kind
+from envbuild.engine.validate import describe_gpu_verdict, gpu_verdict
 from envbuild.validator.judges import (
     CPU_FALLBACK_CHECKS,
     GPU_ONLY_CHECKS,

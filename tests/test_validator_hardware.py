@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from envbuild.core.request import Request
+from envbuild.core.resolve import resolve
+from envbuild.engine.validate import host_spec_from
 from envbuild.matrix import load
-from envbuild.request import Request
-from envbuild.resolve import resolve
-from envbuild.validate import host_spec_from
 from tests.test_validator import V, peaks_data
 
 # Copies of shared/reference/hosts/*-torch2.11-cu130 (the files these tests read; README there).

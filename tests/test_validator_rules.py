@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from envbuild import compat, explain, resolve
+from envbuild.core import compat, resolve
+from envbuild.features import explain
 from envbuild.validator import rules
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from envbuild.render import validator_source
+from envbuild.render.context import validator_source
 from envbuild.validator import judges, zipapp
 from tests.test_validator import FIXTURES, PACKAGE_DIR, V
 

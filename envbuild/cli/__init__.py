@@ -10,7 +10,7 @@ import click
 from click import exceptions as click_exc
 
 from envbuild.cli._app import command, emit_json
-from envbuild.errors import EXIT_INTERRUPTED, EXIT_USAGE, EnvbuildError
+from envbuild.common.errors import EXIT_INTERRUPTED, EXIT_USAGE, EnvbuildError
 
 # Each module adds its commands to `app` on import. Only the module of the command being run is
 # imported (`envbuild resolve` never loads the build stack); help and unknown commands load all.
@@ -49,8 +49,10 @@ def _wants_json(argv: list[str]) -> bool:
 
 
 def _fail(err: EnvbuildError, as_json: bool) -> int:
-    from envbuild.echo import one_line  # every error passes here: each line escaped and capped
-    from envbuild.redact import redact  # ... and no URL credential is echoed
+    from envbuild.common.echo import (
+        one_line,  # every error passes here: each line escaped and capped
+    )
+    from envbuild.common.redact import redact  # ... and no URL credential is echoed
 
     def clean(text: str) -> str:
         return one_line(redact(text))
@@ -97,7 +99,7 @@ def run(argv: list[str]) -> int:
     except OSError as err:  # a path no file system takes, wherever it was first looked at
         if err.errno not in (errno.ENAMETOOLONG, errno.ELOOP):
             raise
-        from envbuild.boundedio import path_text
+        from envbuild.common.boundedio import path_text
 
         hint = "give a shorter path" if err.errno == errno.ENAMETOOLONG else \
             "the path has a symlink loop; give another"

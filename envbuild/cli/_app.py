@@ -26,7 +26,7 @@ SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
 
 def _shell(value: str) -> str:
     """The shell named, or (no value) the shell this runs under."""
-    from envbuild.errors import UsageError
+    from envbuild.common.errors import UsageError
 
     if not value:
         try:

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from envbuild.pipeline import ContextInputs
-from envbuild.request import COMPONENTS, Request, check_given
+from envbuild.core.request import COMPONENTS, Request, check_given
+from envbuild.render.pipeline import ContextInputs
 
 Target = Annotated[str | None, typer.Option(
     "--target", help="cuda | rocm | cpu | mps (inferred: --cuda implies cuda, --rocm rocm).")]

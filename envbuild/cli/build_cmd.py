@@ -15,12 +15,12 @@ import typer
 
 from envbuild.cli import _options as o
 from envbuild.cli._app import app, emit_json, say, warn
-from envbuild.errors import EXIT_FAILED, EnvbuildError, UsageError
-from envbuild.tags import DEFAULT_TAG_FORMAT
+from envbuild.common.errors import EXIT_FAILED, EnvbuildError, UsageError
+from envbuild.core.tags import DEFAULT_TAG_FORMAT
 
 if TYPE_CHECKING:
-    from envbuild.make import Checked, Hooks, MakeResult
-    from envbuild.validate import Validation
+    from envbuild.engine.validate import Validation
+    from envbuild.features.make import Checked, Hooks, MakeResult
 
 Tag = Annotated[str | None, typer.Option(
     "--tag", help="Image tag (default: {} tagged {}; the hex names the spec and every file of "
@@ -78,7 +78,7 @@ def _status_hook(show: bool) -> Callable[[str], AbstractContextManager[None]]:
 
 def hooks(progress: str, show: bool) -> Hooks:
     """The CLI's progress display as make()'s hooks."""
-    from envbuild.make import Hooks
+    from envbuild.features.make import Hooks
 
     return Hooks(status=_status_hook(show), progress=lambda: _progress(progress, not show))
 
@@ -106,7 +106,7 @@ def _summary_counts(s: dict[str, int]) -> str:
 
 
 def _gpu_line(v: Validation) -> None:
-    from envbuild.validate import describe_gpu_verdict, gpu_verdict
+    from envbuild.engine.validate import describe_gpu_verdict, gpu_verdict
 
     verdict = gpu_verdict(v.report)
     if verdict is not None:
@@ -131,11 +131,11 @@ def build(
 ) -> None:
     """Build a rendered context with BuildKit; tag only on success. With --push, the image is
     validated first (or a cached pass reused) and pushed only if it passes."""
-    from envbuild.build import build as do_build
-    from envbuild.make import build_json, build_secrets, gate
-    from envbuild.make import push as do_push
-    from envbuild.make import validate as do_validate
-    from envbuild.proxy import build_proxy_env
+    from envbuild.common.proxy import build_proxy_env
+    from envbuild.engine.build import build as do_build
+    from envbuild.features.make import build_json, build_secrets, gate
+    from envbuild.features.make import push as do_push
+    from envbuild.features.make import validate as do_validate
 
     secrets = build_secrets(ca_cert, netrc)
     proxies = build_proxy_env(_environ, proxy)
@@ -209,13 +209,13 @@ def validate(
 ) -> None:
     """Run the validator in a container (or with --host here). 0 pass, 1 a check failed, 3 could
     not run."""
-    from envbuild.validate import Validation, validate_host, validate_image
+    from envbuild.engine.validate import Validation, validate_host, validate_image
 
     if from_registry is not None:
         if host or image is not None:
             raise UsageError("--from-registry takes the image itself: give no IMAGE or --host",
                              "e.g. envbuild validate --from-registry REGISTRY/REPO:TAG")
-        from envbuild import registry
+        from envbuild.engine import registry
 
         att = registry.fetch_report(from_registry)
         if att is None:
@@ -284,8 +284,8 @@ def make(
     this host. A passing validation of the same image on the same host is reused
     (--revalidate runs it again). --push pushes only an image that passed validation.
     --target mps writes the native macOS environment instead of an image."""
-    from envbuild.make import MakeRequest, check_push
-    from envbuild.make import make as do_make
+    from envbuild.features.make import MakeRequest, check_push
+    from envbuild.features.make import make as do_make
 
     check_push(push, not no_validate, push_unvalidated)
     if from_bundle is not None:

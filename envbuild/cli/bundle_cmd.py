@@ -17,11 +17,11 @@ import typer
 
 from envbuild.cli import _options as o
 from envbuild.cli._app import app, emit_json, say
-from envbuild.errors import EnvbuildError, UsageError
+from envbuild.common.errors import EnvbuildError, UsageError
 
 if TYPE_CHECKING:
-    from envbuild.bundle import CollectPlan
-    from envbuild.pipeline import Prepared
+    from envbuild.features.bundle import CollectPlan
+    from envbuild.render.pipeline import Prepared
 
 
 @app.command()
@@ -45,16 +45,16 @@ def bundle(
     --wheelhouse DIR; the --pip packages with everything they need, built as wheels for the
     image's Python) with sha256 hashes; the rendered context and the matrix snapshot. (--conda
     packages only go to environment.yml, not into the image: not taken.)"""
-    from envbuild import bundle as b
-    from envbuild import engine
-    from envbuild.boundedio import read_bytes
-    from envbuild.build import build as do_build
+    from envbuild.common.boundedio import read_bytes
+    from envbuild.common.proxy import build_proxy_env
+    from envbuild.common.resources import matrix_dir
+    from envbuild.core.torch_index import index_kind
+    from envbuild.engine import docker
+    from envbuild.engine.build import build as do_build
+    from envbuild.features import bundle as b
     from envbuild.matrix import load
-    from envbuild.pipeline import prepare
-    from envbuild.proxy import build_proxy_env
-    from envbuild.render import RenderedFile, render, write_tree
-    from envbuild.resources import matrix_dir
-    from envbuild.torch_index import index_kind
+    from envbuild.render.context import RenderedFile, render, write_tree
+    from envbuild.render.pipeline import prepare
 
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"--out {out}: exists and is not an empty directory",
@@ -119,7 +119,7 @@ def bundle(
         new_wheels = b.merge_wheels(torch_wheels, user_wheels)
         # the system image as an OCI image layout that `docker load` still takes
         saved = tmp / ".docker-save.tar"
-        engine.save_image(system_ref, saved)
+        docker.save_image(system_ref, saved)
         oci = b.to_oci_archive(saved, tmp / b.SYSTEM_ARCHIVE, system_ref)
         saved.unlink()
         if oci.config != result.image_id:
@@ -127,7 +127,7 @@ def bundle(
                                 f"one just built ({result.image_id[:19]})",
                                 "the tag moved while bundle ran: run bundle again")
         base_ref = base_image or spec.base_image
-        base = b.base_digest(base_ref, engine.local_image(base_ref)) if base_ref else None
+        base = b.base_digest(base_ref, docker.local_image(base_ref)) if base_ref else None
         # 3. the offline context: every wheel pinned with its hash
         files = dict(offline)
         files["Dockerfile"] = RenderedFile(b.offline_dockerfile(rest, system_ref))
@@ -181,11 +181,11 @@ def _collect(plan: CollectPlan, image: str, prepared: Prepared, proxies: dict[st
     read-only) and `wheelhouse` (if any) where the rendered --find-links expects it; returns file
     name -> sha256 of the wheels it wrote to work/out. A failure is exit 1 with pip's reason; the
     full output goes to a log."""
-    from envbuild import bundle as b
-    from envbuild import engine
-    from envbuild.build import default_log_dir, open_log
-    from envbuild.redact import redact
-    from envbuild.render import WHEELHOUSE_MOUNT
+    from envbuild.common.redact import redact
+    from envbuild.engine import docker
+    from envbuild.engine.build import default_log_dir, open_log
+    from envbuild.features import bundle as b
+    from envbuild.render.context import WHEELHOUSE_MOUNT
 
     spec_hash = prepared.spec.hash
     inputs, home, wheels = work / "in", work / "home", work / "out"
@@ -209,9 +209,9 @@ def _collect(plan: CollectPlan, image: str, prepared: Prepared, proxies: dict[st
     if ca is not None:
         mounts[b.COLLECT_CA] = (ca, False)
         env["PIP_CERT"] = b.COLLECT_CA
-    run = engine.run_with_mounts(
+    run = docker.run_with_mounts(
         image, plan.command(), mounts=mounts, user=f"{getuid()}:{getgid()}",
-        labels={engine.LABEL_ROLE: "bundle-collect", engine.LABEL_SPEC_HASH: spec_hash},
+        labels={docker.LABEL_ROLE: "bundle-collect", docker.LABEL_SPEC_HASH: spec_hash},
         environment=env, timeout=COLLECT_TIMEOUT)
     output = redact(prepared.secrets.redact(run.output))
     log_path, log = open_log(default_log_dir(),
@@ -235,15 +235,15 @@ def make_from_bundle(root: Path, *, tag: str | None, require_gpu: bool, timeout:
                      no_validate: bool, json: bool, quiet: bool, rebuild: bool = False) -> int:
     """The offline build: check every file's sha256, load the system image if it is not here
     (its id must match), build with --network none, validate. Returns the exit code."""
-    from envbuild import engine
-    from envbuild.build import build as do_build
-    from envbuild.bundle import SYSTEM_ARCHIVE, read_bundle
-    from envbuild.validate import validate_image
+    from envbuild.engine import docker
+    from envbuild.engine.build import build as do_build
+    from envbuild.engine.validate import validate_image
+    from envbuild.features.bundle import SYSTEM_ARCHIVE, read_bundle
 
     bnd = read_bundle(root)
-    if engine.image_id(bnd.system_ref) != bnd.system_id:
-        engine.load_image(root / SYSTEM_ARCHIVE)
-        if engine.image_id(bnd.system_ref) != bnd.system_id:
+    if docker.image_id(bnd.system_ref) != bnd.system_id:
+        docker.load_image(root / SYSTEM_ARCHIVE)
+        if docker.image_id(bnd.system_ref) != bnd.system_id:
             raise UsageError(f"--from-bundle {root}: the system image does not have its "
                              f"recorded id {bnd.system_id[:19]}", "copy the bundle again")
     result = do_build(root / "context", tag=tag, network="none", rebuild=rebuild,

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from envbuild.cli._app import app, emit_json, say, warn
-from envbuild.errors import UsageError
+from envbuild.common.errors import UsageError
 
 cluster_app = typer.Typer(help="Validate every node of a cluster allocation (Slurm; Kubernetes "
                                "rendered), measure a multi-node all-reduce, name the bad nodes.",
@@ -161,10 +161,10 @@ def collect(
                                                                         "expected.")] = None,
     gpus_per_node: GpusPerNode = 0, fabric: Fabric = None, json_out: Json = False,
 ) -> None:
-    from envbuild.boundedio import check_stream, open_log, path_text
     from envbuild.cluster import report as rep
     from envbuild.cluster.hosts import expand
     from envbuild.cluster.slurm import expected_nodes, load_rules
+    from envbuild.common.boundedio import check_stream, open_log, path_text
 
     text = []
     for log in logs:  # the first MAX_LOG_BYTES of each: regular files and pipes, no device

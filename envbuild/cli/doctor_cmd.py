@@ -10,10 +10,10 @@ import typer
 
 from envbuild import matrix as matrix_mod
 from envbuild.cli._app import app, emit_json, say, warn
-from envbuild.errors import EXIT_FAILED, UsageError
+from envbuild.common.errors import EXIT_FAILED, UsageError
 
 if TYPE_CHECKING:
-    from envbuild.explain import LogText
+    from envbuild.features.explain import LogText
 
 
 def _matrix(directory: Path | None) -> matrix_mod.Matrix:
@@ -50,8 +50,8 @@ def doctor(
 
 
 def _read_input(text: str | None, file: Path | None) -> LogText:
-    from envbuild.boundedio import open_log, path_text
-    from envbuild.explain import LogText, read_log
+    from envbuild.common.boundedio import open_log, path_text
+    from envbuild.features.explain import LogText, read_log
 
     if text is not None and file is not None:
         raise UsageError("give the error text or --file, not both",
@@ -81,7 +81,7 @@ def explain(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     matrix_dir: Annotated[Path | None, typer.Option("--matrix", hidden=True)] = None,
 ) -> None:
-    from envbuild.explain import explain as match
+    from envbuild.features.explain import explain as match
 
     log = _read_input(text, file)
     if not log.text.strip():

@@ -9,7 +9,7 @@ import typer
 
 from envbuild.cli._app import app, emit_json, say
 from envbuild.cli._options import Json
-from envbuild.errors import EXIT_FAILED, UsageError
+from envbuild.common.errors import EXIT_FAILED, UsageError
 
 matrix_app = typer.Typer(help="Check and show the version matrix.", no_args_is_help=True)
 app.add_typer(matrix_app, name="matrix")
@@ -26,9 +26,9 @@ def check_cmd(
 ) -> None:
     """Validate schema, cross references and the semantic rules; report ALL problems with file and
     row, and count the rows not verified against a primary source."""
+    from envbuild.common.resources import matrix_dir
     from envbuild.matrix import check, parse
-    from envbuild.matrix_rules import unverified
-    from envbuild.resources import matrix_dir
+    from envbuild.matrix.rules import unverified
 
     d = directory or matrix_dir()
     if not d.is_dir():
@@ -65,7 +65,7 @@ def show_cmd(
 ) -> None:
     """Print one table of the matrix (unverified facts are marked with *)."""
     from envbuild.matrix import load
-    from envbuild.matrix_views import MARK, table_rows, text_rows
+    from envbuild.matrix.views import MARK, table_rows, text_rows
 
     if table not in TABLES:
         raise UsageError(f"unknown table {table!r}", f"choose one of: {', '.join(TABLES)}")
@@ -111,7 +111,7 @@ def refresh_cmd(
 ) -> None:
     """Read facts from PyPI, the PyTorch wheel index and the nvidia/cuda tag list and print how they
     differ from the matrix; exit 1 while differences remain (0 = the matrix agrees)."""
-    from envbuild.refresh import run_refresh
+    from envbuild.features.refresh import run_refresh
 
     if check and write:
         raise UsageError("--check compares only; --write edits the matrix",

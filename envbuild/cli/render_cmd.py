@@ -9,7 +9,7 @@ import typer
 
 from envbuild.cli import _options as o
 from envbuild.cli._app import app, emit_json, say
-from envbuild.errors import UsageError
+from envbuild.common.errors import UsageError
 
 
 @app.command()
@@ -39,8 +39,8 @@ def render(
 ) -> None:
     """Render Dockerfile, environment.yml, pinned requirements, spec.json and the validator."""
     from envbuild.matrix import load
-    from envbuild.pipeline import prepare, prepare_all
-    from envbuild.render import write_tree
+    from envbuild.render.context import write_tree
+    from envbuild.render.pipeline import prepare, prepare_all
 
     formats = set(fmt or ())
     if formats - {"apptainer"}:
@@ -71,11 +71,11 @@ def render(
     links = {"wheelhouse": wheelhouse} if wheelhouse else {}
     write_tree(prepared.files, out, force, links)
     spec = prepared.spec
-    from envbuild.size import describe, duplicates
+    from envbuild.core.size import describe, duplicates
     dup = duplicates(spec, m.extra.get("sizes", {}))
     est = None
     if size and spec.target != "mps":
-        from envbuild.sizefetch import gather
+        from envbuild.engine.sizefetch import gather
         est = gather(spec, m.extra.get("sizes", {}), base_image=ci.base_image,
                      wheelhouse=ci.wheelhouse, torch_index=ci.torch_index_url,
                      user_index=ci.pip_index_url, pip=ci.pip)
@@ -93,7 +93,7 @@ def render(
     if est is not None:
         say("estimated size:")
         say("\n".join(describe(est)))
-    from envbuild import targets
+    from envbuild.core import targets
 
     if not targets.get(spec.target).container:  # mps: a native macOS environment
         say(f"next, on the Mac: {out}/setup-macos.sh")

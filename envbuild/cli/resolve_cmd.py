@@ -15,10 +15,10 @@ def resolve(
     json: o.Json = False, size: o.Size = False,
 ) -> None:
     """Resolve driver / CUDA / cuDNN / torch / Python / OS into one explained spec."""
+    from envbuild.core.request import check_python_source
+    from envbuild.core.resolve import resolve as do_resolve
+    from envbuild.core.resolve import with_python_source
     from envbuild.matrix import load
-    from envbuild.request import check_python_source
-    from envbuild.resolve import resolve as do_resolve
-    from envbuild.resolve import with_python_source
 
     req = o.make_request(target, cuda, rocm, torch, python, driver, gpu, os, flavor, without,
                          forward_compat)
@@ -27,14 +27,14 @@ def resolve(
     spec = with_python_source(do_resolve(req, m), python_source, m)
     est = None
     if size and spec.target != "mps":
-        from envbuild.sizefetch import gather
+        from envbuild.engine.sizefetch import gather
         est = gather(spec, m.extra.get("sizes", {}))
     if json:
         emit_json({**spec.to_json(), **({"size": est.to_json()} if est else {})})
         return
     say(format_spec(spec.to_json()))
     if est is not None:
-        from envbuild.size import describe
+        from envbuild.core.size import describe
         say("estimated size:")
         say("\n".join(describe(est)))
 

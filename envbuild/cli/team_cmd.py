@@ -14,12 +14,12 @@ import typer
 
 from envbuild.cli._app import app, emit_json, say, warn
 from envbuild.cli._options import Json
-from envbuild.echo import escaped, one_line
-from envbuild.errors import EXIT_FAILED, UsageError
+from envbuild.common.echo import escaped, one_line
+from envbuild.common.errors import EXIT_FAILED, UsageError
 
 if TYPE_CHECKING:
-    from envbuild.make import Hooks
-    from envbuild.team import Built
+    from envbuild.features.make import Hooks
+    from envbuild.features.team import Built
 
 team_app = typer.Typer(help="Team base images: plan, build, lock and check a family of images "
                        "from a team file (envbuild.toml).", no_args_is_help=True)
@@ -32,7 +32,7 @@ Only = Annotated[list[str] | None, typer.Option(
 
 
 def _lock_path(team_file: Path) -> Path:
-    from envbuild.team import LOCK_FILE
+    from envbuild.features.team import LOCK_FILE
 
     return team_file.parent / LOCK_FILE
 
@@ -42,9 +42,9 @@ def plan_cmd(file: File = None, only: Only = None, json: Json = False) -> None:
     """Resolve every image of the team file: torch, variant, Python, OS, base and tag; which
     layers the images share; what is already built; what the lock would change. No engine
     needed."""
-    from envbuild import teamfile
+    from envbuild.features import teamfile
+    from envbuild.features.team import cache_state, lock_changes, plan, plan_json, read_lock
     from envbuild.matrix import load
-    from envbuild.team import cache_state, lock_changes, plan, plan_json, read_lock
 
     team = teamfile.load(file)
     planned = plan(team, load(), only or ())
@@ -86,7 +86,7 @@ _lock = threading.Lock()
 
 def _hooks(name: str, show: bool) -> Hooks:
     """Per-image progress: the build's step lines and the waits, prefixed with the image name."""
-    from envbuild.make import Hooks
+    from envbuild.features.make import Hooks
 
     step = re.compile(r"^#\d+ (\[[^\]]+\] .*)")
 
@@ -139,8 +139,8 @@ def build_cmd(
 ) -> None:
     """Build every image (shared layers once), validate each, push the validated ones with
     their reports attached, and write envbuild.lock. Exit 1 when any image failed."""
-    from envbuild import team as t
-    from envbuild import teamfile
+    from envbuild.features import team as t
+    from envbuild.features import teamfile
     from envbuild.matrix import load
 
     team = teamfile.load(file)
@@ -191,7 +191,7 @@ def check_cmd(file: File = None, json: Json = False) -> None:
     """For every image in envbuild.lock: its digest still in the registry, its attached report
     there and passing, its base image tag still on the locked digest. Exit 1 naming each
     problem (a moved or vanished tag with the old and new digests)."""
-    from envbuild.team import check, read_lock
+    from envbuild.features.team import check, read_lock
 
     path = _lock_path(file or Path("envbuild.toml"))
     lock = read_lock(path)

@@ -5,8 +5,8 @@
   python -m envbuild.cluster.agent rendezvous                          prints MASTER_ADDR
 
 Each prints one JSON line (`{"envbuild_cluster": 1, ...}`) into the step's log. Docker goes
-through envbuild.engine, every other process through envbuild.proc. SIGTERM (scancel, a killed
-srun) removes the task's container before the agent exits: nothing is left running on the node.
+through envbuild.engine.docker, every other process through envbuild.common.proc. SIGTERM
+(scancel, a killed srun) removes the task's container before the agent exits: nothing is left running on the node.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import tempfile
 from pathlib import Path
 from typing import Any, NoReturn
 
-from envbuild.boundedio import parse_json
 from envbuild.cluster.hosts import (
     CLUSTER_FAULT_ENV,
     FAULT_ENV,
@@ -30,7 +29,8 @@ from envbuild.cluster.hosts import (
     node_addr,
 )
 from envbuild.cluster.report import MARK
-from envbuild.errors import EnvbuildError
+from envbuild.common.boundedio import parse_json
+from envbuild.common.errors import EnvbuildError
 
 ROLE = "cluster"
 RUN_ENV = "ENVBUILD_CLUSTER_RUN"
@@ -43,9 +43,9 @@ def node_name() -> str:
 
 
 def _labels(step: str) -> dict[str, str]:
-    from envbuild import engine
+    from envbuild.engine import docker
 
-    return {engine.LABEL_ROLE: ROLE, "io.envbuild.cluster-run": os.environ.get(RUN_ENV, "-"),
+    return {docker.LABEL_ROLE: ROLE, "io.envbuild.cluster-run": os.environ.get(RUN_ENV, "-"),
             "io.envbuild.cluster-step": step, "io.envbuild.cluster-node": node_name()}
 
 
@@ -68,21 +68,21 @@ def run_validator(runtime: str, image: str, args: list[str], env: dict[str, str]
     the validator module. The one place to change when the validator's entry point moves.
     """
     if runtime == "docker":
-        from envbuild import engine
+        from envbuild.engine import docker
 
-        labels = engine.image_labels(image)
+        labels = docker.image_labels(image)
         target = labels.get("io.envbuild.target", "cpu")
-        gpus = target == "cuda" and engine.gpu_runtime()
-        r = engine.run_container(image, ["envbuild-validate", "--json", *args], target=target,
+        gpus = target == "cuda" and docker.gpu_runtime()
+        r = docker.run_container(image, ["envbuild-validate", "--json", *args], target=target,
                                  gpus=gpus, timeout=timeout, labels=_labels("node"),
                                  environment=env)
         if r.timed_out:
             return 124, None, f"the validator did not finish within {timeout:.0f} s"
         return r.exit_code, _parse_json(r.output), r.output[-400:]
-    from envbuild import proc
+    from envbuild.common import proc
+    from envbuild.engine.validate import host_spec
     from envbuild.matrix import load
-    from envbuild.render import peaks_json
-    from envbuild.validate import host_spec
+    from envbuild.render.context import peaks_json
 
     with tempfile.TemporaryDirectory(prefix="envbuild-cluster-") as tmp:
         peaks = Path(tmp, "peaks.json")
@@ -137,17 +137,17 @@ def step_allreduce(a: argparse.Namespace) -> int:
     line: dict[str, Any] | None = None
     try:
         if a.runtime == "docker":
-            from envbuild import engine
+            from envbuild.engine import docker
 
-            target = engine.image_labels(a.image).get("io.envbuild.target", "cpu")
-            gpus = target == "cuda" and engine.gpu_runtime()
-            r = engine.run_container(a.image, ["python", "-c", worker_source(), *wargs],
+            target = docker.image_labels(a.image).get("io.envbuild.target", "cpu")
+            gpus = target == "cuda" and docker.gpu_runtime()
+            r = docker.run_container(a.image, ["python", "-c", worker_source(), *wargs],
                                      target=target, gpus=gpus, timeout=a.timeout,
                                      labels=_labels("allreduce"), environment=env,
                                      network_host=True)
             output, code = r.output, r.exit_code
         else:
-            from envbuild import proc
+            from envbuild.common import proc
 
             with tempfile.TemporaryDirectory(prefix="envbuild-cluster-") as tmp:
                 script = Path(tmp, "worker.py")
@@ -178,7 +178,7 @@ def rendezvous() -> str:
     if override:
         return override
     first = first_host(os.environ.get("SLURM_JOB_NODELIST", ""))
-    from envbuild import proc
+    from envbuild.common import proc
 
     try:
         r = proc.run(["scontrol", "show", "node", first], timeout=30, check=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from envbuild.errors import UsageError
+from envbuild.common.errors import UsageError
 
 FAULT_ENV = "ENVBUILD_VALIDATOR_FAULT"
 CLUSTER_FAULT_ENV = "ENVBUILD_CLUSTER_FAULT"

@@ -15,8 +15,8 @@ import jinja2
 
 from envbuild import __version__
 from envbuild.cluster.hosts import expand
-from envbuild.errors import UsageError
-from envbuild.resources import templates_dir
+from envbuild.common.errors import UsageError
+from envbuild.common.resources import templates_dir
 
 RUNTIMES = ("docker", "apptainer", "enroot", "host")
 WORKER_NAME = "envbuild_cluster_worker.py"

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from envbuild.boundedio import parse_json
 from envbuild.cluster.hosts import compress, sort_key
+from envbuild.common.boundedio import parse_json
 
 MARK = "envbuild_cluster"
 VERSION_KEYS = ("driver", "torch", "cuda", "cudnn", "nccl")
@@ -212,7 +212,7 @@ def busbw_gbs(algbw: float, world_size: int) -> float:
 
 
 def check_fabric(rules: ClusterRules, fabric: str | None) -> str | None:
-    from envbuild.errors import UsageError
+    from envbuild.common.errors import UsageError
 
     if fabric is not None and fabric not in rules.fabric_names:
         raise UsageError(f"unknown --fabric {fabric[:40]!r}",

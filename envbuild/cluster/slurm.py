@@ -1,6 +1,7 @@
 """The controller: submit the validation to Slurm (or run its steps inside an allocation), wait
 with a time limit, cancel on timeout or Ctrl-C, and turn the task logs into the cluster report.
-Processes through envbuild.proc only; the container backstop through envbuild.engine."""
+Processes through envbuild.common.proc only; the container backstop through
+envbuild.engine.docker."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from envbuild import proc
 from envbuild.cluster import report as rep
 from envbuild.cluster.agent import ROLE, RUN_ENV
 from envbuild.cluster.hosts import expand
@@ -27,15 +27,16 @@ from envbuild.cluster.render import (
     srun_argv,
     worker_source,
 )
-from envbuild.errors import EXIT_CANNOT_RUN, EnvbuildError, EnvironmentProblem, UsageError
+from envbuild.common import proc
+from envbuild.common.errors import EXIT_CANNOT_RUN, EnvbuildError, EnvironmentProblem, UsageError
 
 
 def load_rules() -> rep.ClusterRules:
     import tomllib
 
-    from envbuild.boundedio import load_toml
-    from envbuild.errors import MatrixError
-    from envbuild.resources import matrix_dir
+    from envbuild.common.boundedio import load_toml
+    from envbuild.common.errors import MatrixError
+    from envbuild.common.resources import matrix_dir
 
     path = matrix_dir() / "cluster.toml"
     try:
@@ -60,7 +61,7 @@ def _require(tool: str) -> None:
 
 def collect_dir(out: Path) -> list[dict[str, Any]]:
     lines: list[dict[str, Any]] = []
-    from envbuild.boundedio import CACHE_BYTES, open_log
+    from envbuild.common.boundedio import CACHE_BYTES, open_log
 
     for log in sorted(out.glob("*.log")):  # the first CACHE_BYTES of each; no FIFO or device
         with suppress(OSError, UsageError), open_log(log, "task log") as fh:
@@ -142,9 +143,9 @@ def _cancel(name: str, run_id: str, in_allocation: bool) -> None:
             proc.run(["scancel", "--name", name], timeout=30, check=False)
             _gone(name, 30)
     with suppress(EnvbuildError, ImportError):
-        from envbuild import engine
+        from envbuild.engine import docker
 
-        engine.remove_containers({engine.LABEL_ROLE: ROLE, "io.envbuild.cluster-run": run_id})
+        docker.remove_containers({docker.LABEL_ROLE: ROLE, "io.envbuild.cluster-run": run_id})
 
 
 def validate(o: ClusterOptions, *, on_event: Callable[[str], None] = lambda s: None,

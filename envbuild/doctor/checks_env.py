@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from envbuild import compat
-from envbuild.compat import HostRules
+from envbuild.core import compat
+from envbuild.core.compat import HostRules
 from envbuild.doctor import model, parse
 from envbuild.doctor.model import HostFacts
 from envbuild.doctor.view import ERROR, INFO, OK, WARN, Out, View, minor, tail, torch_probe

@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from envbuild import compat
-from envbuild.compat import HostRules
+from envbuild.core import compat
+from envbuild.core.compat import HostRules
+from envbuild.core.gpu_window import branch_of, window
 from envbuild.doctor import model, parse
 from envbuild.doctor.model import Request
 from envbuild.doctor.view import (
@@ -22,7 +23,6 @@ from envbuild.doctor.view import (
     stdout_of,
     tail,
 )
-from envbuild.gpu_window import branch_of, window
 from envbuild.matrix import Matrix
 
 WSL_DRIVER_PKG = re.compile(

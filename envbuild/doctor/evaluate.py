@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-from envbuild import compat
-from envbuild.compat import HostRules
+from envbuild.common.echo import shown
+from envbuild.common.errors import UsageError
+from envbuild.core import compat
+from envbuild.core.compat import HostRules
 from envbuild.doctor import checks_env, checks_host
 from envbuild.doctor.model import Finding, HostFacts, Recommendation, Request
 from envbuild.doctor.recommend import recommend
 from envbuild.doctor.view import INFO, Out, build_view
-from envbuild.echo import shown
-from envbuild.errors import UsageError
 from envbuild.matrix import Matrix
 
 __all__ = ["HostRules", "diagnose", "evaluate"]

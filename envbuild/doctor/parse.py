@@ -172,7 +172,7 @@ def json_object(text: str | None) -> dict[str, Any] | None:
     start = text.find("{")
     if start < 0:
         return None
-    from envbuild.boundedio import parse_json_prefix
+    from envbuild.common.boundedio import parse_json_prefix
 
     try:
         obj, _ = parse_json_prefix(text[start:])

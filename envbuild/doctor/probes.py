@@ -1,6 +1,6 @@
 """Thin, time-limited probes: they only collect raw texts and small facts about this host.
 
-Processes run only through envbuild.proc.run (argv, timeout, check=False); files under /proc,
+Processes run only through envbuild.common.proc.run (argv, timeout, check=False); files under /proc,
 /sys and /dev are read with pathlib. Nothing here needs root and nothing here judges.
 """
 
@@ -14,10 +14,10 @@ import re
 import sys
 from pathlib import Path
 
-from envbuild import proc
+from envbuild.common import proc
+from envbuild.common.redact import redact
 from envbuild.doctor import model
 from envbuild.doctor.model import Cmd, DevNode, DockerClient, HostFacts
-from envbuild.redact import redact
 
 TIMEOUT = 10.0
 TORCH_TIMEOUT = 60.0

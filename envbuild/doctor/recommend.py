@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from envbuild import compat
+from envbuild.common.versions import minor_of, version_key
+from envbuild.core import compat
+from envbuild.core.spec import Spec
 from envbuild.doctor import model
 from envbuild.doctor.model import Recommendation, Request
 from envbuild.doctor.view import View, stdout_of
 from envbuild.matrix import Matrix
-from envbuild.spec import Spec
 from envbuild.validator import rules
-from envbuild.versions import minor_of, version_key
 
 HOW = {"native": "natively", "mvc": "through minor-version compatibility"}
 
@@ -82,9 +82,9 @@ def recommend_cuda(v: View, m: Matrix, req: Request, pin: Callable[[str], str]) 
 
 
 def _resolve(m: Matrix, **ask: object) -> tuple[Spec | None, str]:
-    from envbuild.errors import EnvbuildError
-    from envbuild.request import Request as Resolve
-    from envbuild.resolve import resolve
+    from envbuild.common.errors import EnvbuildError
+    from envbuild.core.request import Request as Resolve
+    from envbuild.core.resolve import resolve
 
     try:
         return resolve(Resolve(target="cuda", **ask), m), ""  # type: ignore[arg-type]
@@ -142,9 +142,9 @@ def checked(rec: Recommendation, m: Matrix) -> Recommendation:
     """The recommendation as the resolver sees it: a command that `envbuild make` accepts."""
     from dataclasses import replace
 
-    from envbuild.errors import EnvbuildError
-    from envbuild.request import Request as Resolve
-    from envbuild.resolve import resolve
+    from envbuild.common.errors import EnvbuildError
+    from envbuild.core.request import Request as Resolve
+    from envbuild.core.resolve import resolve
 
     def fits(r: Recommendation) -> str:
         try:
@@ -169,11 +169,11 @@ def forward_compat_alternative(v: View, m: Matrix, driver: str, torch: str) -> s
     torch than `torch` ('' otherwise). The command is resolved here, so it resolves."""
     import shlex
 
-    from envbuild.errors import EnvbuildError
-    from envbuild.request import Request as Ask
-    from envbuild.request import parse_gpu
-    from envbuild.resolve import resolve
-    from envbuild.versions import version_key
+    from envbuild.common.errors import EnvbuildError
+    from envbuild.common.versions import version_key
+    from envbuild.core.request import Request as Ask
+    from envbuild.core.request import parse_gpu
+    from envbuild.core.resolve import resolve
 
     if not driver or not v.gpus:
         return ""

@@ -11,11 +11,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from envbuild import boundedio
+from envbuild.common import boundedio
+from envbuild.common.errors import UsageError
+from envbuild.common.outputs import OutFile, write_tree
 from envbuild.doctor import model
 from envbuild.doctor.model import Cmd, DevNode, DockerClient, HostFacts
-from envbuild.errors import UsageError
-from envbuild.outputs import OutFile, write_tree
 
 
 def _cmd_json(c: Cmd) -> dict[str, Any]:

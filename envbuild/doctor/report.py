@@ -6,8 +6,8 @@ import textwrap
 from collections import Counter
 from typing import Any
 
+from envbuild.common.echo import escaped
 from envbuild.doctor.model import Finding, HostFacts, Recommendation, Severity
-from envbuild.echo import escaped
 
 WIDTH = 100
 _LABEL = {Severity.OK: "ok", Severity.INFO: "info", Severity.WARN: "WARN", Severity.ERROR: "ERROR"}

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from envbuild import compat
+from envbuild.common.echo import escaped
+from envbuild.common.versions import version_key
+from envbuild.core import compat
 from envbuild.doctor import model, parse
 from envbuild.doctor.model import Finding, HostFacts, Severity
-from envbuild.echo import escaped
 from envbuild.matrix import Matrix
-from envbuild.versions import version_key
 
 OK, INFO, WARN, ERROR = Severity.OK, Severity.INFO, Severity.WARN, Severity.ERROR
 WSL_LIB = "/usr/lib/wsl/lib"

@@ -1,0 +1,152 @@
+"""The one door to the outside: every external process envbuild starts goes through here.
+
+Argv lists only (never a shell string), a time limit on everything, and on Ctrl-C the
+whole child process group is stopped before the interrupt goes on up.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+from envbuild.common.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EnvbuildError
+
+
+@dataclass(frozen=True)
+class Result:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+class ProcessError(EnvbuildError):
+    """A command failed, timed out or could not start; carries what it printed."""
+
+    def __init__(self, message: str, hint: str, result: Result | None = None,
+                 exit_code: int = EXIT_FAILED) -> None:
+        super().__init__(message, hint, [], exit_code)
+        self.result = result
+
+
+def which(name: str) -> str | None:
+    return shutil.which(name)
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    timeout: float = 60.0,
+    check: bool = True,
+    input_text: str | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+) -> Result:
+    """Run argv to completion and capture its output."""
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    except FileNotFoundError as exc:
+        raise ProcessError(f"{argv[0]}: command not found", f"install {argv[0]}",
+                           exit_code=EXIT_CANNOT_RUN) from exc
+    except PermissionError as exc:
+        raise ProcessError(f"{argv[0]}: permission denied",
+                           f"make {argv[0]} executable for this user, or run as a user who may",
+                           exit_code=EXIT_CANNOT_RUN) from exc
+    try:
+        out, err = proc.communicate(input=input_text, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        _kill_group(proc)
+        raise ProcessError(f"{argv[0]} did not finish within {timeout:.0f} s",
+                           "the command hung; check that the service it talks to answers",
+                           exit_code=EXIT_CANNOT_RUN) from exc
+    except BaseException:
+        _kill_group(proc)
+        raise
+    result = Result(tuple(argv), proc.returncode, out, err, time.monotonic() - start)
+    if check and not result.ok:
+        last = (err.strip() or out.strip()).splitlines()[-1:] or [""]
+        raise ProcessError(f"{argv[0]} exited {proc.returncode}: {last[0]}",
+                           f"that is the last line {argv[0]} printed; fix what it names and "
+                           "run again",
+                           result=result)
+    return result
+
+
+def stream(
+    argv: Sequence[str],
+    on_line: Callable[[str], None],
+    *,
+    timeout: float = 3600.0,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+) -> int:
+    """Run argv, calling on_line for every line of its merged output; return the exit code.
+
+    Ctrl-C (KeyboardInterrupt) stops the child's whole process group and re-raises.
+    """
+    deadline = time.monotonic() + timeout
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            bufsize=1,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    except FileNotFoundError as exc:
+        raise ProcessError(f"{argv[0]}: command not found", f"install {argv[0]}",
+                           exit_code=EXIT_CANNOT_RUN) from exc
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            on_line(line.rstrip("\n"))
+            if time.monotonic() > deadline:
+                _kill_group(proc)
+                raise ProcessError(f"{argv[0]} did not finish within {timeout:.0f} s",
+                                   "the command hung; check that the service it talks to "
+                                   "answers", exit_code=EXIT_CANNOT_RUN)
+        return proc.wait()
+    except BaseException:
+        _kill_group(proc)
+        raise

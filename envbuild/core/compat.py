@@ -1,0 +1,257 @@
+"""Compatibility rules the core owns, shared by the doctor, `explain` and the engine (pure).
+
+Every version fact comes from the Matrix: CUDA release GA drivers, minor-version compatibility
+floors, torch variants with their sass/ptx/gfx lists, MPS macOS floors, GPU names. Host facts that
+are not versions (BuildKit client thresholds, /dev nodes a CUDA process opens, shm sizes) come from
+the [doctor] table of matrix/signatures.toml as `HostRules`, loaded once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from envbuild.common.errors import MatrixError
+from envbuild.common.versions import version_key
+from envbuild.matrix import Matrix, TorchRelease, Variant
+from envbuild.validator import rules
+
+
+def at_least(version: str, floor: str) -> bool:
+    """version >= floor for dotted numbers; an empty or non-numeric floor is never met."""
+    if not version or not floor or not re.match(r"\d", floor):
+        return False
+    return version_key(version) >= version_key(floor)
+
+
+def _ga(m: Matrix, cuda: str, windows: bool) -> str:
+    rel = m.cuda_release(cuda)
+    if rel is None:
+        return ""
+    return rel.ga_driver_windows if windows else rel.ga_driver_linux
+
+
+def mvc_floor(m: Matrix, major: int, windows: bool = False) -> str:
+    """The minor-version-compatibility driver floor of a CUDA major ('' when unknown)."""
+    c = m.compat_floor(major)
+    if c is None:
+        return ""
+    return c.min_driver_windows if windows else c.min_driver_linux
+
+
+def cuda_for_driver(m: Matrix, driver: str, windows: bool = False) -> str:
+    """The newest CUDA minor this driver supports natively ('' if older than every row)."""
+    best = ""
+    for rel in m.cuda:
+        if at_least(driver, _ga(m, rel.version, windows)):
+            best = rel.version
+    return best
+
+
+def how_runs(m: Matrix, driver: str, cuda: str, windows: bool = False) -> str:
+    """'native', 'mvc' (minor-version compatibility) or '' (this driver cannot run CUDA cuda)."""
+    if at_least(driver, _ga(m, cuda, windows)):
+        return "native"
+    if at_least(driver, mvc_floor(m, int(cuda.split(".")[0]), windows)):
+        return "mvc"
+    return ""
+
+
+def cc_of(text: str) -> str:
+    """'sm_86' / 'compute_90' / '8.6' / '86' / 'sm_120' -> '8.6', '9.0', '12.0' (the one
+    parser: envbuild.validator.rules)."""
+    return rules.cc_of(text)
+
+
+def covers(variant: Variant, cc: str) -> bool:
+    """A CUDA wheel runs on compute capability cc (the resolver's rule: cubin or PTX JIT)."""
+    from envbuild.core.resolve import arch_covers
+
+    return arch_covers(variant.sass, variant.ptx, cc) is not None
+
+
+def covers_all(variant: Variant, ccs: Iterable[str]) -> bool:
+    return all(covers(variant, cc) for cc in ccs)
+
+
+def tag_of(cuda: str) -> str:
+    return "cu" + cuda.replace(".", "")
+
+
+def cuda_of_tag(tag: str) -> str:
+    """'cu121' -> '12.1', 'cu118' -> '11.8', 'cu130' -> '13.0'."""
+    m = re.fullmatch(r"cu(\d+)(\d)", tag)
+    return f"{m.group(1)}.{m.group(2)}" if m else ""
+
+
+def newest_torch(m: Matrix) -> TorchRelease | None:
+    return m.torch[-1] if m.torch else None
+
+
+def variant(m: Matrix, release: str, tag: str) -> Variant | None:
+    return next((v for v in m.variants_of(release) if v.tag == tag), None)
+
+
+def newest_release_with(m: Matrix, tag: str, ccs: Iterable[str] = ()) -> TorchRelease | None:
+    """The newest torch release that has variant `tag` (covering every cc given)."""
+    need = tuple(ccs)
+    for rel in reversed(m.torch):
+        v = variant(m, rel.version, tag)
+        if v is not None and covers_all(v, need):
+            return rel
+    return None
+
+
+def wheel_cudas(m: Matrix) -> list[str]:
+    """CUDA minors that some torch release has wheels for, oldest first."""
+    return sorted({v.version for v in m.variants if v.kind == "cuda" and v.version},
+                  key=version_key)
+
+
+@dataclass(frozen=True)
+class CudaChoice:
+    cuda: str
+    torch: str
+    how: str  # native | mvc
+
+    @property
+    def tag(self) -> str:
+        return tag_of(self.cuda)
+
+
+def choose_cuda(m: Matrix, driver: str, ccs: Iterable[str], windows: bool = False,
+                only: str = "") -> CudaChoice | None:
+    """The newest CUDA minor with torch wheels covering every cc that this driver runs:
+    natively first, else through minor-version compatibility."""
+    need = tuple(ccs)
+    for how in ("native", "mvc"):
+        for cuda in reversed(wheel_cudas(m)):
+            if only and cuda != only:
+                continue
+            if how_runs(m, driver, cuda, windows) != how:
+                continue
+            rel = newest_release_with(m, tag_of(cuda), need)
+            if rel is not None:
+                return CudaChoice(cuda, rel.version, how)
+    return None
+
+
+def newest_torch_choice(m: Matrix, driver: str, ccs: Iterable[str],
+                        windows: bool = False) -> CudaChoice | None:
+    """The newest torch release with any CUDA wheel covering every cc that runs natively."""
+    need = tuple(ccs)
+    for rel in reversed(m.torch):
+        cudas = sorted((v.version for v in m.variants_of(rel.version)
+                        if v.kind == "cuda" and covers_all(v, need)
+                        and how_runs(m, driver, v.version, windows) == "native"),
+                       key=version_key)
+        if cudas:
+            return CudaChoice(cudas[-1], rel.version, "native")
+    return None
+
+
+def covering_tags(m: Matrix, release: str, cc: str) -> list[str]:
+    return [v.tag for v in m.variants_of(release) if v.kind == "cuda" and covers(v, cc)]
+
+
+def gfx_of_variant(m: Matrix, v: Variant) -> tuple[str, ...]:
+    if v.gfx:
+        return v.gfx
+    rel = m.rocm_release(v.version)
+    return rel.gfx if rel is not None else ()
+
+
+@dataclass(frozen=True)
+class RocmChoice:
+    rocm: str
+    torch: str
+
+
+def choose_rocm(m: Matrix, gfx: Iterable[str]) -> RocmChoice | None:
+    """The newest torch release and its newest ROCm wheel whose gfx list has every target."""
+    need = set(gfx)
+    for rel in reversed(m.torch):
+        rocms = sorted((v.version for v in m.variants_of(rel.version)
+                        if v.kind == "rocm" and need <= set(gfx_of_variant(m, v))),
+                       key=version_key)
+        if rocms:
+            return RocmChoice(rocms[-1], rel.version)
+    return None
+
+
+def mps_torch(m: Matrix, macos: str) -> TorchRelease | None:
+    """The newest torch release whose MPS backend works on this macOS version."""
+    for rel in reversed(m.torch):
+        if rel.macos_arm64 and rel.mps_min_macos and at_least(macos, rel.mps_min_macos):
+            return rel
+    return None
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"\s+", " ", name.casefold().replace("nvidia ", "").replace("geforce ", "")
+                  .replace("amd ", "")).strip()
+
+
+def gpu_cc(m: Matrix, product: str) -> str:
+    """Compute capability of an NVIDIA product name via gpus.toml (exact, else the longest
+    known name found as whole words inside it)."""
+    target = _norm(product)
+    best, best_len = "", 0
+    for g in m.gpus:
+        if g.vendor != "nvidia":
+            continue
+        for n in (g.name, *g.aliases):
+            k = _norm(n)
+            if not k:
+                continue
+            if k == target:
+                return g.cc
+            if re.search(rf"(?<![\w-]){re.escape(k)}(?![\w-])", target) and len(k) > best_len:
+                best, best_len = g.cc, len(k)
+    return best
+
+
+@dataclass(frozen=True)
+class HostRules:
+    """Host facts that are not in the version matrix (matrix/signatures.toml [doctor])."""
+
+    buildkit_classic_min: str
+    buildx_required_from: str
+    docker_default_shm_mb: int
+    podman_cdi_min: str
+    shm_advice: str
+    shm_min_mb: int = 1024  # a container /dev/shm below this is reported
+    cuda_device_nodes: tuple[str, ...] = ()  # regexes: the /dev nodes a CUDA process opens
+    nvidia_device_mode: str = ""  # the driver's default mode for them (NVreg_DeviceFileMode)
+
+    @classmethod
+    def from_table(cls, t: Mapping[str, Any]) -> HostRules:
+        try:
+            return cls(str(t["buildkit_classic_min"]), str(t["buildx_required_from"]),
+                       int(t["docker_default_shm_mb"]), str(t["podman_cdi_min"]),
+                       str(t["shm_advice"]), int(t["shm_min_mb"]),
+                       tuple(str(x) for x in t["cuda_device_nodes"]),
+                       str(t["nvidia_device_mode"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MatrixError(f"signatures.toml [doctor]: missing or bad key {exc}") from exc
+
+    def is_cuda_node(self, path: str) -> bool:
+        return any(re.fullmatch(rx, path) for rx in self.cuda_device_nodes)
+
+
+@cache
+def host_rules() -> HostRules:
+    """The [doctor] table of matrix/signatures.toml, loaded once as typed data."""
+    import tomllib
+
+    from envbuild.common.boundedio import load_toml
+    from envbuild.common.resources import matrix_dir
+
+    try:
+        table = load_toml(matrix_dir() / "signatures.toml", "matrix file").get("doctor", {})
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise MatrixError(f"signatures.toml: cannot read the [doctor] table: {exc}") from exc
+    return HostRules.from_table(table)

@@ -1,0 +1,448 @@
+"""The only module that knows Docker: the BuildKit client, images, containers, registries.
+
+Builds go through a docker CLI (docker-py drives only the legacy builder, which cannot do
+RUN --mount); everything else (inspect, run, remove, push) goes through docker-py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envbuild.common import proc
+from envbuild.common.echo import shown
+from envbuild.common.errors import EXIT_CANNOT_RUN, EnvbuildError, EnvironmentProblem
+
+LABEL_ROLE = "io.envbuild.role"
+LABEL_SPEC_HASH = "io.envbuild.core.spec-hash"
+LABEL_CONTEXT_HASH = "io.envbuild.context-hash"
+
+
+@dataclass(frozen=True)
+class Builder:
+    """A docker CLI that can run BuildKit builds, and why it was chosen."""
+
+    docker: str
+    buildx: bool
+    version: str
+    reason: str
+
+    def build_prefix(self) -> list[str]:
+        return [self.docker, "buildx", "build", "--load"] if self.buildx else [self.docker, "build"]
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if not self.buildx:
+            env["DOCKER_BUILDKIT"] = "1"
+        return env
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:2])
+
+
+def _buildkit_rules() -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(first classic CLI with DOCKER_BUILDKIT=1, first CLI that needs buildx): matrix data."""
+    from envbuild.core.compat import host_rules
+
+    rules = host_rules()
+    return _version_tuple(rules.buildkit_classic_min), _version_tuple(rules.buildx_required_from)
+
+
+def _candidates() -> list[str]:
+    seen: list[str] = []
+    for d in [*os.environ.get("PATH", "").split(os.pathsep), "/usr/bin", "/usr/local/bin"]:
+        path = os.path.join(d, "docker")
+        real = os.path.realpath(path)
+        if os.access(path, os.X_OK) and real not in [os.path.realpath(s) for s in seen]:
+            seen.append(path)
+    return seen
+
+
+def find_builder() -> Builder:
+    """ENVBUILD_DOCKER, else the first docker CLI with buildx, else a classic one with BuildKit."""
+    classic_min, buildx_from = _buildkit_rules()
+    override = os.environ.get("ENVBUILD_DOCKER")
+    candidates = [override] if override else _candidates()
+    rejected = []
+    for docker in candidates:
+        try:
+            v = proc.run([docker, "version", "--format", "{{.Client.Version}}"], timeout=20,
+                         check=False)
+        except proc.ProcessError as exc:
+            rejected.append(f"{docker}: {exc.message}")
+            continue
+        version = v.stdout.strip().splitlines()[0] if v.stdout.strip() else "?"
+        bx = proc.run([docker, "buildx", "version"], timeout=20, check=False)
+        if bx.ok:
+            return Builder(docker, True, version,
+                           f"{docker} {version} with the buildx plugin "
+                           f"({bx.stdout.strip().split()[1] if bx.stdout.split() else 'buildx'})")
+        vt = _version_tuple(version)
+        if vt and classic_min <= vt < buildx_from:
+            return Builder(docker, False, version,
+                           f"{docker} {version}: no buildx plugin, but this client still has "
+                           "BuildKit built in (DOCKER_BUILDKIT=1)")
+        rejected.append(f"{docker} {version}: no buildx plugin, and clients >= "
+                        f"{'.'.join(map(str, buildx_from))} need it for BuildKit")
+    raise EnvironmentProblem(
+        "no docker client that can run BuildKit builds: " + ("; ".join(rejected) or "none found"),
+        "install the buildx plugin (docker-buildx-plugin / docker-buildx), or point "
+        "ENVBUILD_DOCKER at a docker CLI that has BuildKit built in")
+
+
+@contextmanager
+def _docker_errors() -> Iterator[None]:
+    import docker.errors
+    import requests.exceptions
+
+    try:
+        yield
+    except (docker.errors.DockerException, requests.exceptions.ConnectionError) as exc:
+        if isinstance(exc, docker.errors.APIError):
+            raise EnvbuildError(f"Docker engine error: {exc.explanation or exc}",
+                                "the engine refused the request; `docker info` and the "
+                                "engine's log say more") from None
+        raise EnvironmentProblem(
+            f"cannot reach the Docker engine ({_short(exc)})",
+            "start it (sudo systemctl start docker, or `make engine`), or set DOCKER_HOST") \
+            from None
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc)
+    m = re.search(r"(Connection refused|No such file or directory|Permission denied)", text)
+    return m.group(1) if m else text[:120]
+
+
+def client() -> Any:
+    import docker
+
+    with _docker_errors():
+        c = docker.from_env(timeout=60)
+        c.ping()
+    return c
+
+
+def find_images(labels: Mapping[str, str]) -> list[Any]:
+    c = client()
+    with _docker_errors():
+        return list(c.images.list(filters={"label": [f"{k}={v}" for k, v in labels.items()]}))
+
+
+def image_tags(image: Any) -> list[str]:
+    return list(image.tags)
+
+
+def image_size(ref: str) -> int:
+    c = client()
+    with _docker_errors():
+        return int(c.images.get(ref).attrs["Size"])
+
+
+def image_labels(ref: str) -> dict[str, str]:
+    import docker.errors
+
+    c = client()
+    with _docker_errors():
+        try:
+            return dict(c.images.get(ref).labels or {})
+        except docker.errors.ImageNotFound:
+            raise EnvbuildError(f"image {shown(ref)} not found in the local Docker engine",
+                                "build it first (envbuild build / envbuild make)") from None
+
+
+def local_image(ref: str) -> dict[str, Any] | None:
+    """{id, repo_digests} of a local image; None when the engine does not have it."""
+    import docker.errors
+
+    c = client()
+    with _docker_errors():
+        try:
+            image = c.images.get(ref)
+        except docker.errors.ImageNotFound:
+            return None
+        return {"id": image.id, "repo_digests": list(image.attrs.get("RepoDigests") or [])}
+
+
+def probe_base(ref: str, script: str, timeout: float = 120) -> tuple[str, dict[str, str], str]:
+    """(image id, environment, the script's output) of a base image: `sh -c script` in a
+    labelled container that is always removed. A base the engine lacks is pulled for this and
+    removed again afterwards, so the build resolves it from its registry as before."""
+    import docker.errors
+
+    from envbuild.engine.build import BASE_PULL_HINT, login_hint, registry_denied, registry_of
+
+    c = client()
+    pulled = False
+    try:
+        c.images.get(ref)
+    except docker.errors.ImageNotFound:
+        try:
+            with _docker_errors():
+                c.images.pull(ref)
+                pulled = True
+        except EnvbuildError as exc:
+            if isinstance(exc, EnvironmentProblem):
+                raise
+            if registry_denied([exc.message]):
+                reg = registry_of(ref)
+                raise EnvironmentProblem(f"the registry {reg} refused the login for the base "
+                                         f"image {ref} (nothing was built)",
+                                         login_hint(reg)) from None
+            raise EnvbuildError(f"cannot read the base image {ref}: {exc.message}",
+                                BASE_PULL_HINT) from None
+    except docker.errors.APIError as exc:
+        raise EnvbuildError(f"cannot read the base image {ref}: {exc.explanation or exc}",
+                            BASE_PULL_HINT) from None
+    try:
+        with _docker_errors():
+            result = _run_to_end(c, ref, ["-c", script],
+                                 {"entrypoint": ["/bin/sh"], "labels": {LABEL_ROLE: "probe-base"},
+                                  "network_disabled": True, "user": "0"}, timeout, stderr=False)
+            image = c.images.get(ref)
+    finally:
+        if pulled:  # leave the engine as it was: the build resolves the base itself (a local
+            with suppress(Exception):  # copy would pin it and hide a moved tag)
+                c.images.remove(ref)
+    env = {}
+    for item in (image.attrs.get("Config") or {}).get("Env") or []:
+        key, _, value = str(item).partition("=")
+        env[key] = value
+    if result.timed_out or result.exit_code not in (0, 1):
+        raise EnvbuildError(f"could not read the base image {ref} (exit {result.exit_code})",
+                            "the base needs /bin/sh; check `docker run --rm --entrypoint sh "
+                            f"{ref} -c 'cat /etc/os-release'`")
+    return str(image.id), env, result.output
+
+
+def tag(image_id: str, ref: str) -> None:
+    c = client()
+    repo, _, t = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
+    with _docker_errors():
+        c.images.get(image_id).tag(repo, t)
+
+
+def build_argv(builder: Builder, context: Path, iidfile: Path, labels: Mapping[str, str],
+               secrets: Mapping[str, Path], progress: str, no_cache: bool = False,
+               env_build_args: Sequence[str] = (), network: str | None = None) -> list[str]:
+    """The build command; pure so tests can assert on it. No -t: tags are set after success.
+    `env_build_args`: names passed as `--build-arg NAME`, the value read by the client from its
+    environment (run_build's extra_env): a proxy password never shows on a command line."""
+    argv = [*builder.build_prefix(), "--progress", progress, "--iidfile", str(iidfile)]
+    for name in sorted(env_build_args):
+        argv += ["--build-arg", name]
+    if network is not None:  # "none": no RUN step has a network (air-gapped builds)
+        argv += ["--network", network]
+    for k, v in sorted(labels.items()):
+        argv += ["--label", f"{k}={v}"]
+    for sid, path in sorted(secrets.items()):
+        argv += ["--secret", f"id={sid},src={path}"]
+    if no_cache:
+        argv.append("--no-cache")
+    argv.append(str(context))
+    return argv
+
+
+def save_image(ref: str, path: Path, timeout: float = 1800) -> None:
+    """`docker save` ref (its tag kept) into a docker archive at path."""
+    builder = find_builder()
+    r = proc.run([builder.docker, "save", "-o", str(path), ref], timeout=timeout, check=False)
+    if r.returncode != 0:
+        raise EnvironmentProblem(f"docker save {ref} failed: {r.stderr.strip()[:200]}",
+                                 "check the free space where the archive goes and that the "
+                                 "image exists (`docker image ls`)")
+
+
+def load_image(path: Path, timeout: float = 1800) -> None:
+    """`docker load` a docker archive (made by save_image)."""
+    builder = find_builder()
+    r = proc.run([builder.docker, "load", "-i", str(path)], timeout=timeout, check=False)
+    if r.returncode != 0:
+        raise EnvironmentProblem(f"docker load {path.name} failed: {r.stderr.strip()[:200]}",
+                                 "is the bundle complete? (bundle.json lists its files)")
+
+
+def image_id(ref: str) -> str | None:
+    """The image id (sha256:...) of a local image, None if there is none."""
+    with _docker_errors():
+        import docker.errors
+
+        try:
+            return str(client().images.get(ref).id)
+        except docker.errors.ImageNotFound:
+            return None
+
+
+def run_build(builder: Builder, argv: list[str], on_line: Callable[[str], None],
+              timeout: float, extra_env: Mapping[str, str] | None = None) -> int:
+    return proc.stream(argv, on_line, timeout=timeout, env={**builder.env(), **(extra_env or {})})
+
+
+@dataclass(frozen=True)
+class RunResult:
+    exit_code: int
+    output: str
+    timed_out: bool
+
+
+def gpu_runtime() -> bool:
+    """Whether `--gpus all` can work: an nvidia runtime or CDI devices registered."""
+    c = client()
+    with _docker_errors():
+        info = c.info()
+    runtimes = info.get("Runtimes") or {}
+    cdi = info.get("CDISpecDirs") or []
+    return "nvidia" in runtimes or any(Path(d, "nvidia.yaml").exists() for d in cdi)
+
+
+def runtime_facts() -> dict[str, str]:
+    """The container runtime as validation sees it: engine version, runtimes, CDI devices."""
+    c = client()
+    with _docker_errors():
+        info = c.info()
+    cdi = sorted(str(p) for d in (info.get("CDISpecDirs") or []) for p in Path(d).glob("*")
+                 if p.is_file()) if info.get("CDISpecDirs") else []
+    return {"engine": f"docker {info.get('ServerVersion', '?')}",
+            "runtimes": ",".join(sorted(info.get("Runtimes") or {})),
+            "default_runtime": str(info.get("DefaultRuntime", "")),
+            "cdi": ",".join(cdi)}
+
+
+def run_container(image: str, command: list[str], *, target: str, gpus: bool, timeout: float,
+                  labels: Mapping[str, str], shm_size: str = "2g",
+                  environment: Mapping[str, str] | None = None,
+                  network_host: bool = False) -> RunResult:
+    """Run a labelled container to completion; it is always removed (timeout, Ctrl-C too).
+    The target's registry entry says which devices it gets."""
+    import docker.types
+
+    from envbuild.core import targets
+
+    entry = targets.get(target)
+    c = client()
+    kwargs: dict[str, Any] = {"shm_size": shm_size, "labels": dict(labels)}
+    if environment:
+        kwargs["environment"] = dict(environment)
+    if network_host:  # multi-node rendezvous: the ranks reach each other on the hosts' addresses
+        kwargs["network_mode"] = "host"
+    if entry.gpu_request and gpus:
+        kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1,
+                                                                capabilities=[["gpu"]])]
+    devices = [d for d in entry.devices if os.path.exists(d)]
+    if devices:
+        kwargs["devices"] = [f"{d}:{d}:rwm" for d in devices]
+        if entry.group_add:
+            kwargs["group_add"] = list(entry.group_add)
+        if entry.security_opt:
+            kwargs["security_opt"] = list(entry.security_opt)
+    return _run_to_end(c, image, command, kwargs, timeout, stderr=False)
+
+
+def _run_to_end(c: Any, image: str, command: list[str], kwargs: dict[str, Any], timeout: float,
+                *, stderr: bool) -> RunResult:
+    """Start a detached container, wait for it (killed at the deadline), read its output; it is
+    always removed (failure, timeout, Ctrl-C too)."""
+    container = None
+    try:
+        with _docker_errors():
+            container = c.containers.run(image, command, detach=True, **kwargs)
+            deadline = time.monotonic() + timeout
+            timed_out = False
+            while True:
+                container.reload()
+                if container.status in ("exited", "dead"):
+                    break
+                if time.monotonic() > deadline:
+                    timed_out = True
+                    container.kill()
+                    break
+                time.sleep(0.2)
+            code = int(container.attrs["State"].get("ExitCode", -1))
+            out = container.logs(stdout=True, stderr=stderr).decode(errors="replace")
+        return RunResult(code, out, timed_out)
+    finally:
+        if container is not None:
+            with suppress(Exception):  # best effort: the container may already be gone
+                container.remove(force=True)
+
+
+def run_with_mounts(image: str, command: list[str], *, mounts: Mapping[str, tuple[Path, bool]],
+                    labels: Mapping[str, str], user: str, timeout: float,
+                    environment: Mapping[str, str] | None = None) -> RunResult:
+    """Run a labelled container to completion with host paths bind-mounted (container path ->
+    (host path, writable)), on the default network; output is stdout and stderr together. The
+    container is always removed (failure, timeout, Ctrl-C too). Mounted files (a CA bundle, a
+    netrc) are never part of an image; `environment` is visible to `docker inspect` while the
+    container runs, so nothing secret goes there."""
+    import docker.types
+
+    c = client()
+    binds = [docker.types.Mount(target, str(src), type="bind", read_only=not writable)
+             for target, (src, writable) in sorted(mounts.items())]
+    return _run_to_end(c, image, command, {"labels": dict(labels), "mounts": binds, "user": user,
+                                           "environment": dict(environment or {})},
+                       timeout, stderr=True)
+
+
+def remove_containers(labels: Mapping[str, str], settle: float = 20.0) -> list[str]:
+    """Force-remove every container carrying all these labels (a backstop after a cancelled job)
+    and wait, up to `settle` seconds, until none is listed any more: an agent's own removal may
+    still be in progress, or its `docker run` may land just after the cancel. Returns the ids
+    removed here."""
+    c = client()
+    removed: list[str] = []
+    deadline = time.monotonic() + settle
+    while True:
+        with _docker_errors():
+            found = c.containers.list(all=True, filters={"label": [f"{k}={v}"
+                                                                  for k, v in labels.items()]})
+        if not found or time.monotonic() > deadline:
+            return removed
+        for container in found:
+            with suppress(Exception):  # best effort: it may be going away on its own
+                container.remove(force=True)
+                removed.append(str(container.id)[:12])
+        time.sleep(0.2)
+
+
+def push(ref: str, attempts: int = 3, delay: float = 2.0) -> str:
+    """Push ref; retry connection failures with backoff. Returns the pushed digest."""
+    c = client()
+    repo, _, t = ref.rpartition(":")
+    last = ""
+    for attempt in range(1, attempts + 1):
+        with _docker_errors():
+            stream = c.images.push(repo, tag=t, stream=True, decode=True)
+            digest = ""
+            error = ""
+            for chunk in stream:
+                if "error" in chunk:
+                    error = str(chunk["error"])
+                aux = chunk.get("aux") or {}
+                digest = aux.get("Digest", digest)
+        if not error:
+            return digest
+        last = error
+        if attempt < attempts and re.search(r"connection refused|timeout|no such host|EOF|"
+                                            r"503|502", error, re.IGNORECASE):
+            time.sleep(delay * attempt)
+            continue
+        break
+    registry = ref.split("/")[0]
+    if re.search(r"unauthorized|authentication required|denied|no basic auth", last,
+                 re.IGNORECASE):
+        raise EnvironmentProblem(
+            f"the registry {registry} refused the login for the push of {ref}",
+            f"log in with `docker login {registry}` (or a credential helper in "
+            "~/.docker/config.json): envbuild uses the docker credential store and never asks "
+            "for or prints a password; the local image is kept")
+    raise EnvbuildError(f"push of {ref} failed after {attempt} attempt(s): {last[:200]}",
+                        f"check that the registry {registry} is up and reachable; the local "
+                        "image is kept", [], EXIT_CANNOT_RUN if "refused" in last else 1)

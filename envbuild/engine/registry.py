@@ -1,0 +1,398 @@
+"""A small client of the OCI distribution (registry HTTP API v2) through requests.
+
+What envbuild needs from a registry and the docker engine cannot do: resolve a tag to its manifest
+digest (the lock, `team check`), check that a digest is still there, and attach a validation
+report to an image as an OCI artifact (and read it back).
+
+The report artifact: an OCI image manifest in the image's repository, tagged
+`sha256-<image digest hex>.envbuild` (the tag convention cosign and ORAS use where a registry has
+no referrers API), artifactType and its one layer `application/vnd.envbuild.validation.v1+json`,
+and `subject` pointing at the image (registries with the referrers API index it; older ones keep
+the field and serve the artifact by its tag).
+
+Authentication (envbuild/http.py's RegistryAuth): the token flow Docker Hub, GHCR and NGC use
+(401 + `WWW-Authenticate: Bearer realm=...,service=...,scope=...` -> GET realm -> a bearer token)
+or Basic (an htpasswd registry), anonymous or with the login of the docker credential store, as
+`docker login` leaves it in $DOCKER_CONFIG/config.json: the host's `credHelpers` entry, else
+`credsStore`, else the `auths` entry (the order of the docker CLI). A helper is asked through
+envbuild/proc.py (`docker-credential-NAME get`, the server on stdin); the secret is never logged.
+Plain HTTP only for localhost / 127.0.0.0/8, as the docker engine does.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urljoin
+
+from envbuild.common.boundedio import parse_json
+from envbuild.common.errors import EnvbuildError, EnvironmentProblem, UsageError
+from envbuild.common.http import Http, RegistryAuth, Reply, Unreachable, loopback
+
+REPORT_TYPE = "application/vnd.envbuild.validation.v1+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+EMPTY_TYPE = "application/vnd.oci.empty.v1+json"
+EMPTY = b"{}"
+MANIFEST_TYPES = (OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST)
+TIMEOUT = 30.0
+
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REPO = re.compile(rf"^{_PART}(?:/{_PART})*$")
+_TAG = re.compile(r"^[\w][\w.-]{0,127}$", re.ASCII)
+
+
+@dataclass(frozen=True)
+class Ref:
+    """registry host, repository and a tag or digest."""
+
+    host: str
+    repo: str
+    tag: str = ""
+    digest: str = ""
+
+    @property
+    def reference(self) -> str:
+        return self.digest or self.tag or "latest"
+
+    def __str__(self) -> str:
+        return f"{self.host}/{self.repo}" + (f":{self.tag}" if self.tag else "") + \
+            (f"@{self.digest}" if self.digest else "")
+
+    def with_digest(self, digest: str) -> Ref:
+        return Ref(self.host, self.repo, "", digest)
+
+
+def parse_ref(text: str) -> Ref:
+    """Parse an image reference the way docker does (docker.io/library for bare names)."""
+    value = text  # no stripping: whitespace is refused like any other stray character
+    digest = ""
+    if "@" in value:
+        value, digest = value.split("@", 1)
+        if not _DIGEST.fullmatch(digest):
+            raise UsageError(f"{text[:80]!r}: {digest[:80]!r} is not a sha256 digest",
+                             "e.g. registry.example.com/ml/cpu@sha256:<64 hex>")
+    first, _, rest = value.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        host, path = first, rest
+    else:
+        host, path = "docker.io", value
+    tag = ""
+    last = path.rsplit("/", 1)[-1]
+    if ":" in last:
+        path, tag = path.rsplit(":", 1)
+    if host == "docker.io" and "/" not in path:
+        path = f"library/{path}"
+    if len(text) > 512 or not _REPO.fullmatch(path) or (tag and not _TAG.fullmatch(tag)) \
+            or not re.fullmatch(r"[a-zA-Z0-9.-]+(:\d{1,5})?", host, re.ASCII):
+        raise UsageError(f"{text[:80]!r} is not an image reference",
+                         "e.g. registry.example.com/ml/cpu:tag or host:5000/repo@sha256:...")
+    return Ref(host, path, tag, digest)
+
+
+def sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def report_tag(digest: str) -> str:
+    """The fallback tag of an artifact attached to the image with this digest."""
+    if not _DIGEST.fullmatch(digest):
+        raise UsageError(f"{digest[:80]!r} is not a sha256 digest",
+                         "give the image digest as sha256: and 64 hex digits")
+    return digest.replace(":", "-") + ".envbuild"
+
+
+def _api_host(host: str) -> str:
+    return "registry-1.docker.io" if host == "docker.io" else host
+
+
+def _scheme(host: str) -> str:
+    return "http" if loopback(host.split(":")[0]) else "https"  # parse_ref: no IPv6
+
+
+def _docker_config() -> dict[str, Any]:
+    path = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker")) / "config.json"
+    from envbuild.common.boundedio import load_json
+    from envbuild.common.errors import UsageError
+
+    try:
+        doc = load_json(path, "Docker config")
+    except (OSError, ValueError, UsageError):  # missing, damaged, or not a file: no logins
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+_HELPER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
+
+
+def _helper_login(helper: str, server: str) -> tuple[str, str] | None:
+    """(user, secret) from `docker-credential-HELPER get`; None when it has none for server."""
+    from envbuild.common import proc
+
+    name = f"docker-credential-{helper}"
+    if not _HELPER.fullmatch(helper):
+        raise UsageError(f"config.json names the credential helper {helper[:40]!r}, "
+                         "not a helper name", "fix credHelpers / credsStore in config.json")
+    if proc.which(name) is None:
+        raise EnvironmentProblem(f"the credential helper {name} (config.json) is not installed",
+                                 "install it, or run docker login without it")
+    res = proc.run([name, "get"], input_text=server, check=False, timeout=60)
+    if not res.ok:  # "credentials not found in native keychain"; its output is never shown
+        return None
+    try:
+        doc = parse_json(res.stdout)
+        user, secret = doc["Username"], doc["Secret"]
+    except (ValueError, KeyError, TypeError):
+        raise EnvironmentProblem(f"the credential helper {name} answered something else than "
+                                 "credentials", "check it with: docker login") from None
+    if not isinstance(user, str) or not isinstance(secret, str) or not secret \
+            or user == "<token>":  # an identity token (OAuth refresh): not supported here
+        return None
+    return user, secret
+
+
+def _docker_auth(host: str) -> tuple[str, str] | None:
+    """The login for host in the docker credential store: the host's credHelpers entry, else
+    credsStore, else the basic credentials of `auths` (the docker CLI's order)."""
+    cfg = _docker_config()
+    hub = host == "docker.io"
+    server = "https://index.docker.io/v1/" if hub else host
+    keys = [host, f"https://{host}", server, "index.docker.io"] if hub \
+        else [host, f"https://{host}", f"http://{host}"]
+    helpers = cfg.get("credHelpers")
+    helper = next((helpers[k] for k in keys if isinstance(helpers, dict)
+                   and isinstance(helpers.get(k), str)), None)
+    store = cfg.get("credsStore")
+    if helper or (isinstance(store, str) and store):
+        return _helper_login(str(helper or store), server)
+    auths = cfg.get("auths")
+    for k in keys:
+        entry = auths.get(k) if isinstance(auths, dict) else None
+        if isinstance(entry, dict) and isinstance(entry.get("auth"), str):
+            try:
+                user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
+            except (ValueError, UnicodeDecodeError):
+                return None
+            return user, password
+    return None
+
+
+@dataclass
+class Client:
+    """A registry session for one host; its Authorization is kept per scope."""
+
+    host: str
+    auth: RegistryAuth = field(init=False)
+
+    def __post_init__(self) -> None:
+        http = Http(timeout=TIMEOUT, retries=1, agent="envbuild-registry")
+        self.auth = RegistryAuth(http.send, self.host, lambda: _docker_auth(self.host))
+
+    @property
+    def base(self) -> str:
+        return f"{_scheme(self.host)}://{_api_host(self.host)}/v2"
+
+    def _request(self, method: str, url: str, scope: str, *, body: bytes | None = None,
+                 headers: dict[str, str] | None = None,
+                 params: dict[str, str] | None = None) -> Reply:
+        if params:
+            url += ("&" if "?" in url else "?") + urlencode(params)
+        try:
+            return self.auth.request(method, url, scope, headers, body)
+        except Unreachable as exc:
+            where = "" if exc.host in ("", _api_host(self.host)) else f" at {exc.host}"
+            raise EnvironmentProblem(
+                f"cannot reach the registry {self.host}{where} ({exc.reason})",
+                "check that it is up and reachable (and the name/port in the reference)") \
+                from None
+
+    @staticmethod
+    def _scope(repo: str, push: bool = False) -> str:
+        return f"repository:{repo}:{'pull,push' if push else 'pull'}"
+
+    # -- manifests ---------------------------------------------------------------------------
+    def head_manifest(self, ref: Ref) -> tuple[str, str, int] | None:
+        """(digest, media type, size) of the manifest ref names; None when it does not exist."""
+        r = self._request("HEAD", f"{self.base}/{ref.repo}/manifests/{ref.reference}",
+                          self._scope(ref.repo), headers={"Accept": ", ".join(MANIFEST_TYPES)})
+        if r.status == 404:
+            return None
+        _check(r, f"HEAD {ref}")
+        digest = r.header("Docker-Content-Digest")
+        if not digest:  # some registries answer HEAD without it: hash the body
+            g = self.get_manifest(ref)
+            return (sha256(g[0]), g[1], len(g[0])) if g else None
+        length = r.header("Content-Length")
+        return digest, r.header("Content-Type").split(";")[0], \
+            int(length) if length.isdigit() else 0
+
+    def get_manifest(self, ref: Ref, accept: tuple[str, ...] = MANIFEST_TYPES
+                     ) -> tuple[bytes, str] | None:
+        r = self._request("GET", f"{self.base}/{ref.repo}/manifests/{ref.reference}",
+                          self._scope(ref.repo), headers={"Accept": ", ".join(accept)})
+        if r.status == 404:
+            return None
+        _check(r, f"GET {ref}")
+        return r.body, r.header("Content-Type").split(";")[0]
+
+    def put_manifest(self, repo: str, reference: str, body: bytes, media_type: str) -> Reply:
+        return self._request("PUT", f"{self.base}/{repo}/manifests/{reference}",
+                             self._scope(repo, push=True), body=body,
+                             headers={"Content-Type": media_type})
+
+    # -- blobs -------------------------------------------------------------------------------
+    def put_blob(self, repo: str, data: bytes) -> str:
+        digest = sha256(data)
+        scope = self._scope(repo, push=True)
+        r = self._request("HEAD", f"{self.base}/{repo}/blobs/{digest}", scope)
+        if r.status == 200:
+            return digest
+        r = self._request("POST", f"{self.base}/{repo}/blobs/uploads/", scope)
+        _check(r, f"upload to {self.host}/{repo}", (202,))
+        if not r.header("Location"):
+            raise EnvbuildError(f"registry error on upload to {self.host}/{repo}: "
+                                "no Location for the upload",
+                                "the registry does not follow the OCI distribution API; "
+                                "push to a registry that does (registry:2, Harbor, ...)")
+        location = urljoin(f"{self.base}/", r.header("Location"))
+        sep = "&" if "?" in location else "?"
+        r = self._request("PUT", f"{location}{sep}digest={digest}", scope, body=data,
+                          headers={"Content-Type": "application/octet-stream"})
+        _check(r, f"upload to {self.host}/{repo}", (201,))
+        return digest
+
+    def get_blob(self, repo: str, digest: str, limit: int = 16 << 20) -> bytes:
+        r = self._request("GET", f"{self.base}/{repo}/blobs/{digest}", self._scope(repo))
+        _check(r, f"blob {digest} in {self.host}/{repo}")
+        data = r.body
+        if len(data) > limit or sha256(data) != digest:
+            raise EnvbuildError(f"blob {digest} in {self.host}/{repo} does not match its digest",
+                                "the registry served other bytes: check for a proxy rewriting "
+                                "answers, then push the image again")
+        return data
+
+    def referrers(self, repo: str, digest: str, artifact_type: str) -> list[dict[str, Any]] | None:
+        """Manifests whose subject is digest (referrers API); None when the registry has none."""
+        r = self._request("GET", f"{self.base}/{repo}/referrers/{digest}", self._scope(repo),
+                          params={"artifactType": artifact_type},
+                          headers={"Accept": OCI_INDEX})
+        if r.status != 200 or not r.header("Content-Type").startswith(OCI_INDEX):
+            return None
+        try:
+            found = parse_json(r.body).get("manifests", [])
+        except (ValueError, AttributeError):
+            return None
+        if not isinstance(found, list):
+            return None
+        return [m for m in found if isinstance(m, dict)
+                and m.get("artifactType") == artifact_type]
+
+
+def _check(r: Reply, what: str, ok: tuple[int, ...] = (200,)) -> None:
+    if r.status not in ok:
+        raise EnvbuildError(f"registry error on {what}: HTTP {r.status} "
+                            f"{' '.join(r.text[:200].split())}",
+                            "check the registry address and that this login may write there")
+
+
+def client(host: str) -> Client:
+    return Client(host)
+
+
+def resolve_digest(ref: str) -> str | None:
+    """The manifest digest a reference resolves to now; None when it does not exist."""
+    r = parse_ref(ref)
+    hit = client(r.host).head_manifest(r)
+    return hit[0] if hit else None
+
+
+def report_manifest(report_digest: str, report_size: int,
+                    subject: tuple[str, str, int] | None, created: str) -> dict[str, Any]:
+    """The artifact manifest of a report blob (pure)."""
+    manifest: dict[str, Any] = {
+        "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": REPORT_TYPE,
+        "config": {"mediaType": EMPTY_TYPE, "digest": sha256(EMPTY), "size": len(EMPTY)},
+        "layers": [{"mediaType": REPORT_TYPE, "digest": report_digest, "size": report_size,
+                    "annotations": {"org.opencontainers.image.title": "validation.json"}}],
+        "annotations": {"org.opencontainers.image.created": created},
+    }
+    if subject is not None:
+        digest, media_type, size = subject
+        manifest["subject"] = {"mediaType": media_type, "digest": digest, "size": size}
+    return manifest
+
+
+def attach_report(image: str, digest: str, report: dict[str, Any]) -> str:
+    """Push report as an artifact attached to image@digest; the artifact's reference."""
+    ref = parse_ref(image)
+    c = client(ref.host)
+    subject = c.head_manifest(ref.with_digest(digest))
+    if subject is None:
+        raise EnvbuildError(f"{ref.host}/{ref.repo}@{digest} is not in the registry",
+                            "push the image first")
+    blob = json.dumps(report, indent=1, sort_keys=True).encode()
+    blob_digest = c.put_blob(ref.repo, blob)
+    c.put_blob(ref.repo, EMPTY)
+    created = datetime.now(UTC).isoformat(timespec="seconds")
+    tag = report_tag(digest)
+    body = json.dumps(report_manifest(blob_digest, len(blob), subject, created),
+                      sort_keys=True).encode()
+    r = c.put_manifest(ref.repo, tag, body, OCI_MANIFEST)
+    if r.status == 400:  # a registry that refuses `subject`: the tag alone still works
+        body = json.dumps(report_manifest(blob_digest, len(blob), None, created),
+                          sort_keys=True).encode()
+        r = c.put_manifest(ref.repo, tag, body, OCI_MANIFEST)
+    _check(r, f"push of the report to {ref.host}/{ref.repo}", (201,))
+    return f"{ref.host}/{ref.repo}:{tag}"
+
+
+@dataclass(frozen=True)
+class Attached:
+    image: str  # host/repo@digest
+    report: dict[str, Any]
+    artifact: str  # where it was found
+    via: str  # referrers | tag
+
+
+def fetch_report(image: str) -> Attached | None:
+    """The validation report attached to image (a tag or a digest); None when none is."""
+    ref = parse_ref(image)
+    c = client(ref.host)
+    digest = ref.digest
+    if not digest:
+        hit = c.head_manifest(ref)
+        if hit is None:
+            raise EnvbuildError(f"{image} is not in the registry",
+                                "check the reference (docker push it first)")
+        digest = hit[0]
+    candidates: list[tuple[str, str]] = []
+    for m in c.referrers(ref.repo, digest, REPORT_TYPE) or []:
+        if isinstance(m.get("digest"), str) and _DIGEST.fullmatch(m["digest"]):
+            candidates.append((m["digest"], "referrers"))
+    candidates.append((report_tag(digest), "tag"))
+    for reference, via in candidates:
+        got = c.get_manifest(Ref(ref.host, ref.repo, *((reference, "") if via == "tag"
+                                                        else ("", reference))), (OCI_MANIFEST,))
+        if got is None:
+            continue
+        try:
+            manifest = parse_json(got[0])
+            layer = next(x for x in manifest["layers"] if x["mediaType"] == REPORT_TYPE)
+            report = parse_json(c.get_blob(ref.repo, str(layer["digest"])))
+        except (ValueError, KeyError, TypeError, StopIteration):
+            continue
+        if isinstance(report, dict):
+            return Attached(f"{ref.host}/{ref.repo}@{digest}", report,
+                            f"{ref.host}/{ref.repo}" + (f":{reference}" if via == "tag"
+                                                        else f"@{reference}"), via)
+    return None

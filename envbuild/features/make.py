@@ -1,0 +1,341 @@
+"""The `make` use case: resolve -> render -> build -> validate -> push (-> attach the report).
+
+`envbuild make` and `envbuild team build` both run `make()`; the CLI only parses and prints.
+Progress goes through hooks (a line sink for the build log, a status context for long waits), so
+this module never prints. Heavy modules (jinja2, docker) load only when a stage runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from envbuild.common.errors import UsageError
+
+if TYPE_CHECKING:
+    from envbuild.core.base_facts import BaseFacts
+    from envbuild.core.request import Request
+    from envbuild.core.spec import Spec
+    from envbuild.engine.build import BuildResult
+    from envbuild.engine.validate import Validation
+    from envbuild.matrix import Matrix
+    from envbuild.render.pipeline import ContextInputs, Secrets
+
+StatusHook = Callable[[str], AbstractContextManager[None]]
+ProgressHook = Callable[[], AbstractContextManager[Callable[[str], None]]]
+
+
+def _no_status(_text: str) -> AbstractContextManager[None]:
+    return nullcontext()
+
+
+@contextmanager
+def _no_progress() -> Iterator[Callable[[str], None]]:
+    yield lambda _line: None
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """How the caller shows progress: a status (spinner) around waits, a sink for build lines."""
+
+    status: StatusHook = _no_status
+    progress: ProgressHook = _no_progress
+
+
+@dataclass(frozen=True)
+class MakeRequest:
+    request: Request
+    inputs: ContextInputs
+    tag: str | None = None
+    rebuild: bool = False
+    push: str | None = None  # registry, e.g. 127.0.0.1:5000
+    push_unvalidated: bool = False
+    validate: bool = True
+    revalidate: bool = False
+    require_gpu: bool = False
+    timeout: float = 600.0
+    out: Path | None = None
+    attach_report: bool = False  # push the validation report next to the image (team build)
+    recommend: bool = True  # no hardware asked for: build what the doctor recommends
+    proxy: str | None = None  # --proxy; None: HTTP(S)_PROXY / NO_PROXY from the environment
+    estimate_size: bool = True  # the size estimate beside the real size (make's summary)
+    push_requires_gpu: bool = False  # a team file's push_requires = "gpu"
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A validation outcome, run now or reused from the cache (created: when it ran)."""
+
+    validation: Validation
+    cached: bool
+    created: datetime
+
+    @property
+    def passed(self) -> bool:
+        return self.validation.exit_code == 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.validation.report, "cached": self.cached,
+                "validated_at": self.created.isoformat(timespec="seconds")}
+
+
+@dataclass
+class MakeResult:
+    spec: Spec
+    target_reason: str = ""
+    build: BuildResult | None = None
+    mps_dir: Path | None = None
+    context: Path | None = None
+    checked: Checked | None = None
+    pushed: str | None = None  # the remote reference
+    digest: str | None = None  # its manifest digest in the registry
+    report_ref: str | None = None  # the attached validation report, when attached
+    push_skipped: str = ""  # why an image was not pushed ('' = pushed or no push asked)
+    size: int = 0
+    sized: dict[str, Any] | None = None  # the size estimate beside the real size
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.checked and not self.checked.passed)
+
+    def to_json(self) -> dict[str, Any]:
+        if self.mps_dir is not None:
+            return {"spec": self.spec.to_json(), "out": str(self.mps_dir),
+                    "next": f"{self.mps_dir}/setup-macos.sh",
+                    "target_reason": self.target_reason or None}
+        assert self.build is not None
+        return {
+            "spec": self.spec.to_json(), "target_reason": self.target_reason or None,
+            "image": {**build_json(self.build), "size_bytes": self.size},
+            "context": str(self.context) if self.context is not None else None,
+            "pushed": self.pushed, "push_skipped": self.push_skipped or None,
+            "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
+            "validation": self.checked.to_json() if self.checked else None,
+            "size": self.sized,
+        }
+
+
+def build_json(r: BuildResult) -> dict[str, Any]:
+    return {"tag": r.tag, "image_id": r.image_id, "cached": r.cached,
+            "seconds": round(r.seconds, 2), "log": str(r.log_path) if r.log_path else None,
+            "builder": r.builder}
+
+
+def build_secrets(ca_cert: Path | None, netrc: Path | None) -> Secrets:
+    """The BuildKit secrets of `envbuild build`: files checked to be readable, never copied."""
+    from envbuild.render.pipeline import Secrets, secret_file
+
+    s = Secrets()
+    for sid, path, flag in (("ca", ca_cert, "--ca-cert"), ("netrc", netrc, "--netrc")):
+        if path is not None:
+            s.files[sid] = secret_file(path, flag)
+    return s
+
+
+def push(ref: str, registry: str) -> tuple[str, str]:
+    """Tag ref under registry and push it: (the remote reference, its manifest digest)."""
+    from envbuild.engine import docker
+    from envbuild.render.context import image_reference
+
+    remote = image_reference(f"{registry.rstrip('/')}/{ref}", "--push")
+    docker.tag(ref, remote)
+    digest = docker.push(remote)
+    return remote, digest
+
+
+def validate(ref: str, image_id: str, *, require_gpu: bool, timeout: float, revalidate: bool,
+             status: StatusHook = _no_status) -> Checked:
+    """Validate the image, or reuse a passing report for the same image, validator and host."""
+    import platform
+
+    from envbuild.engine import docker
+    from envbuild.engine import validation_cache as vc
+    from envbuild.engine.validate import Validation, validate_image
+
+    validator = vc.validator_version()
+    host = vc.host_fingerprint(vc.gpu_files(), platform.release(), docker.runtime_facts())
+    options = {"require_gpu": str(require_gpu)}
+    key = vc.cache_key(image_id, validator, host, options)
+    parts = {"image": image_id, "validator": validator, "host": host, "options": options}
+    if not revalidate:
+        hit = vc.load(key)
+        if hit is not None:
+            return Checked(Validation(report=hit.report, exit_code=0,
+                                      gpus_passed=hit.gpus_passed, note=hit.note),
+                           True, hit.created)
+    with status(f"validating {ref} (up to {timeout:.0f} s)"):
+        v = validate_image(ref, require_gpu=require_gpu, timeout=timeout)
+    now = datetime.now(UTC)
+    vc.store(key, v.report, v.exit_code, v.note, v.gpus_passed, parts, now=now)
+    return Checked(v, False, now)
+
+
+def gate(push_to: str | None, checked: Checked | None, push_unvalidated: bool,
+         requires_gpu: bool = False) -> str:
+    """Why the image is not pushed ('' = push it): only a validated image leaves this host, and
+    with requires_gpu only a GPU image validated on a GPU."""
+    if not push_to or push_unvalidated:
+        return ""
+    if checked is None:
+        return "not validated"
+    if not checked.passed:
+        return "validation failed"
+    if requires_gpu:
+        from envbuild.engine.validate import gpu_verdict
+
+        verdict = gpu_verdict(checked.validation.report)
+        if verdict is not None and not verdict["on_gpu"]:
+            return ("checked without a GPU only (push_requires = \"gpu\"): validate it on a GPU "
+                    "host first")
+    return ""
+
+
+def context_parent(wheelhouse: Path | None) -> str | None:
+    """Next to the wheelhouse when possible: the context hard-links the wheels, and a /tmp on
+    another file system (often tmpfs) would mean copying gigabytes into memory."""
+    if wheelhouse is not None and os.access(wheelhouse.resolve().parent, os.W_OK):
+        return str(wheelhouse.resolve().parent)
+    return None
+
+
+def recommended(req: Request, m: Matrix, status: StatusHook = _no_status) -> tuple[Request, str]:
+    """What `envbuild doctor` recommends for this host, when make was not told the hardware."""
+    from envbuild.doctor import probes
+    from envbuild.doctor.model import Request as Ask
+    from envbuild.doctor.recommend import recommend
+    from envbuild.doctor.view import build_view
+    from envbuild.render.pipeline import apply_recommendation
+
+    with status("no --target: asking the doctor what this host runs"):
+        facts = probes.collect()
+    rec = recommend(build_view(facts, m), m, Ask())
+    return apply_recommendation(req, rec), rec.reason
+
+
+def size_beside(spec: Spec, m: Matrix, ci: ContextInputs, real: int,
+                local_tag: bool = True) -> dict[str, Any]:
+    """The size estimate (envbuild/size.py) next to the real size: one call, for make."""
+    from envbuild.common.errors import EnvbuildError
+    from envbuild.engine import docker
+    from envbuild.engine.sizefetch import for_make
+
+    base = ci.base_image or spec.base_image or ""
+    try:
+        on_disk: int | None = docker.image_size(base)
+    except EnvbuildError:
+        on_disk = None  # not pulled here: the registry manifest says
+    wheelhouse = Path(ci.wheelhouse).resolve() if ci.wheelhouse else ci.wheelhouse
+    try:
+        return for_make(spec, m.extra.get("sizes", {}), real, base_image=base,
+                        base_on_disk=on_disk, wheelhouse=wheelhouse,
+                        torch_index=ci.torch_index_url, user_index=ci.pip_index_url, pip=ci.pip,
+                        local_tag=local_tag)
+    except (OSError, ValueError) as exc:  # an estimate is never worth failing a built image
+        return {"error": f"no size estimate: {exc}", "real_bytes": real}
+
+
+def inspect_base(ref: str, m: Matrix, status: StatusHook = _no_status) -> BaseFacts:
+    """Read what a --base-image really is (OS, Python, glibc, users, NVIDIA settings) through
+    the engine, once, before anything is rendered for it."""
+    from envbuild.core import base_facts
+    from envbuild.engine import docker
+    from envbuild.render.context import image_reference
+
+    image_reference(ref)  # refused (exit 2) before any engine call
+    with status(f"reading the base image {ref}"):
+        image_id, env, output = docker.probe_base(ref, base_facts.PROBE)
+    return base_facts.parse(ref, image_id, output, env, m)
+
+
+def check(mr: MakeRequest) -> None:
+    """Refuse contradictory options before anything runs."""
+    check_push(mr.push, mr.validate, mr.push_unvalidated)
+
+
+def check_push(push: str | None, validate: bool, push_unvalidated: bool) -> None:
+    if push and not validate and not push_unvalidated:
+        raise UsageError("--push with --no-validate would push an image nobody validated",
+                         "drop --no-validate (the image is pushed only if it passes), or add "
+                         "--push-unvalidated")
+
+
+def make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) -> MakeResult:
+    """Resolve, render, build, validate and push one image; the summary of what happened."""
+    from envbuild.common.proxy import build_proxy_env
+    from envbuild.engine import docker
+    from envbuild.engine.build import build as do_build
+    from envbuild.matrix import load
+    from envbuild.render.context import write_tree
+    from envbuild.render.pipeline import prepare, wants_recommendation
+
+    check(mr)
+    hooks = hooks or Hooks()
+    m = m or load()
+    times: dict[str, float] = {}
+    t0 = time.monotonic()
+    req = mr.request
+    chosen = ""
+    if mr.inputs.base_image and req.base is None and req.target != "mps":
+        base = inspect_base(mr.inputs.base_image, m, hooks.status)
+        req = dataclasses.replace(req, base=base)
+        if base.nvidia and wants_recommendation(req):
+            req = dataclasses.replace(req, target="cuda")
+            chosen = (f"target cuda: --base-image {base.ref} is an nvidia/cuda base "
+                      f"(NVIDIA_REQUIRE_CUDA=cuda>={base.require_cuda} in its environment)")
+    if mr.recommend and wants_recommendation(req):
+        req, chosen = recommended(req, m, hooks.status)
+    prepared = prepare(req, mr.inputs, m)
+    proxies = build_proxy_env(os.environ, mr.proxy)  # before any build: a bad proxy is exit 2
+    spec = prepared.spec
+    times["resolve+render"] = time.monotonic() - t0
+    from envbuild.core import targets
+
+    if not targets.get(spec.target).container:  # e.g. mps: macOS GPUs are not reachable
+        # from containers, a native environment instead of an image
+        mps_dir = mr.out or Path(f"envbuild-mps-{spec.hash}")
+        write_tree(prepared.files, mps_dir)
+        return MakeResult(spec, chosen, mps_dir=mps_dir, seconds=times)
+    links = {"wheelhouse": prepared.wheelhouse} if prepared.wheelhouse else {}
+    with tempfile.TemporaryDirectory(prefix="envbuild-ctx-",
+                                     dir=context_parent(prepared.wheelhouse)) as tmp:
+        ctx = mr.out if mr.out is not None else Path(tmp) / "context"
+        write_tree(prepared.files, ctx, links=links)
+        t1 = time.monotonic()
+        with hooks.progress() as sink:
+            result = do_build(ctx, tag=mr.tag, rebuild=mr.rebuild, secrets=prepared.secrets,
+                              on_line=sink, proxies=proxies)
+        times["build"] = time.monotonic() - t1
+    out = MakeResult(spec, chosen, build=result, context=mr.out)
+    if mr.validate:
+        t3 = time.monotonic()
+        out.checked = validate(result.tag, result.image_id, require_gpu=mr.require_gpu,
+                               timeout=mr.timeout, revalidate=mr.revalidate,
+                               status=hooks.status)
+        times["validate"] = time.monotonic() - t3
+    out.push_skipped = gate(mr.push, out.checked, mr.push_unvalidated, mr.push_requires_gpu)
+    if mr.push and not out.push_skipped:
+        t2 = time.monotonic()
+        with hooks.status(f"pushing {result.tag} to {mr.push}"):
+            out.pushed, out.digest = push(result.tag, mr.push)
+            if mr.attach_report and out.checked is not None and out.digest:
+                from envbuild.engine import registry
+
+                out.report_ref = registry.attach_report(out.pushed, out.digest,
+                                                        out.checked.to_json())
+        times["push"] = time.monotonic() - t2
+    out.size = docker.image_size(result.tag)
+    if mr.estimate_size:
+        out.sized = size_beside(spec, m, mr.inputs, out.size,
+                                local_tag=prepared.options.torch_local_tag)
+    times["total"] = time.monotonic() - t0
+    out.seconds = times
+    return out

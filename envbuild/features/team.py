@@ -1,0 +1,542 @@
+"""Team base images: plan, build, lock and check a family of images from a team file.
+
+`plan` is pure apart from optional peeks (the lock file, the local engine): it resolves every image,
+groups the images by the layers they share and compares with the lock. `build` runs make() for
+every image (the first image of each shared torch layer first, so the layer is built once), pushes
+only validated images, attaches their reports and writes the lock. `check` asks the registry
+whether what the lock pins is still there and still true.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from envbuild import __version__
+from envbuild.common.echo import shown
+from envbuild.common.errors import EnvbuildError, UsageError
+from envbuild.features.teamfile import TeamFile, TeamImage
+
+if TYPE_CHECKING:
+    from envbuild.features.make import Hooks, MakeResult
+    from envbuild.matrix import Matrix
+    from envbuild.render.pipeline import Prepared
+
+LOCK_FILE = "envbuild.lock"
+LOCK_FORMAT = 1
+LAYERS = ("os", "torch", "team", "image")  # the image's layer groups, bottom up
+
+
+# -- plan -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Planned:
+    image: TeamImage
+    prepared: Prepared
+    tag: str  # local reference, NAME:torchX-variant-pyY-<12 hex of every build input>
+    remote: str | None  # REGISTRY/NAME:..., when the image has a registry
+    base_image: str
+    layers: dict[str, str]  # layer group -> key (equal key = the same layer, byte for byte)
+
+    @property
+    def name(self) -> str:
+        return self.image.name
+
+
+def _h(*parts: object) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()) \
+        .hexdigest()[:12]
+
+
+def _wheels(wheelhouse: Path | None) -> list[tuple[str, int]]:
+    if wheelhouse is None or not wheelhouse.is_dir():
+        return []
+    return sorted((p.name, p.stat().st_size) for p in wheelhouse.glob("*.whl"))
+
+
+def layer_keys(p: Prepared) -> dict[str, str]:
+    """Keys of the layer groups (pure over the rendered files): images with an equal key build
+    that layer from the same instructions and inputs, so BuildKit builds it once and the registry
+    stores it once."""
+    o = p.options
+    os_key = _h(p.spec.os, p.spec.python, o.base_image or p.spec.base_image, o.python_source,
+                list(o.apt), o.user, o.ca_cert)
+    torch_key = _h(os_key, _text(p.files["requirements.txt"].content),
+                   _text(p.files["constraints.txt"].content), o.torch_index_url,
+                   list(o.pip_extra_index_urls), _wheels(p.wheelhouse))
+    team_key = _h(torch_key, list(o.team_pip), o.pip_index_url)
+    image_key = _h(team_key, list(o.pip), list(o.conda))
+    return {"os": os_key, "torch": torch_key, "team": team_key, "image": image_key}
+
+
+def inputs_hash(p: Prepared) -> str:
+    """Every build input: the rendered files and the wheelhouse's wheel names and sizes."""
+    h = hashlib.sha256()
+    for name, f in sorted(p.files.items()):
+        data = f.content if isinstance(f.content, bytes) else f.content.encode()
+        h.update(name.encode() + b"\0" + data + b"\0" + str(f.mode).encode())
+    h.update(json.dumps(_wheels(p.wheelhouse)).encode())
+    return h.hexdigest()[:12]
+
+
+def image_tag(name: str, p: Prepared) -> str:
+    s = p.spec
+    variant = "" if s.variant == s.target else f"-{s.variant}"
+    return f"{name}:torch{s.torch}{variant}-py{s.python}-{inputs_hash(p)}"
+
+
+def plan(team: TeamFile, m: Matrix, only: Iterable[str] = ()) -> list[Planned]:
+    from envbuild.core import targets
+    from envbuild.render.pipeline import prepare
+
+    wanted = list(only)
+    for n in wanted:
+        team.image(n)  # an unknown name is refused, naming the known ones
+    out = []
+    for image in team.images:
+        if wanted and image.name not in wanted:
+            continue
+        try:
+            p = prepare(image.request, image.inputs, m)
+        except EnvbuildError as exc:
+            raise EnvbuildError(f"{team.path}: [image.{image.name}]: {exc.message}", exc.hint,
+                                exc.alternatives, exc.exit_code) from None
+        if not targets.get(p.spec.target).container:
+            raise UsageError(f"{team.path}: [image.{image.name}]: target {p.spec.target} makes "
+                             "no image", "team images are container images")
+        tag = image_tag(image.name, p)
+        remote = f"{image.registry.rstrip('/')}/{tag}" if image.registry else None
+        base = p.options.base_image or p.spec.base_image or ""
+        out.append(Planned(image, p, tag, remote, base, layer_keys(p)))
+    return out
+
+
+def shared_layers(planned: list[Planned]) -> list[dict[str, Any]]:
+    """Layer groups that more than one image shares: [{layer, key, images}]."""
+    out = []
+    for layer in LAYERS:
+        groups: dict[str, list[str]] = {}
+        for p in planned:
+            groups.setdefault(p.layers[layer], []).append(p.name)
+        for key, names in groups.items():
+            if len(names) > 1:
+                out.append({"layer": layer, "key": key, "images": names})
+    return out
+
+
+def lock_changes(planned: list[Planned], lock: Mapping[str, Any] | None,
+                 only: Iterable[str] = ()) -> dict[str, list[str]]:
+    """What building now would change in the lock: image name -> changes (pure)."""
+    entries: dict[str, Any] = dict((lock or {}).get("image", {}))
+    out: dict[str, list[str]] = {}
+    for p in planned:
+        old = entries.get(p.name)
+        if old is None:
+            out[p.name] = ["new image"]
+            continue
+        s = p.prepared.spec
+        now = {"spec_hash": s.hash, "tag": p.remote or p.tag, "base_image": p.base_image,
+               "torch": s.torch, "python": s.python, "os": s.os, "variant": s.variant,
+               "pip": list(p.prepared.options.team_pip) + list(p.prepared.options.pip)}
+        diffs = [f"{k}: {old.get(k)!r} -> {v!r}" for k, v in now.items() if old.get(k) != v]
+        out[p.name] = diffs
+    names = {p.name for p in planned}
+    for name in entries:
+        if name not in names and not list(only):
+            out[name] = ["removed from the team file"]
+    return out
+
+
+def cache_state(p: Planned) -> str:
+    """built (an image with these exact inputs exists locally) | to build | unknown (no engine)."""
+    from envbuild.engine import docker
+
+    try:
+        return "built" if docker.local_image(p.tag) is not None else "to build"
+    except EnvbuildError:
+        return "unknown (no engine)"
+
+
+def plan_json(planned: list[Planned], changes: Mapping[str, list[str]],
+              states: Mapping[str, str]) -> dict[str, Any]:
+    images = []
+    for p in planned:
+        s = p.prepared.spec
+        images.append({
+            "name": p.name, "torch": s.torch, "variant": s.variant, "python": s.python,
+            "os": s.os, "base_image": p.base_image, "tag": p.remote or p.tag,
+            "spec_hash": s.hash, "layers": p.layers, "cache": states.get(p.name, "unknown"),
+            "lock": changes.get(p.name, []),
+        })
+    removed = {k: v for k, v in changes.items() if k not in {p.name for p in planned}}
+    return {"images": images, "shared_layers": shared_layers(planned),
+            "lock_changes": {**{k: v for k, v in changes.items() if v}, **removed}}
+
+
+# -- the lock ---------------------------------------------------------------------------------
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return json.dumps(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, list | tuple):
+        if not v:
+            return "[]"
+        return "[\n" + "".join(f"    {_toml_value(x)},\n" for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{_key(k)} = {_toml_value(x)}" for k, x in sorted(v.items())) \
+            + " }"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def _key(k: str) -> str:
+    import re
+
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k)
+
+
+def dump_lock(lock: Mapping[str, Any]) -> str:
+    """The lock as TOML: sorted keys, one value per line, lists one item per line (pure)."""
+    lines = ["# envbuild.lock: written by `envbuild team build`; do not edit by hand.", ""]
+    for k in sorted(lock):
+        if k != "image":
+            lines.append(f"{_key(k)} = {_toml_value(lock[k])}")
+    for name in sorted(lock.get("image", {})):
+        entry = lock["image"][name]
+        lines += ["", f"[image.{_key(name)}]"]
+        for k in sorted(entry):
+            lines.append(f"{_key(k)} = {_toml_value(entry[k])}")
+    return "\n".join(lines) + "\n"
+
+
+def read_lock(path: Path) -> dict[str, Any] | None:
+    import tomllib
+
+    from envbuild.common.boundedio import load_toml
+
+    try:
+        data = load_toml(path, "lock file",
+                         hint="remove it and run `envbuild team build` to write a new one")
+    except FileNotFoundError:
+        return None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not a readable lock file ({exc})",
+                         "remove it and run `envbuild team build` to write a new one") from None
+    if not isinstance(data.get("image", {}), dict):
+        raise UsageError(f"{path}: [image] is not a table",
+                         "remove it and run `envbuild team build` to write a new one")
+    return data
+
+
+def write_lock(path: Path, lock: Mapping[str, Any]) -> None:
+    """Atomically: a temporary file next to it, then renamed over it."""
+    text = dump_lock(lock)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# -- build ------------------------------------------------------------------------------------
+@dataclass
+class Built:
+    planned: Planned
+    result: MakeResult | None = None
+    error: EnvbuildError | None = None
+    base_digest: str = ""
+    freeze: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def validation(self) -> dict[str, Any]:
+        r = self.result
+        if r is None or r.checked is None:
+            return {"status": "error" if self.error else "skipped"}
+        from envbuild.engine.validate import gpu_verdict
+
+        rep = r.checked.validation.report
+        s = rep.get("summary", {})
+        return {"status": "pass" if r.checked.passed else "fail",
+                "pass": s.get("pass", 0), "fail": s.get("fail", 0), "warn": s.get("warn", 0),
+                "skip": s.get("skip", 0), "not_run": s.get("not_run", 0),
+                "gpu": gpu_verdict(rep), "cached": r.checked.cached,
+                "validated_at": r.checked.created.isoformat(timespec="seconds"),
+                "report": r.report_ref}
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.result
+        p = self.planned
+        out: dict[str, Any] = {
+            "name": p.name, "tag": (r.pushed if r and r.pushed else p.tag),
+            "digest": (r.digest or None) if r else None, "spec_hash": p.prepared.spec.hash,
+            "base_image": p.base_image, "base_digest": self.base_digest or None,
+            "validation": self.validation(), "pushed": bool(r and r.pushed),
+            "seconds": {k: round(v, 2) for k, v in (r.seconds if r else {}).items()},
+        }
+        if r is not None and r.build is not None:
+            out["image_id"] = r.build.image_id
+            out["cached"] = r.build.cached
+            out["log"] = str(r.build.log_path) if r.build.log_path else None
+        if r is not None and r.push_skipped:
+            out["push_skipped"] = r.push_skipped
+        if self.error is not None:
+            out["error"] = {"message": self.error.message, "hint": self.error.hint}
+        return out
+
+
+def base_digest(ref: str) -> str:
+    """The digest the base image reference resolves to now: from its registry, else the local
+    engine's repo digest of it ('' when neither knows)."""
+    from envbuild.engine import docker, registry
+
+    if "@" in ref:
+        return ref.split("@", 1)[1]
+    try:
+        digest = registry.resolve_digest(ref)
+        if digest:
+            return digest
+    except EnvbuildError:
+        pass
+    try:
+        local = docker.local_image(ref)
+    except EnvbuildError:
+        return ""
+    for rd in (local or {}).get("repo_digests", []):
+        return str(rd).split("@", 1)[1]
+    return ""
+
+
+def freeze(tag: str) -> list[str]:
+    """`pip freeze` of the image's venv: the exact versions (--locked rebuilds from them)."""
+    from envbuild.engine import docker
+
+    r = docker.run_container(tag, ["/opt/venv/bin/python", "-m", "pip", "freeze", "--all"],
+                             target="cpu", gpus=False, timeout=120,
+                             labels={docker.LABEL_ROLE: "freeze"})
+    if r.exit_code != 0:
+        return []
+    return sorted(line.strip() for line in r.output.splitlines()
+                  if "==" in line and not line.startswith("#"))
+
+
+def build_order(planned: list[Planned]) -> tuple[list[Planned], list[Planned]]:
+    """(first images: one per shared torch layer, built one after another; the rest, which reuse
+    the layer from the build cache and may build in parallel)."""
+    first: dict[str, Planned] = {}
+    rest = []
+    for p in planned:
+        if p.layers["torch"] in first:
+            rest.append(p)
+        else:
+            first[p.layers["torch"]] = p
+    return list(first.values()), rest
+
+
+def build(planned: list[Planned], m: Matrix, *, push: bool, jobs: int = 1, rebuild: bool = False,
+          revalidate: bool = False, timeout: float = 600.0,
+          hooks_for: Callable[[str], Hooks] | None = None,
+          on_done: Callable[[Built], None] | None = None) -> list[Built]:
+    """Build, validate and (with push) push every planned image; a failure of one image does not
+    stop the others (its entry carries the error)."""
+    from envbuild.features.make import MakeRequest, make
+
+    for p in planned:
+        if push and not p.image.registry:
+            raise UsageError(f"--push: [image.{p.name}] has no registry",
+                             "set registry in [defaults] or in the image's table")
+
+    def one(p: Planned) -> Built:
+        t0 = time.monotonic()
+        mr = MakeRequest(p.image.request, p.image.inputs, tag=p.tag, rebuild=rebuild,
+                         push=p.image.registry if push else None, revalidate=revalidate,
+                         timeout=timeout, attach_report=True, recommend=False,
+                         estimate_size=False, push_requires_gpu=p.image.push_requires_gpu)
+        b = Built(p)
+        try:
+            b.result = make(mr, m, hooks_for(p.name) if hooks_for else None)
+            b.base_digest = base_digest(p.base_image)
+            if b.result.build is not None:
+                b.freeze = freeze(b.result.build.tag)
+        except EnvbuildError as exc:
+            b.error = exc
+        b.seconds = time.monotonic() - t0
+        if on_done is not None:
+            on_done(b)
+        return b
+
+    first, rest = build_order(planned)
+    done = [one(p) for p in first]
+    if jobs > 1 and len(rest) > 1:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            done += list(pool.map(one, rest))
+    else:
+        done += [one(p) for p in rest]
+    order = {p.name: i for i, p in enumerate(planned)}
+    return sorted(done, key=lambda b: order[b.planned.name])
+
+
+def _text(content: str | bytes) -> str:
+    return content.decode() if isinstance(content, bytes) else content
+
+
+def lock_entry(b: Built) -> dict[str, Any]:
+    p = b.planned
+    s = p.prepared.spec
+    r = b.result
+    v = b.validation()
+    entry: dict[str, Any] = {
+        "tag": (r.pushed if r and r.pushed else p.tag), "digest": (r.digest if r else "") or "",
+        "image_id": r.build.image_id if r and r.build else "",
+        "spec_hash": s.hash, "target": s.target, "torch": s.torch,
+        "torchvision": s.torchvision or "", "torchaudio": s.torchaudio or "",
+        "variant": s.variant, "python": s.python, "os": s.os,
+        "base_image": p.base_image, "base_digest": b.base_digest,
+        "pins": [ln for ln in _text(p.prepared.files["requirements.txt"].content).splitlines()
+                 if ln and not ln.startswith("#")],
+        "pip": list(p.prepared.options.team_pip) + list(p.prepared.options.pip),
+        "packages": b.freeze,
+        "validation": {k: x for k, x in v.items() if x is not None},
+        "envbuild": __version__,
+    }
+    return entry
+
+
+def updated_lock(old: Mapping[str, Any] | None, built: list[Built]) -> dict[str, Any]:
+    """The old lock with the entries of the images built and validated now replaced: a failed
+    rebuild never replaces what the lock pins."""
+    images = dict((old or {}).get("image", {}))
+    for b in built:
+        if b.error is None and b.result is not None and b.validation()["status"] == "pass":
+            images[b.planned.name] = lock_entry(b)
+    return {"format": LOCK_FORMAT, "envbuild": __version__,
+            "image": images}
+
+
+# -- --locked ---------------------------------------------------------------------------------
+def _name(requirement: str) -> str:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    return canonicalize_name(Requirement(requirement).name)
+
+
+def locked_image(image: TeamImage, entry: Mapping[str, Any], path: Path) -> TeamImage:
+    """The image as the lock pins it: FROM base@digest, the locked torch/Python/OS and every
+    package the team file names at its locked version."""
+    from envbuild.engine import registry
+
+    where = f"{path}: [image.{image.name}]"
+    digest = str(entry.get("base_digest", ""))
+    if not digest:
+        raise UsageError(f"{where}: the lock has no base image digest",
+                         "the base image was not in a registry when it was locked; push it to "
+                         "one, then `envbuild team build` again")
+    base = registry.parse_ref(str(entry["base_image"]))
+    host = "" if base.host == "docker.io" else f"{base.host}/"
+    repo = base.repo.removeprefix("library/") if not host else base.repo
+    pinned_base = f"{host}{repo}@{digest}"
+    versions = {}
+    for line in entry.get("packages", []):
+        name, _, version = str(line).partition("==")
+        versions[_name(name)] = version
+
+    def pin(reqs: tuple[str, ...]) -> tuple[str, ...]:
+        out = []
+        for r in reqs:
+            n = _name(r)
+            if n not in versions:
+                raise UsageError(f"{where}: {shown(r)} is not in the lock's packages",
+                                 "the team file changed since the lock was written; run "
+                                 "`envbuild team build` (without --locked) first")
+            out.append(f"{n}=={versions[n]}")
+        return tuple(out)
+
+    ci = dataclasses.replace(image.inputs, base_image=pinned_base,
+                             team_pip=pin(image.inputs.team_pip), pip=pin(image.inputs.pip))
+    req = dataclasses.replace(image.request, torch=str(entry["torch"]),
+                              python=str(entry["python"]), os=str(entry["os"]))
+    return dataclasses.replace(image, request=req, inputs=ci)
+
+
+def locked_team(team: TeamFile, lock: Mapping[str, Any] | None, lock_path: Path) -> TeamFile:
+    if not lock:
+        raise UsageError(f"--locked: no lock file {lock_path}",
+                         "run `envbuild team build` once to write it")
+    images = []
+    for image in team.images:
+        entry = lock.get("image", {}).get(image.name)
+        if entry is None:
+            raise UsageError(f"--locked: {lock_path} has no image {shown(image.name)}",
+                             "run `envbuild team build` (without --locked) first")
+        images.append(locked_image(image, entry, lock_path))
+    return dataclasses.replace(team, images=tuple(images))
+
+
+# -- check ------------------------------------------------------------------------------------
+def check(lock: Mapping[str, Any], lock_path: Path) -> dict[str, Any]:
+    """Is what the lock pins still true in the registry? {images, problems}."""
+    from envbuild.engine import registry
+
+    images = []
+    problems: list[str] = []
+    for name, e in sorted(lock.get("image", {}).items()):
+        row: dict[str, Any] = {"name": name, "tag": e.get("tag", ""),
+                               "digest": e.get("digest", ""),
+                               "base_image": e.get("base_image", ""),
+                               "base_digest": e.get("base_digest", "")}
+        digest = str(e.get("digest", ""))
+        if not digest:
+            problems.append(f"{name}: the lock has no registry digest (built without --push)")
+            row["present"] = False
+        else:
+            ref = registry.parse_ref(str(e["tag"]))
+            present = registry.client(ref.host).head_manifest(ref.with_digest(digest))
+            row["present"] = present is not None
+            if present is None:
+                problems.append(f"{name}: {ref.host}/{ref.repo}@{digest} is gone from the "
+                                "registry")
+            else:
+                att = registry.fetch_report(f"{ref.host}/{ref.repo}@{digest}")
+                if att is None:
+                    row["report"] = None
+                    problems.append(f"{name}: no validation report attached to "
+                                    f"{ref.host}/{ref.repo}@{digest}")
+                else:
+                    s = att.report.get("summary", {})
+                    ok = isinstance(s, dict) and not s.get("fail") and bool(s.get("pass"))
+                    row["report"] = {"status": "pass" if ok else "fail", "artifact": att.artifact,
+                                     "via": att.via, **(s if isinstance(s, dict) else {})}
+                    if not ok:
+                        problems.append(f"{name}: the attached validation report does not pass")
+        base = str(e.get("base_image", ""))
+        old = str(e.get("base_digest", ""))
+        if base and "@" not in base:
+            try:
+                now = registry.resolve_digest(base)
+            except EnvbuildError as exc:
+                now = None
+                row["base_error"] = exc.message
+            row["base_digest_now"] = now
+            if not old:
+                problems.append(f"{name}: the lock has no digest for the base image {base}")
+            elif now is None:
+                problems.append(f"{name}: the base image tag {base} vanished (locked {old})")
+            elif now != old:
+                problems.append(f"{name}: the base image tag {base} moved: locked {old}, "
+                                f"now {now}")
+        images.append(row)
+    return {"images": images, "problems": problems, "lock": str(lock_path)}
