@@ -6,7 +6,8 @@
 
 Each prints one JSON line (`{"envbuild_cluster": 1, ...}`) into the step's log. Docker goes
 through envbuild.engine.docker, every other process through envbuild.common.proc. SIGTERM
-(scancel, a killed srun) removes the task's container before the agent exits: nothing is left running on the node.
+(scancel, a killed srun) removes the task's container before the agent exits: nothing is left
+running on the node.
 """
 
 from __future__ import annotations

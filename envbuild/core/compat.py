@@ -77,14 +77,8 @@ def covers_all(variant: Variant, ccs: Iterable[str]) -> bool:
     return all(covers(variant, cc) for cc in ccs)
 
 
-def tag_of(cuda: str) -> str:
-    return "cu" + cuda.replace(".", "")
-
-
-def cuda_of_tag(tag: str) -> str:
-    """'cu121' -> '12.1', 'cu118' -> '11.8', 'cu130' -> '13.0'."""
-    m = re.fullmatch(r"cu(\d+)(\d)", tag)
-    return f"{m.group(1)}.{m.group(2)}" if m else ""
+tag_of = rules.cuda_tag  # moved to the validator's rules (the bottom layer); callers move next
+cuda_of_tag = rules.cuda_of_tag
 
 
 def newest_torch(m: Matrix) -> TorchRelease | None:

@@ -178,6 +178,19 @@ def arch_name(cc: str, kind: str = "sm") -> str:
     return f"{kind}_" + cc.strip().replace(".", "")
 
 
+def cuda_tag(cuda: str) -> str:
+    """A CUDA version's wheel tag, from its first two parts: '13.0' -> 'cu130', '12.6.3' ->
+    'cu126', '11.8' -> 'cu118' (the one home of the `cuNNN` spelling)."""
+    major, _, rest = cuda.strip().partition(".")
+    return f"cu{major}{rest.partition('.')[0]}"
+
+
+def cuda_of_tag(tag: str) -> str:
+    """'cu121' -> '12.1', 'cu118' -> '11.8', 'cu130' -> '13.0' ('' if it is no CUDA tag)."""
+    m = re.fullmatch(r"cu(\d+)(\d)", tag)
+    return f"{m.group(1)}.{m.group(2)}" if m else ""
+
+
 def arch_names(sass: Sequence[str], ptx: Sequence[str] = ()) -> list[str]:
     """A wheel's TORCH_CUDA_ARCH_LIST (matrix form: sass 7.5 ..., ptx 12.0) as torch prints it."""
     return [arch_name(c) for c in sass] + [arch_name(c, "compute") for c in ptx]
