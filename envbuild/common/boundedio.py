@@ -255,11 +255,15 @@ def parse_json(text: str | bytes, limit: int = MAX_DEPTH) -> Any:
     """json.loads, nesting bounded: TooDeep past `limit`; a ValueError for anything invalid."""
     if isinstance(text, bytes):
         text = text.decode("utf-8")  # UnicodeDecodeError: a ValueError
-    _too_deep_text(text, limit, toml=False)
+    # json's C decoder guards its own recursion (RecursionError, never a crash), so the whole text
+    # parses first and the value's depth is measured after: no pass over the text in Python (the
+    # matrix cache is read on every command)
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except RecursionError:
         raise TooDeep(limit) from None
+    _value_depth_ok(value, limit)
+    return value
 
 
 def parse_json_prefix(text: str, limit: int = MAX_DEPTH) -> tuple[Any, int]:
