@@ -4,13 +4,17 @@
 that does not exist or to an anchor a page lacks; a broken copy proves it does. The generated
 reference pages hold every command and every validator check. Every `envbuild ...` command the
 README and the docs show names a real command and only options it takes (that the make/resolve
-commands also resolve is tests/test_one_voice.py's job), and the README stays a short door in.
+commands also resolve is tests/test_one_voice.py's job), the `envbuild resolve` runs they show
+are what it prints, and the README stays a short door in.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -150,6 +154,33 @@ def test_shown_commands_are_real() -> None:
                 assert opt in options, f"{page}: `{text}`: {' '.join(path)} has no {opt}"
         checked += 1
     assert checked >= 50
+
+
+def _resolve_runs() -> list[tuple[str, str, list[str]]]:
+    """(page, command, lines shown) for every block that is one `$ envbuild resolve` and what it
+    printed (refusals are tests/test_one_voice.py's)."""
+    runs = []
+    for page in PAGES:
+        for block in re.findall(r"^```\n(.*?)^```", page.read_text(), re.MULTILINE | re.DOTALL):
+            first, *shown = block.splitlines()
+            if first.startswith("$ envbuild resolve") and shown \
+                    and not shown[0].startswith("error:") \
+                    and not any(x.startswith("$ ") for x in shown):
+                runs.append((page.relative_to(ROOT).as_posix(), first.removeprefix("$ "), shown))
+    return runs
+
+
+def test_shown_runs_are_what_envbuild_prints() -> None:
+    """The README's real run (and the resolve guide's) is what `envbuild resolve` prints today."""
+    from envbuild.cli import run
+
+    runs = _resolve_runs()
+    assert any(page == "README.md" for page, _, _ in runs)
+    for page, cmd, shown in runs:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            assert run(shlex.split(cmd)[1:]) == 0, (page, cmd, err.getvalue())
+        assert (out.getvalue() + err.getvalue()).splitlines() == shown, f"{page}: `{cmd}`"
 
 
 def test_readme_is_a_short_door_in() -> None:
