@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 WORK ?= .work
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: install system-deps venv engine fixtures slurm test unit lint typecheck golden bench clean
+.PHONY: install system-deps venv engine fixtures slurm test unit lint typecheck golden bench docs clean
 
 install: system-deps venv fixtures slurm
 
@@ -49,6 +49,10 @@ golden: venv
 
 bench: venv
 	$(BIN)/python tests/bench.py
+
+# the docs site into build/docs (config: docs/_mkdocs/mkdocs.yml); --strict: a broken link or anchor fails
+docs: venv
+	$(BIN)/mkdocs build --strict -f docs/_mkdocs/mkdocs.yml
 
 clean:
 	rm -rf $(VENV) $(WORK) dist build .pytest_cache .mypy_cache .ruff_cache

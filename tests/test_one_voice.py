@@ -1,8 +1,8 @@
 """One voice: every command envbuild prints as a suggestion resolves when run.
 
 Refusals carry alternatives (with their changes as data), doctor recommends a command, explain's
-fixes quote commands, hints and the README show commands. Each is generated over the matrix
-(GPUs x drivers x torch x CUDA) and run back through the CLI's own `resolve`.
+fixes quote commands, hints, the README and the docs show commands. Each is generated over the
+matrix (GPUs x drivers x torch x CUDA) and run back through the CLI's own `resolve`.
 """
 
 from __future__ import annotations
@@ -319,22 +319,28 @@ def test_explain_driver_errors_suggest_commands_that_resolve(driver: str, m: Mat
                 assert ok, f"driver {driver}: explain suggests `{cmd}`, refused: {said}"
 
 
-# ---------------------------------------------------------------- README
+# ---------------------------------------------------------------- README and docs
+
+# Every page a reader copies commands from: the README and the docs' Markdown sources.
+DOC_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
 
 def _refusal_examples() -> list[tuple[str, list[str]]]:
-    """README blocks `$ envbuild resolve ...` followed by the refusal it prints."""
-    lines = (ROOT / "README.md").read_text().splitlines()
+    """Blocks `$ envbuild ...` followed by the refusal it prints, in the README and the docs."""
     out = []
-    for i, line in enumerate(lines):
-        if line.startswith("$ envbuild") and i + 1 < len(lines) \
-                and lines[i + 1].startswith("error:"):
-            shown = list(itertools.takewhile(lambda x: not x.startswith("```"), lines[i + 1:]))
-            out.append((line.removeprefix("$ "), shown))
+    for page in DOC_PAGES:
+        lines = page.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith("$ envbuild") and i + 1 < len(lines) \
+                    and lines[i + 1].startswith("error:"):
+                shown = list(itertools.takewhile(lambda x: not x.startswith("```"),
+                                                 lines[i + 1:]))
+                out.append((line.removeprefix("$ "), shown))
     return out
 
 
 @pytest.mark.parametrize(("cmd", "shown"), _refusal_examples())
-def test_readme_refusals_are_what_envbuild_prints(cmd: str, shown: list[str]) -> None:
+def test_doc_refusals_are_what_envbuild_prints(cmd: str, shown: list[str]) -> None:
     from tests.conftest import run_cli
 
     r = run_cli(*shlex.split(cmd)[1:])
@@ -343,8 +349,8 @@ def test_readme_refusals_are_what_envbuild_prints(cmd: str, shown: list[str]) ->
     assert printed[:len(shown)] == shown
 
 
-def _readme_commands() -> list[str]:
-    text = (ROOT / "README.md").read_text()
+def _doc_commands() -> list[str]:
+    text = "\n".join(page.read_text() for page in DOC_PAGES)
     refused = {c for c, _ in _refusal_examples()}
     found = set(commands_in(text))
     for line in text.splitlines():  # code blocks and printed hints: whole lines
@@ -358,7 +364,7 @@ def _readme_commands() -> list[str]:
     return sorted(found)
 
 
-_README_SKIP = ("--from-bundle", "--team", "...", "<", "$", "|", "\\")
+_DOC_SKIP = ("--from-bundle", "--team", "...", "<", "$", "|", "\\")
 
 
 def _placeholder(cmd: str) -> bool:
@@ -366,17 +372,18 @@ def _placeholder(cmd: str) -> bool:
     return any(re.fullmatch(r"[A-Z][A-Z_.Y]*", tok) for tok in cmd.split())
 
 
-@pytest.mark.parametrize("cmd", [c for c in _readme_commands()
-                                 if not any(s in c for s in _README_SKIP)
+@pytest.mark.parametrize("cmd", [c for c in _doc_commands()
+                                 if not any(s in c for s in _DOC_SKIP)
                                  and not _placeholder(c)])
-def test_readme_commands_resolve(cmd: str) -> None:
-    """Every make/resolve command the README shows (examples, hints) is accepted."""
+def test_doc_commands_resolve(cmd: str) -> None:
+    """Every make/resolve command the README and the docs show (examples, hints) is accepted."""
     ok, said = resolves(cmd)
-    assert ok, f"README shows `{cmd}`, refused: {said}"
+    assert ok, f"the docs show `{cmd}`, refused: {said}"
 
 
-def test_readme_has_commands_to_check() -> None:
-    assert len(_readme_commands()) >= 10
+def test_docs_have_commands_to_check() -> None:
+    assert len(_doc_commands()) >= 10
+    assert any("envbuild" in page.read_text() for page in DOC_PAGES[1:])  # docs/ was read
 
 
 def test_no_hint_promises_alternatives_it_lacks(m: Matrix) -> None:
