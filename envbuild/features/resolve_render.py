@@ -5,7 +5,6 @@ starts fast."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,10 +17,15 @@ if TYPE_CHECKING:
     from envbuild.render.pipeline import ContextInputs, Prepared
 
 
-@dataclass(frozen=True)
 class Resolved:
-    spec: Spec
-    size: SizeEstimate | None = None  # asked for (and not mps)
+    """The spec, and its size estimate when asked for (never for mps). A plain class: no
+    dataclass machinery on the start-up path of `envbuild resolve`."""
+
+    __slots__ = ("size", "spec")
+
+    def __init__(self, spec: Spec, size: SizeEstimate | None = None) -> None:
+        self.spec = spec
+        self.size = size
 
     def to_json(self) -> dict[str, Any]:
         return {**self.spec.to_json(), **({"size": self.size.to_json()} if self.size else {})}
@@ -45,11 +49,17 @@ def resolve(req: Request, python_source: str | None = None, *, size: bool = Fals
     return Resolved(spec, est)
 
 
-@dataclass(frozen=True)
 class Rendered:
-    prepared: Prepared
-    duplicates: list[str]  # what the base stores twice (notes)
-    size: SizeEstimate | None = None
+    """One rendered context: what was written, the notes on what the base stores twice, and the
+    size estimate when asked for."""
+
+    __slots__ = ("duplicates", "prepared", "size")
+
+    def __init__(self, prepared: Prepared, duplicates: list[str],
+                 size: SizeEstimate | None = None) -> None:
+        self.prepared = prepared
+        self.duplicates = duplicates
+        self.size = size
 
     @property
     def spec(self) -> Spec:
