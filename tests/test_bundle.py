@@ -535,8 +535,8 @@ def test_bad_pip_input_refused_before_any_build(tmp_path: Path, args: list[str])
 def _run_collect(matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                  result: tuple[int, str, bool], wrote: list[str]) -> tuple[dict[str, object],
                                                                             dict[str, str]]:
-    from envbuild.cli import bundle_cmd
     from envbuild.engine import docker
+    from envbuild.features import offline
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     p = _prepared(matrix, tmp_path, pip=("envbuild-probe-a",), ca_cert=SYSTEM_CA,
@@ -562,8 +562,8 @@ def _run_collect(matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     proxies = {"https_proxy": "http://pu:pp@proxy:3128", "HTTPS_PROXY": "http://pu:pp@proxy:3128"}
     work = tmp_path / "work"
     work.mkdir()
-    wheels = bundle_cmd._collect(plan, "envbuild-bundle/system:x", p, proxies,
-                                 tmp_path / "wh", work)
+    wheels = offline.run_collect(plan, "envbuild-bundle/system:x", p, proxies,
+                                tmp_path / "wh", work)
     seen["wheels"] = wheels
     return seen, home
 
@@ -621,8 +621,8 @@ def test_collection_output_that_is_not_wheels_refused(
 def _run_torch_collect(matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                        result: tuple[int, str, bool], wrote: list[str],
                        **inputs: object) -> dict[str, object]:
-    from envbuild.cli import bundle_cmd
     from envbuild.engine import docker
+    from envbuild.features import offline
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     req = Request(target="cpu", torch="2.13.0", python="3.11", os="debian12")
@@ -642,8 +642,8 @@ def _run_torch_collect(matrix: Matrix, tmp_path: Path, monkeypatch: pytest.Monke
         return docker.RunResult(*result)
 
     monkeypatch.setattr(docker, "run_with_mounts", fake)
-    seen["wheels"] = bundle_cmd._collect(plan, "envbuild-bundle/system:x", p, {}, None,
-                                         tmp_path / "work" / "torch")
+    seen["wheels"] = offline.run_collect(plan, "envbuild-bundle/system:x", p, {}, None,
+                                        tmp_path / "work" / "torch")
     seen["requirements"] = str(p.files["requirements.txt"].content)
     return seen
 

@@ -7,7 +7,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from os import environ as _environ  # `os` is also an option name here
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -15,7 +14,7 @@ import typer
 
 from envbuild.cli import _options as o
 from envbuild.cli._app import app, emit_json, say, warn
-from envbuild.common.errors import EXIT_FAILED, EnvbuildError, UsageError
+from envbuild.common.errors import EXIT_FAILED, UsageError
 from envbuild.core.tags import DEFAULT_TAG_FORMAT
 
 if TYPE_CHECKING:
@@ -106,11 +105,11 @@ def _summary_counts(s: dict[str, int]) -> str:
 
 
 def _gpu_line(v: Validation) -> None:
-    from envbuild.engine.validate import describe_gpu_verdict, gpu_verdict
+    from envbuild.features.make import gpu_line
 
-    verdict = gpu_verdict(v.report)
-    if verdict is not None:
-        say(f"gpu         {describe_gpu_verdict(verdict)}")
+    line = gpu_line(v.report)
+    if line is not None:
+        say(f"gpu         {line}")
 
 
 def _say_failed_checks(v: Validation) -> None:
@@ -131,27 +130,16 @@ def build(
 ) -> None:
     """Build a rendered context with BuildKit; tag only on success. With --push, the image is
     validated first (or a cached pass reused) and pushed only if it passes."""
-    from envbuild.common.proxy import build_proxy_env
-    from envbuild.engine.build import build as do_build
-    from envbuild.features.make import build_json, build_secrets, gate
-    from envbuild.features.make import push as do_push
-    from envbuild.features.make import validate as do_validate
+    from envbuild.features.make import BuildRequest, build_context
 
-    secrets = build_secrets(ca_cert, netrc)
-    proxies = build_proxy_env(_environ, proxy)
-    with _progress(progress, json or quiet) as sink:
-        result = do_build(context, tag=tag, rebuild=rebuild, secrets=secrets, on_line=sink,
-                          proxies=proxies)
-    checked = None
-    if push and not push_unvalidated:
-        checked = do_validate(result.tag, result.image_id, require_gpu=False, timeout=600,
-                              revalidate=revalidate, status=_status_hook(not (json or quiet)))
-    held = gate(push, checked, push_unvalidated)
-    pushed = do_push(result.tag, push)[0] if push and not held else None
+    br = BuildRequest(context, tag=tag, rebuild=rebuild, push=push,
+                      push_unvalidated=push_unvalidated, revalidate=revalidate, ca_cert=ca_cert,
+                      netrc=netrc, proxy=proxy)
+    built = build_context(br, hooks(progress, not (json or quiet)))
+    result, shipped = built.build, built.shipped
+    checked, pushed, held = shipped.checked, shipped.pushed, shipped.push_skipped
     if json:
-        emit_json({**build_json(result), "pushed": pushed,
-                   "push_skipped": held or None,
-                   "validation": checked.to_json() if checked else None})
+        emit_json(built.to_json())
     elif quiet:
         say(pushed or result.tag)
     else:
@@ -172,7 +160,7 @@ def build(
             _say_failed_checks(checked.validation)
         warn(f"not pushed: {held} (only a validated image is pushed; --push-unvalidated "
              "pushes anyway)")
-        raise typer.Exit(checked.validation.exit_code or EXIT_FAILED if checked else EXIT_FAILED)
+        raise typer.Exit(built.exit_code)
 
 
 def _validation_line(c: Checked) -> str:
@@ -209,21 +197,13 @@ def validate(
 ) -> None:
     """Run the validator in a container (or with --host here). 0 pass, 1 a check failed, 3 could
     not run."""
-    from envbuild.engine.validate import Validation, validate_host, validate_image
+    from envbuild.features.make import attached_validation, validate_one
 
     if from_registry is not None:
         if host or image is not None:
             raise UsageError("--from-registry takes the image itself: give no IMAGE or --host",
                              "e.g. envbuild validate --from-registry REGISTRY/REPO:TAG")
-        from envbuild.engine import registry
-
-        att = registry.fetch_report(from_registry)
-        if att is None:
-            raise EnvbuildError(f"no validation report is attached to {from_registry}",
-                                "`envbuild team build --push` attaches one to every image")
-        summary = att.report.get("summary", {})
-        failed = not isinstance(summary, dict) or bool(summary.get("fail"))
-        v = Validation(att.report, 1 if failed else 0, False, "")
+        att, v = attached_validation(from_registry)
         if json:
             emit_json(att.report)
         elif quiet:
@@ -231,17 +211,14 @@ def validate(
         else:
             say(f"report    {att.artifact} (attached to {att.image}, found via {att.via})")
             _print_report(v)
-        if failed:
+        if v.exit_code:
             raise typer.Exit(EXIT_FAILED)
         return
     if host == (image is not None):
         raise UsageError("give an IMAGE or --host (one of them)",
                          "e.g. envbuild validate envbuild/cpu:TAG, or envbuild validate --host")
     with _status(f"validating {image or 'this host'} (up to {timeout:.0f} s)", json or quiet):
-        if image is not None:
-            v = validate_image(image, require_gpu=require_gpu, timeout=timeout)
-        else:
-            v = validate_host(spec=spec, require_gpu=require_gpu, timeout=timeout)
+        v = validate_one(image, spec=spec, require_gpu=require_gpu, timeout=timeout)
     if json:
         emit_json(v.report)
     elif quiet:
@@ -289,13 +266,8 @@ def make(
 
     check_push(push, not no_validate, push_unvalidated)
     if from_bundle is not None:
-        from envbuild.cli.bundle_cmd import make_from_bundle
-
-        code = make_from_bundle(from_bundle, tag=tag, require_gpu=require_gpu, timeout=timeout,
-                                no_validate=no_validate, json=json, quiet=quiet,
-                                rebuild=rebuild)
-        if code:
-            raise typer.Exit(code)
+        _make_from_bundle(from_bundle, tag=tag, require_gpu=require_gpu, timeout=timeout,
+                          no_validate=no_validate, json=json, quiet=quiet, rebuild=rebuild)
         return
     req = o.make_request(target, cuda, rocm, torch, python, driver, gpu, os, flavor, without,
                          forward_compat)
@@ -366,3 +338,20 @@ def _say_make(r: MakeResult, out: Path | None, push_unvalidated: bool) -> None:
     if r.pushed:
         say(f"pushed    {r.pushed}" + ("  (unvalidated: --push-unvalidated)"
                                      if push_unvalidated else "  (validation passed)"))
+
+
+def _make_from_bundle(root: Path, *, tag: str | None, require_gpu: bool, timeout: float,
+                      no_validate: bool, json: bool, quiet: bool, rebuild: bool) -> None:
+    from envbuild.features.offline import make_from_bundle
+
+    r = make_from_bundle(root, tag=tag, require_gpu=require_gpu, timeout=timeout,
+                         no_validate=no_validate, rebuild=rebuild,
+                         on_line=None if (json or quiet) else say)
+    if json:
+        emit_json(r.summary)
+    elif not quiet:
+        say(f"built {r.tag} from the bundle with no network"
+            + ("" if no_validate else
+               f"; validation {'passed' if r.exit_code == 0 else 'FAILED'}"))
+    if r.exit_code:
+        raise typer.Exit(r.exit_code)

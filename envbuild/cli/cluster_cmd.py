@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -17,11 +15,6 @@ cluster_app = typer.Typer(help="Validate every node of a cluster allocation (Slu
                                "rendered), measure a multi-node all-reduce, name the bad nodes.",
                           no_args_is_help=True)
 app.add_typer(cluster_app, name="cluster")
-
-_SIZE = re.compile(r"^(\d+)\s*(|k|m|g|kib|mib|gib|b)$", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
-          "g": 1 << 30, "gib": 1 << 30}
-MAX_LOG_BYTES = 64 << 20
 
 Image = Annotated[str, typer.Argument(help="The image to validate (built by envbuild), or a "
                                            ".sif for --runtime apptainer.")]
@@ -45,13 +38,6 @@ Fabric = Annotated[str | None, typer.Option(
 Json = Annotated[bool, typer.Option("--json", help="Print the JSON report.")]
 
 
-def size_bytes(text: str, flag: str) -> int:
-    m = _SIZE.match(text.strip())
-    if not m:
-        raise UsageError(f"{flag} {text[:40]!r} is not a size", "e.g. 1M, 64MiB, 1G or 1048576")
-    return int(m.group(1)) * _UNITS[m.group(2).lower()]
-
-
 def _emit(report: dict[str, Any], as_json: bool) -> None:
     from envbuild.cluster.report import exit_code, render_text
 
@@ -62,14 +48,6 @@ def _emit(report: dict[str, Any], as_json: bool) -> None:
     code = exit_code(report)
     if code:
         raise typer.Exit(code)
-
-
-def _options(image: str, out: Path, **kw: Any) -> Any:
-    from envbuild.cluster.render import ClusterOptions, check_options
-
-    kw["min_bytes"] = size_bytes(kw["min_bytes"], "--min-bytes")
-    kw["max_bytes"] = size_bytes(kw["max_bytes"], "--max-bytes")
-    return check_options(ClusterOptions(image=image, out=out.expanduser().absolute(), **kw))
 
 
 @cluster_app.command(help="Validate IMAGE on every node of a Slurm allocation: the in-image "
@@ -97,16 +75,14 @@ def validate(
         raise UsageError("say where to run: --slurm",
                          "Kubernetes: `envbuild cluster render --k8s IMAGE`, then `envbuild "
                          "cluster collect` on the pods' logs")
-    from envbuild.cluster import slurm as slurm_mod
-    from envbuild.cluster.report import check_fabric
+    from envbuild.cluster.usecase import validate as run_validation
 
-    check_fabric(slurm_mod.load_rules(), fabric)
-    o = _options(image, out, nodes=nodes, ntasks_per_node=ntasks_per_node,
-                 gpus_per_node=gpus_per_node, partition=partition, account=account,
-                 time_min=time_min, constraint=constraint, exclude=exclude, runtime=runtime,
-                 timeout=timeout, only=only, min_bytes=min_bytes, max_bytes=max_bytes,
-                 fabric=fabric)
-    report = slurm_mod.validate(o, on_event=lambda s: warn(f"cluster: {s}"))
+    report = run_validation(image, out, fabric=fabric, on_event=lambda s: warn(f"cluster: {s}"),
+                            nodes=nodes, ntasks_per_node=ntasks_per_node,
+                            gpus_per_node=gpus_per_node, partition=partition, account=account,
+                            time_min=time_min, constraint=constraint, exclude=exclude,
+                            runtime=runtime, timeout=timeout, only=only, min_bytes=min_bytes,
+                            max_bytes=max_bytes)
     _emit(report, json_out)
 
 
@@ -122,27 +98,15 @@ def render(
     out: Out = Path("envbuild-cluster"), json_out: Json = False, timeout: Timeout = 1800.0,
     only: Only = None, min_bytes: MinBytes = "1M", max_bytes: MaxBytes = "1G",
 ) -> None:
-    from envbuild.cluster import render as r
+    from envbuild.cluster.usecase import render as write_render
 
     if k8s == slurm:
         raise UsageError("choose one of --k8s and --slurm",
                          "--k8s renders Kubernetes manifests, --slurm a Slurm batch script")
-    o = _options(image, out, nodes=nodes, ntasks_per_node=ntasks_per_node,
-                 gpus_per_node=gpus_per_node, runtime=runtime, timeout=timeout, only=only,
-                 min_bytes=min_bytes, max_bytes=max_bytes)
-    if k8s:
-        files = r.k8s_manifests(o)
-    else:
-        files = {"validate.sbatch": r.sbatch_script(o, o.out / "validate.sbatch"),
-                 r.WORKER_NAME: r.worker_source()}
-    o.out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in files.items():
-        path = o.out / name
-        tmp = path.with_name(f".{name}.tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
-        written.append(str(path))
+    written = [str(p) for p in write_render(
+        image, out, k8s=k8s, nodes=nodes, ntasks_per_node=ntasks_per_node,
+        gpus_per_node=gpus_per_node, runtime=runtime, timeout=timeout, only=only,
+        min_bytes=min_bytes, max_bytes=max_bytes)]
     if json_out:
         emit_json({"files": written})
     else:
@@ -161,36 +125,9 @@ def collect(
                                                                         "expected.")] = None,
     gpus_per_node: GpusPerNode = 0, fabric: Fabric = None, json_out: Json = False,
 ) -> None:
-    from envbuild.cluster import report as rep
-    from envbuild.cluster.hosts import expand
-    from envbuild.cluster.slurm import expected_nodes, load_rules
-    from envbuild.common.boundedio import check_stream, open_log, path_text
+    from envbuild.cluster.usecase import collect as collect_report
 
-    text = []
-    for log in logs:  # the first MAX_LOG_BYTES of each: regular files and pipes, no device
-        try:
-            if str(log) == "-":
-                stdin = sys.stdin.buffer
-                with contextlib.suppress(OSError, ValueError):  # no descriptor: a test's buffer
-                    check_stream(stdin.fileno(), "stdin", "task log")  # /dev/zero: refused
-                text.append(stdin.read(MAX_LOG_BYTES).decode("utf-8", "replace"))
-            else:
-                with open_log(log, "task log") as fh:
-                    text.append(fh.read(MAX_LOG_BYTES).decode("utf-8", "replace"))
-        except OSError as exc:
-            raise UsageError(f"cannot read {path_text(log)}: {exc.strerror}",
-                             "give readable log files") from None
-    rules = load_rules()
-    rep.check_fabric(rules, fabric)
-    lines = rep.parse_lines("\n".join(text))
-    if not lines:
-        raise UsageError("no envbuild cluster report lines in the logs",
-                         'each task prints one line starting with {"envbuild_cluster": 1')
-    expected = expand(nodes) if nodes else expected_nodes(lines)
-    if world_size is not None and not 1 <= world_size <= 1 << 20:
-        raise UsageError(f"--world-size {world_size} is out of range",
-                         "give the number of processes of the job, 1 or more")
-    report = rep.build(expected, lines, rules=rules, world_size=world_size,
-                       fabric=fabric, gpus_per_node=gpus_per_node)
+    report = collect_report(logs, nodes=nodes, world_size=world_size,
+                            gpus_per_node=gpus_per_node, fabric=fabric)
     _emit(report, json_out)
 

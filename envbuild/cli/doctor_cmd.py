@@ -34,18 +34,15 @@ def doctor(
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Show all evidence.")] = False,
     matrix_dir: Annotated[Path | None, typer.Option("--matrix", hidden=True)] = None,
 ) -> None:
-    from envbuild.doctor import evaluate, probes, record, report
-    from envbuild.doctor.model import Request, Severity
+    from envbuild.doctor import report
+    from envbuild.features.checkup import doctor as diagnose
 
-    facts = record.load(facts_dir) if facts_dir is not None else probes.collect()
-    if save is not None:
-        record.save(facts, save)
-    findings, rec = evaluate.diagnose(facts, _matrix(matrix_dir), Request(cuda=cuda.strip()))
+    d = diagnose(cuda=cuda, facts_dir=facts_dir, save=save, matrix_dir=matrix_dir)
     if json_out:
-        emit_json(report.to_json(findings, rec, facts))
+        emit_json(report.to_json(d.findings, d.recommendation, d.facts))
     else:
-        sys.stdout.write(report.render(findings, rec, facts, verbose))
-    if any(f.severity is Severity.ERROR for f in findings):
+        sys.stdout.write(report.render(d.findings, d.recommendation, d.facts, verbose))
+    if d.failed:
         raise typer.Exit(EXIT_FAILED)
 
 

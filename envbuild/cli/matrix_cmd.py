@@ -26,15 +26,10 @@ def check_cmd(
 ) -> None:
     """Validate schema, cross references and the semantic rules; report ALL problems with file and
     row, and count the rows not verified against a primary source."""
-    from envbuild.common.resources import matrix_dir
-    from envbuild.matrix import check, parse
-    from envbuild.matrix.rules import unverified
+    from envbuild.features.checkup import check_matrix
 
-    d = directory or matrix_dir()
-    if not d.is_dir():
-        raise UsageError(f"{d} is not a directory", "give --dir the folder with the *.toml files")
-    problems = check(d)
-    debt = unverified(parse(d)[0])
+    checked = check_matrix(directory)
+    d, problems, debt = checked.directory, checked.problems, checked.unverified
     if json:
         out: dict[str, object] = {
             "directory": str(d), "ok": not problems,

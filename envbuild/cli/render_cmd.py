@@ -38,9 +38,10 @@ def render(
     json: o.Json = False, size: o.Size = False,
 ) -> None:
     """Render Dockerfile, environment.yml, pinned requirements, spec.json and the validator."""
-    from envbuild.matrix import load
-    from envbuild.render.context import write_tree
-    from envbuild.render.pipeline import prepare, prepare_all
+    from envbuild.core import targets
+    from envbuild.core.size import describe
+    from envbuild.features.resolve_render import render as do_render
+    from envbuild.features.resolve_render import render_all
 
     formats = set(fmt or ())
     if formats - {"apptainer"}:
@@ -52,49 +53,27 @@ def render(
                           torch_index_url, ca_cert, wheelhouse, base_image, python_source,
                           apptainer="apptainer" in formats, torch_index_kind=torch_index_kind,
                           cuda_redist_url=cuda_redist_url)
-    m = load()
     if all_:
-        rendered = prepare_all(req, ci, m)
-        if not rendered:
-            raise UsageError("no valid combination matches these filters",
-                             "loosen a filter (--torch, --python, --os, --target); "
-                             "`envbuild matrix show torch` lists what exists")
-        tree = {f"{name}/{rel}": f for name, p in rendered for rel, f in p.files.items()}
-        write_tree(tree, out, force)
+        names = render_all(out, req, ci, force=force)
         if json:
-            emit_json({"out": str(out), "count": len(rendered),
-                       "directories": [name for name, _ in rendered]})
+            emit_json({"out": str(out), "count": len(names), "directories": names})
         else:
-            say(f"rendered {len(rendered)} environments into {out}")
+            say(f"rendered {len(names)} environments into {out}")
         return
-    prepared = prepare(req, ci, m)
-    links = {"wheelhouse": wheelhouse} if wheelhouse else {}
-    write_tree(prepared.files, out, force, links)
-    spec = prepared.spec
-    from envbuild.core.size import describe, duplicates
-    dup = duplicates(spec, m.extra.get("sizes", {}))
-    est = None
-    if size and spec.target != "mps":
-        from envbuild.engine.sizefetch import gather
-        est = gather(spec, m.extra.get("sizes", {}), base_image=ci.base_image,
-                     wheelhouse=ci.wheelhouse, torch_index=ci.torch_index_url,
-                     user_index=ci.pip_index_url, pip=ci.pip)
+    r = do_render(out, req, ci, force=force, size=size)
     if json:
-        emit_json({"out": str(out), "spec_hash": spec.hash, "files": sorted(prepared.files),
-                   "spec": spec.to_json(), "duplicates": dup,
-                   **({"size": est.to_json()} if est else {})})
+        emit_json(r.to_json(out))
         return
+    spec = r.spec
     say(f"rendered {spec.target} torch {spec.torch} ({spec.variant}) Python {spec.python} "
         f"into {out} (spec {spec.hash})")
-    for name in sorted(prepared.files):
+    for name in sorted(r.prepared.files):
         say(f"  {name}")
-    for line in dup:
+    for line in r.duplicates:
         say(f"note: {line}")
-    if est is not None:
+    if r.size is not None:
         say("estimated size:")
-        say("\n".join(describe(est)))
-    from envbuild.core import targets
-
+        say("\n".join(describe(r.size)))
     if not targets.get(spec.target).container:  # mps: a native macOS environment
         say(f"next, on the Mac: {out}/setup-macos.sh")
     else:

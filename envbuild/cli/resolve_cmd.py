@@ -15,28 +15,19 @@ def resolve(
     json: o.Json = False, size: o.Size = False,
 ) -> None:
     """Resolve driver / CUDA / cuDNN / torch / Python / OS into one explained spec."""
-    from envbuild.core.request import check_python_source
-    from envbuild.core.resolve import resolve as do_resolve
-    from envbuild.core.resolve import with_python_source
-    from envbuild.matrix import load
+    from envbuild.features.resolve_render import resolve as do_resolve
 
     req = o.make_request(target, cuda, rocm, torch, python, driver, gpu, os, flavor, without,
                          forward_compat)
-    check_python_source(python_source)
-    m = load()
-    spec = with_python_source(do_resolve(req, m), python_source, m)
-    est = None
-    if size and spec.target != "mps":
-        from envbuild.engine.sizefetch import gather
-        est = gather(spec, m.extra.get("sizes", {}))
+    r = do_resolve(req, python_source, size=size)
     if json:
-        emit_json({**spec.to_json(), **({"size": est.to_json()} if est else {})})
+        emit_json(r.to_json())
         return
-    say(format_spec(spec.to_json()))
-    if est is not None:
+    say(format_spec(r.spec.to_json()))
+    if r.size is not None:
         from envbuild.core.size import describe
         say("estimated size:")
-        say("\n".join(describe(est)))
+        say("\n".join(describe(r.size)))
 
 
 def format_spec(d: dict[str, object]) -> str:

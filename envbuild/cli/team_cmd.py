@@ -15,7 +15,7 @@ import typer
 from envbuild.cli._app import app, emit_json, say, warn
 from envbuild.cli._options import Json
 from envbuild.common.echo import escaped, one_line
-from envbuild.common.errors import EXIT_FAILED, UsageError
+from envbuild.common.errors import EXIT_FAILED
 
 if TYPE_CHECKING:
     from envbuild.features.make import Hooks
@@ -31,26 +31,15 @@ Only = Annotated[list[str] | None, typer.Option(
     "--only", help="Only this image (a table name). Repeatable.")]
 
 
-def _lock_path(team_file: Path) -> Path:
-    from envbuild.features.team import LOCK_FILE
-
-    return team_file.parent / LOCK_FILE
-
-
 @team_app.command("plan")
 def plan_cmd(file: File = None, only: Only = None, json: Json = False) -> None:
     """Resolve every image of the team file: torch, variant, Python, OS, base and tag; which
     layers the images share; what is already built; what the lock would change. No engine
     needed."""
-    from envbuild.features import teamfile
-    from envbuild.features.team import cache_state, lock_changes, plan, plan_json, read_lock
-    from envbuild.matrix import load
+    from envbuild.features.team_lock import plan
 
-    team = teamfile.load(file)
-    planned = plan(team, load(), only or ())
-    changes = lock_changes(planned, read_lock(_lock_path(team.path)), only or ())
-    states = {p.name: cache_state(p) for p in planned}
-    data = plan_json(planned, changes, states)
+    planned = plan(file, only or ())
+    data = planned.data
     if json:
         emit_json(data)
         return
@@ -67,9 +56,9 @@ def plan_cmd(file: File = None, only: Only = None, json: Json = False) -> None:
             say(f"  {s['layer']:<6} {s['key']}  {', '.join(s['images'])}")
     say("")
     if not data["lock_changes"]:
-        say(f"lock      {_lock_path(team.path)}: no change")
+        say(f"lock      {planned.lock}: no change")
     else:
-        say(f"lock      {_lock_path(team.path)} would change:")
+        say(f"lock      {planned.lock} would change:")
         for name, diffs in data["lock_changes"].items():
             for d in diffs:
                 say(f"  {name}: {d}")
@@ -139,31 +128,20 @@ def build_cmd(
 ) -> None:
     """Build every image (shared layers once), validate each, push the validated ones with
     their reports attached, and write envbuild.lock. Exit 1 when any image failed."""
-    from envbuild.features import team as t
-    from envbuild.features import teamfile
-    from envbuild.matrix import load
+    from envbuild.features.team_lock import build
 
-    team = teamfile.load(file)
-    lock_path = _lock_path(team.path)
-    old = t.read_lock(lock_path)
-    if locked:
-        team = t.locked_team(team, old, lock_path)
-    m = load()
-    planned = t.plan(team, m, only or ())
     show = not json
 
     def done(b: Built) -> None:  # one line per image on stderr, with --json too
         with _lock:
             sys.stderr.write(_done_line(b) + "\n")
 
-    built = t.build(planned, m, push=push, jobs=jobs, rebuild=rebuild, revalidate=revalidate,
-                    hooks_for=lambda name: _hooks(name, show), on_done=done)
-    wrote = None
-    if not locked:
-        t.write_lock(lock_path, t.updated_lock(old, built))
-        wrote = str(lock_path)
+    outcome = build(file, only or (), push=push, jobs=jobs, locked=locked, rebuild=rebuild,
+                    revalidate=revalidate, hooks_for=lambda name: _hooks(name, show),
+                    on_done=done)
+    built, wrote = outcome.built, outcome.lock
     if json:
-        emit_json({"images": [b.to_json() for b in built], "lock": wrote})
+        emit_json(outcome.to_json())
     else:
         rows: list[tuple[str, ...]] = [("image", "validation", "pushed", "seconds", "reference")]
         for b in built:
@@ -182,7 +160,7 @@ def build_cmd(
                 warn(f"error: {b.planned.name}: {one_line(b.error.message)}")
                 if b.error.hint:
                     warn(f"hint: {one_line(b.error.hint)}")
-    if any(b.error is not None or b.validation()["status"] != "pass" for b in built):
+    if outcome.failed:
         raise typer.Exit(EXIT_FAILED)
 
 
@@ -191,13 +169,9 @@ def check_cmd(file: File = None, json: Json = False) -> None:
     """For every image in envbuild.lock: its digest still in the registry, its attached report
     there and passing, its base image tag still on the locked digest. Exit 1 naming each
     problem (a moved or vanished tag with the old and new digests)."""
-    from envbuild.features.team import check, read_lock
+    from envbuild.features.team_lock import check
 
-    path = _lock_path(file or Path("envbuild.toml"))
-    lock = read_lock(path)
-    if lock is None:
-        raise UsageError(f"no lock file {path}", "run `envbuild team build --push` first")
-    data = check(lock, path)
+    data = check(file)
     if json:
         emit_json({"images": data["images"], "problems": data["problems"]})
     else:

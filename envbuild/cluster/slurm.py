@@ -18,6 +18,7 @@ from typing import Any
 
 from envbuild.cluster import report as rep
 from envbuild.cluster.agent import ROLE, RUN_ENV
+from envbuild.cluster.files import write_file
 from envbuild.cluster.hosts import expand
 from envbuild.cluster.render import (
     WORKER_NAME,
@@ -43,13 +44,6 @@ def load_rules() -> rep.ClusterRules:
         return rep.rules_from_toml(load_toml(path, "matrix file"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise MatrixError(f"cannot read {path}: {exc}") from None
-
-
-def _write(path: Path, text: str, mode: int = 0o644) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.chmod(mode)
-    tmp.replace(path)
 
 
 def _require(tool: str) -> None:
@@ -161,7 +155,7 @@ def validate(o: ClusterOptions, *, on_event: Callable[[str], None] = lambda s: N
     o.out.mkdir(parents=True, exist_ok=True)
     for old in o.out.glob("*.log"):  # a rerun into the same --out must not read stale lines
         old.unlink()
-    _write(o.out / WORKER_NAME, worker_source())
+    write_file(o.out / WORKER_NAME, worker_source())
     env = {**os.environ, RUN_ENV: run_id}
     deadline = time.monotonic() + o.timeout
     note = None
@@ -169,7 +163,7 @@ def validate(o: ClusterOptions, *, on_event: Callable[[str], None] = lambda s: N
     try:
         if in_allocation:
             nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
-            _write(o.out / "job.log", json.dumps(
+            write_file(o.out / "job.log", json.dumps(
                 {rep.MARK: 1, "kind": "job", "job_id": os.environ.get("SLURM_JOB_ID"),
                  "nodelist": nodelist}) + "\n")
             for step in ("node", "allreduce"):
@@ -193,7 +187,7 @@ def validate(o: ClusterOptions, *, on_event: Callable[[str], None] = lambda s: N
             _require("sbatch")
             script = o.out / "validate.sbatch"
             text = sbatch_script(o, script)
-            _write(script, text, 0o755)
+            write_file(script, text, 0o755)
             job_id = _submit(script, env, o.out)
             on_event(f"sbatch {script}: job {job_id} ({name})")
             _wait(job_id, deadline, rules.never_start_reasons)

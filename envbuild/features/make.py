@@ -18,13 +18,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envbuild.common.errors import UsageError
+from envbuild.common.errors import EXIT_FAILED, UsageError
 
 if TYPE_CHECKING:
     from envbuild.core.base_facts import BaseFacts
     from envbuild.core.request import Request
     from envbuild.core.spec import Spec
     from envbuild.engine.build import BuildResult
+    from envbuild.engine.registry import Attached
     from envbuild.engine.validate import Validation
     from envbuild.matrix import Matrix
     from envbuild.render.pipeline import ContextInputs, Secrets
@@ -199,6 +200,107 @@ def gate(push_to: str | None, checked: Checked | None, push_unvalidated: bool,
     return ""
 
 
+@dataclass(frozen=True)
+class Shipping:
+    """What happens to a built image: validated (or a cached pass reused), then pushed only when
+    gate() lets it through."""
+
+    validate: bool = True
+    push: str | None = None  # registry
+    push_unvalidated: bool = False
+    require_gpu: bool = False
+    timeout: float = 600.0
+    revalidate: bool = False
+    push_requires_gpu: bool = False
+    attach_report: bool = False
+
+
+@dataclass
+class Shipped:
+    checked: Checked | None = None
+    push_skipped: str = ""  # why the image was not pushed ('' = pushed or no push asked)
+    pushed: str | None = None
+    digest: str | None = None
+    report_ref: str | None = None
+
+
+def ship(result: BuildResult, how: Shipping, status: StatusHook = _no_status,
+         times: dict[str, float] | None = None) -> Shipped:
+    """Validate -> gate -> push (-> attach the report): the one composition after a build, for
+    `envbuild make`, `envbuild build --push` and `envbuild team build`."""
+    times = {} if times is None else times
+    out = Shipped()
+    if how.validate:
+        t0 = time.monotonic()
+        out.checked = validate(result.tag, result.image_id, require_gpu=how.require_gpu,
+                               timeout=how.timeout, revalidate=how.revalidate, status=status)
+        times["validate"] = time.monotonic() - t0
+    out.push_skipped = gate(how.push, out.checked, how.push_unvalidated, how.push_requires_gpu)
+    if how.push and not out.push_skipped:
+        t1 = time.monotonic()
+        with status(f"pushing {result.tag} to {how.push}"):
+            out.pushed, out.digest = push(result.tag, how.push)
+            if how.attach_report and out.checked is not None and out.digest:
+                from envbuild.engine import registry
+
+                out.report_ref = registry.attach_report(out.pushed, out.digest,
+                                                        out.checked.to_json())
+        times["push"] = time.monotonic() - t1
+    return out
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """`envbuild build`: a rendered context, built; with a push, validated first."""
+
+    context: Path
+    tag: str | None = None
+    rebuild: bool = False
+    push: str | None = None
+    push_unvalidated: bool = False
+    revalidate: bool = False
+    ca_cert: Path | None = None
+    netrc: Path | None = None
+    proxy: str | None = None
+
+
+@dataclass
+class ContextBuild:
+    build: BuildResult
+    shipped: Shipped
+
+    @property
+    def exit_code(self) -> int:
+        """1 (or the validation's own code) when a push was asked and held back."""
+        if not self.shipped.push_skipped:
+            return 0
+        checked = self.shipped.checked
+        return checked.validation.exit_code or EXIT_FAILED if checked else EXIT_FAILED
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.shipped
+        return {**build_json(self.build), "pushed": s.pushed,
+                "push_skipped": s.push_skipped or None,
+                "validation": s.checked.to_json() if s.checked else None}
+
+
+def build_context(br: BuildRequest, hooks: Hooks | None = None) -> ContextBuild:
+    """Build a rendered context with its secrets and proxies; with a push, validate (a cached
+    pass reused) and push only an image that passed (or --push-unvalidated)."""
+    from envbuild.common.proxy import build_proxy_env
+    from envbuild.engine.build import build as do_build
+
+    hooks = hooks or Hooks()
+    secrets = build_secrets(br.ca_cert, br.netrc)
+    proxies = build_proxy_env(os.environ, br.proxy)
+    with hooks.progress() as sink:
+        result = do_build(br.context, tag=br.tag, rebuild=br.rebuild, secrets=secrets,
+                          on_line=sink, proxies=proxies)
+    how = Shipping(validate=bool(br.push and not br.push_unvalidated), push=br.push,
+                   push_unvalidated=br.push_unvalidated, revalidate=br.revalidate)
+    return ContextBuild(result, ship(result, how, hooks.status))
+
+
 def context_parent(wheelhouse: Path | None) -> str | None:
     """Next to the wheelhouse when possible: the context hard-links the wheels, and a /tmp on
     another file system (often tmpfs) would mean copying gigabytes into memory."""
@@ -315,23 +417,13 @@ def make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) -
                               on_line=sink, proxies=proxies)
         times["build"] = time.monotonic() - t1
     out = MakeResult(spec, chosen, build=result, context=mr.out)
-    if mr.validate:
-        t3 = time.monotonic()
-        out.checked = validate(result.tag, result.image_id, require_gpu=mr.require_gpu,
-                               timeout=mr.timeout, revalidate=mr.revalidate,
-                               status=hooks.status)
-        times["validate"] = time.monotonic() - t3
-    out.push_skipped = gate(mr.push, out.checked, mr.push_unvalidated, mr.push_requires_gpu)
-    if mr.push and not out.push_skipped:
-        t2 = time.monotonic()
-        with hooks.status(f"pushing {result.tag} to {mr.push}"):
-            out.pushed, out.digest = push(result.tag, mr.push)
-            if mr.attach_report and out.checked is not None and out.digest:
-                from envbuild.engine import registry
-
-                out.report_ref = registry.attach_report(out.pushed, out.digest,
-                                                        out.checked.to_json())
-        times["push"] = time.monotonic() - t2
+    shipped = ship(result, Shipping(
+        validate=mr.validate, push=mr.push, push_unvalidated=mr.push_unvalidated,
+        require_gpu=mr.require_gpu, timeout=mr.timeout, revalidate=mr.revalidate,
+        push_requires_gpu=mr.push_requires_gpu, attach_report=mr.attach_report),
+        hooks.status, times)
+    out.checked, out.push_skipped = shipped.checked, shipped.push_skipped
+    out.pushed, out.digest, out.report_ref = shipped.pushed, shipped.digest, shipped.report_ref
     out.size = docker.image_size(result.tag)
     if mr.estimate_size:
         out.sized = size_beside(spec, m, mr.inputs, out.size,
@@ -339,3 +431,39 @@ def make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) -
     times["total"] = time.monotonic() - t0
     out.seconds = times
     return out
+
+
+# -- `envbuild validate`: one image, this host, or the report a registry holds -----------------
+
+def validate_one(image: str | None, *, spec: Path | None, require_gpu: bool,
+                 timeout: float) -> Validation:
+    """Run the validator in a container of `image`, or (image None) with this host's Python."""
+    from envbuild.engine.validate import validate_host, validate_image
+
+    if image is not None:
+        return validate_image(image, require_gpu=require_gpu, timeout=timeout)
+    return validate_host(spec=spec, require_gpu=require_gpu, timeout=timeout)
+
+
+def attached_validation(ref: str) -> tuple[Attached, Validation]:
+    """The validation report attached to `ref` in its registry, as a Validation (exit code 1
+    when it failed); nothing runs."""
+    from envbuild.common.errors import EnvbuildError
+    from envbuild.engine import registry
+    from envbuild.engine.validate import Validation
+
+    att = registry.fetch_report(ref)
+    if att is None:
+        raise EnvbuildError(f"no validation report is attached to {ref}",
+                            "`envbuild team build --push` attaches one to every image")
+    summary = att.report.get("summary", {})
+    failed = not isinstance(summary, dict) or bool(summary.get("fail"))
+    return att, Validation(att.report, 1 if failed else 0, False, "")
+
+
+def gpu_line(report: dict[str, Any]) -> str | None:
+    """Where a GPU image was validated, in words; None for a CPU or MPS report."""
+    from envbuild.engine.validate import describe_gpu_verdict, gpu_verdict
+
+    verdict = gpu_verdict(report)
+    return describe_gpu_verdict(verdict) if verdict is not None else None

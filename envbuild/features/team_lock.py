@@ -1,0 +1,100 @@
+"""`envbuild team plan | build | check` as use cases, with envbuild.lock's policy in one place:
+the lock lives next to the team file; `plan` reads it (what a build would change); `build`
+writes it, except with --locked, where the lock is the input and stays as it is; `check` needs
+one. Nothing here prints: progress goes through the hooks and callbacks the caller gives."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from envbuild.common.errors import UsageError
+
+if TYPE_CHECKING:
+    from envbuild.features.make import Hooks
+    from envbuild.features.team import Built
+
+DEFAULT_TEAM_FILE = Path("envbuild.toml")
+
+
+def lock_path(team_file: Path) -> Path:
+    from envbuild.features.team import LOCK_FILE
+
+    return team_file.parent / LOCK_FILE
+
+
+@dataclass(frozen=True)
+class TeamPlan:
+    lock: Path
+    data: dict[str, Any]  # team.plan_json: images, shared layers, lock changes
+
+
+def plan(file: Path | None, only: Iterable[str] = ()) -> TeamPlan:
+    """Resolve every image of the team file, with its cache state and what the lock would
+    change. No engine needed."""
+    from envbuild.features import teamfile
+    from envbuild.features.team import cache_state, lock_changes, plan_json, read_lock
+    from envbuild.features.team import plan as plan_images
+    from envbuild.matrix import load
+
+    only = tuple(only)
+    team = teamfile.load(file)
+    path = lock_path(team.path)
+    planned = plan_images(team, load(), only)
+    changes = lock_changes(planned, read_lock(path), only)
+    states = {p.name: cache_state(p) for p in planned}
+    return TeamPlan(path, plan_json(planned, changes, states))
+
+
+@dataclass(frozen=True)
+class TeamBuild:
+    built: list[Built]
+    lock: Path | None  # the lock written; None with --locked (it was the input)
+
+    @property
+    def failed(self) -> bool:
+        return any(b.error is not None or b.validation()["status"] != "pass" for b in self.built)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"images": [b.to_json() for b in self.built],
+                "lock": str(self.lock) if self.lock is not None else None}
+
+
+def build(file: Path | None, only: Iterable[str] = (), *, push: bool, jobs: int = 1,
+          locked: bool = False, rebuild: bool = False, revalidate: bool = False,
+          hooks_for: Callable[[str], Hooks] | None = None,
+          on_done: Callable[[Built], None] | None = None) -> TeamBuild:
+    """Build every image (shared layers once), validate each, push the validated ones with their
+    reports attached; then write the lock (never with `locked`: it rebuilds what the lock pins)."""
+    from envbuild.features import team as t
+    from envbuild.features import teamfile
+    from envbuild.matrix import load
+
+    team = teamfile.load(file)
+    path = lock_path(team.path)
+    old = t.read_lock(path)
+    if locked:
+        team = t.locked_team(team, old, path)
+    m = load()
+    planned = t.plan(team, m, tuple(only))
+    built = t.build(planned, m, push=push, jobs=jobs, rebuild=rebuild, revalidate=revalidate,
+                    hooks_for=hooks_for, on_done=on_done)
+    if locked:
+        return TeamBuild(built, None)
+    t.write_lock(path, t.updated_lock(old, built))
+    return TeamBuild(built, path)
+
+
+def check(file: Path | None) -> dict[str, Any]:
+    """Is what the lock next to the team file pins still true in the registry? {images,
+    problems}; no lock is a usage error."""
+    from envbuild.features.team import check as check_lock
+    from envbuild.features.team import read_lock
+
+    path = lock_path(file or DEFAULT_TEAM_FILE)
+    lock = read_lock(path)
+    if lock is None:
+        raise UsageError(f"no lock file {path}", "run `envbuild team build --push` first")
+    return check_lock(lock, path)
