@@ -137,7 +137,7 @@ def test_cli_resolve_names_the_variant(matrix: Matrix) -> None:
 
 def test_make_with_a_variant_builds_that_variant_not_the_hosts() -> None:
     """`make --torch 2.5.1+cu121` asks for hardware (the variant): no doctor recommendation."""
-    from envbuild.render.pipeline import wants_recommendation
+    from envbuild.features.make import wants_recommendation
 
     assert wants_recommendation(Request(torch="2.5.1"))
     assert not wants_recommendation(Request(torch="2.5.1+cu121"))

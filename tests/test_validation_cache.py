@@ -188,7 +188,7 @@ def test_make_without_target_takes_the_doctors_choice(host: str, target: str,
     from envbuild.doctor.model import Request as Ask
     from envbuild.doctor.recommend import recommend
     from envbuild.doctor.view import build_view
-    from envbuild.render.pipeline import apply_recommendation, wants_recommendation
+    from envbuild.features.make import apply_recommendation, wants_recommendation
 
     req = Request(python="3.11")
     assert wants_recommendation(req)
@@ -206,7 +206,7 @@ def test_make_without_target_takes_the_doctors_choice(host: str, target: str,
                                         {"driver": "535.104.05"}, {"gpus": ("H100",)}])
 def test_hardware_options_keep_the_users_choice(given_opts: dict[str, object]) -> None:
     from envbuild.core.request import Request
-    from envbuild.render.pipeline import wants_recommendation
+    from envbuild.features.make import wants_recommendation
 
     assert not wants_recommendation(Request(**given_opts))  # type: ignore[arg-type]
 
@@ -214,7 +214,7 @@ def test_hardware_options_keep_the_users_choice(given_opts: dict[str, object]) -
 def test_cpu_only_host_gets_cpu() -> None:
     from envbuild.core.request import Request
     from envbuild.doctor.model import Recommendation
-    from envbuild.render.pipeline import apply_recommendation
+    from envbuild.features.make import apply_recommendation
 
     r = apply_recommendation(Request(torch="2.13.0"), Recommendation("cpu", reason="no GPU"))
     assert (r.target, r.cuda, r.driver, r.gpus, r.torch) == ("cpu", None, None, (), "2.13.0")

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from envbuild.core.base_facts import BaseFacts
     from envbuild.core.request import Request
     from envbuild.core.spec import Spec
+    from envbuild.doctor.model import Recommendation
     from envbuild.engine.build import BuildResult
     from envbuild.engine.registry import Attached
     from envbuild.engine.validate import Validation
@@ -315,7 +316,6 @@ def recommended(req: Request, m: Matrix, status: StatusHook = _no_status) -> tup
     from envbuild.doctor.model import Request as Ask
     from envbuild.doctor.recommend import recommend
     from envbuild.doctor.view import build_view
-    from envbuild.render.pipeline import apply_recommendation
 
     with status("no --target: asking the doctor what this host runs"):
         facts = probes.collect()
@@ -377,7 +377,7 @@ def make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) -
     from envbuild.engine.build import build as do_build
     from envbuild.matrix import load
     from envbuild.render.context import write_tree
-    from envbuild.render.pipeline import prepare, wants_recommendation
+    from envbuild.render.pipeline import prepare
 
     check(mr)
     hooks = hooks or Hooks()
@@ -467,3 +467,22 @@ def gpu_line(report: dict[str, Any]) -> str | None:
 
     verdict = gpu_verdict(report)
     return describe_gpu_verdict(verdict) if verdict is not None else None
+
+
+def wants_recommendation(req: Request) -> bool:
+    """No hardware asked for (no --target, --cuda, --rocm, --driver, --gpu, no variant as in
+    --torch 2.5.1+cu121): `make` builds what `envbuild doctor` recommends for this host instead
+    of the resolver's CUDA default."""
+    from envbuild.core.request import split_torch
+
+    variant = split_torch(req.torch)[1] if req.torch else None
+    return not (req.target or req.cuda or req.rocm or req.driver or req.gpus or variant)
+
+
+def apply_recommendation(req: Request, rec: Recommendation) -> Request:
+    """The request with the doctor's hardware choice; the user's other options stay. With a
+    --torch of the user's, the resolver picks the CUDA release from the driver and GPUs."""
+    return dataclasses.replace(
+        req, target=rec.target, rocm=rec.rocm or None, driver=rec.driver or None,
+        gpus=tuple(rec.gpus), cuda=(rec.cuda or None) if not req.torch else None,
+        torch=req.torch or rec.torch or None)

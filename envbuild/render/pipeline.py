@@ -17,7 +17,6 @@ from envbuild.common.errors import ConflictError, UsageError
 if TYPE_CHECKING:
     from envbuild.core.request import Request
     from envbuild.core.spec import Spec
-    from envbuild.doctor.model import Recommendation
     from envbuild.matrix import Matrix
     from envbuild.render.context import RenderedFile, RenderOptions
 
@@ -198,25 +197,6 @@ def _container(target: str) -> bool:
     from envbuild.core import targets
 
     return targets.get(target).container
-
-
-def wants_recommendation(req: Request) -> bool:
-    """No hardware asked for (no --target, --cuda, --rocm, --driver, --gpu, no variant as in
-    --torch 2.5.1+cu121): `make` builds what `envbuild doctor` recommends for this host instead
-    of the resolver's CUDA default."""
-    from envbuild.core.request import split_torch
-
-    variant = split_torch(req.torch)[1] if req.torch else None
-    return not (req.target or req.cuda or req.rocm or req.driver or req.gpus or variant)
-
-
-def apply_recommendation(req: Request, rec: Recommendation) -> Request:
-    """The request with the doctor's hardware choice; the user's other options stay. With a
-    --torch of the user's, the resolver picks the CUDA release from the driver and GPUs."""
-    return dataclasses.replace(
-        req, target=rec.target, rocm=rec.rocm or None, driver=rec.driver or None,
-        gpus=tuple(rec.gpus), cuda=(rec.cuda or None) if not req.torch else None,
-        torch=req.torch or rec.torch or None)
 
 
 def all_requests(base: Request, m: Matrix) -> list[Request]:
