@@ -15,7 +15,7 @@ from functools import cache
 from typing import Any
 
 from envbuild.common.errors import MatrixError
-from envbuild.common.versions import version_key
+from envbuild.common.versions import major_of, version_key
 from envbuild.matrix import Matrix, TorchRelease, Variant
 from envbuild.validator import rules
 
@@ -27,7 +27,9 @@ def at_least(version: str, floor: str) -> bool:
     return version_key(version) >= version_key(floor)
 
 
-def _ga(m: Matrix, cuda: str, windows: bool) -> str:
+def ga_driver(m: Matrix, cuda: str, windows: bool = False) -> str:
+    """The driver CUDA minor `cuda` shipped with: the oldest that runs it natively ('' when
+    unknown)."""
     rel = m.cuda_release(cuda)
     if rel is None:
         return ""
@@ -46,16 +48,16 @@ def cuda_for_driver(m: Matrix, driver: str, windows: bool = False) -> str:
     """The newest CUDA minor this driver supports natively ('' if older than every row)."""
     best = ""
     for rel in m.cuda:
-        if at_least(driver, _ga(m, rel.version, windows)):
+        if at_least(driver, ga_driver(m, rel.version, windows)):
             best = rel.version
     return best
 
 
 def how_runs(m: Matrix, driver: str, cuda: str, windows: bool = False) -> str:
     """'native', 'mvc' (minor-version compatibility) or '' (this driver cannot run CUDA cuda)."""
-    if at_least(driver, _ga(m, cuda, windows)):
+    if at_least(driver, ga_driver(m, cuda, windows)):
         return "native"
-    if at_least(driver, mvc_floor(m, int(cuda.split(".")[0]), windows)):
+    if at_least(driver, mvc_floor(m, major_of(cuda), windows)):
         return "mvc"
     return ""
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from envbuild.common.errors import ConflictError, UsageError
-from envbuild.core import targets
+from envbuild.core import compat, targets
 from envbuild.core.gpu_window import FleetWindow, branch_of, fleet, window
 from envbuild.core.request import TORCH_BARE, GpuRef, Parsed, Request, parse, torch_specifier
 from envbuild.matrix import (
@@ -186,18 +186,16 @@ def _min_driver(m: Matrix, image_minor: str, wheel_cuda: str, t: _Trace,
     """max(what the image's NVIDIA_REQUIRE_CUDA demands, the wheel's minor-version-compatibility
     floor, the first driver branch of every GPU). On a plain base envbuild writes
     NVIDIA_REQUIRE_CUDA itself: cuda>=X.0 of the wheel's major, so only the floor counts."""
-    rel = m.cuda_release(image_minor)
-    floor = m.compat_floor(major_of(wheel_cuda))
-    assert floor is not None
-    need_wheel = floor.min_driver_linux
+    need_wheel = compat.mvc_floor(m, major_of(wheel_cuda))
+    assert need_wheel
     if plain:
-        need_image = rel.ga_driver_linux if rel is not None else need_wheel
+        need_image = compat.ga_driver(m, image_minor) or need_wheel
         t.add(f"NVIDIA_REQUIRE_CUDA=cuda>={image_minor}, written by envbuild on the plain base: "
               f"the container runtime refuses drivers older than CUDA {image_minor} "
               "(no more: the wheel needs no newer minor, see below)")
     else:
-        assert rel is not None
-        need_image = rel.ga_driver_linux
+        need_image = compat.ga_driver(m, image_minor)
+        assert need_image
         t.add(f"the nvidia/cuda {image_minor} base image sets NVIDIA_REQUIRE_CUDA=cuda>="
               f"{image_minor}: the driver must support CUDA {image_minor} natively "
               f"(>= {need_image})")
@@ -226,12 +224,11 @@ def _image_minor_for_driver(m: Matrix, v: Variant, p: Parsed, t: _Trace,
         driver = f"{cap}.999.999"
     if driver is None or p.flavor == "devel":
         return v.version
-    own = m.cuda_release(v.version)
-    if own is not None and version_key(own.ga_driver_linux) <= version_key(driver):
+    if compat.how_runs(m, driver, v.version) == "native":
         return v.version
     older = [r for r in m.cuda if major_of(r.version) == major_of(v.version) and r.image
              and version_key(r.version) < version_key(v.version)
-             and version_key(r.ga_driver_linux) <= version_key(driver)]
+             and compat.how_runs(m, driver, r.version) == "native"]
     if not older:
         return v.version
     best = max(older, key=lambda r: version_key(r.version))
@@ -403,9 +400,9 @@ def _resolve_forward_compat(m: Matrix, p: Parsed, rel: TorchRelease, patch: Torc
     forward-compatibility libraries rendered into a plain-base image. None when the driver runs
     the wheel natively (the ordinary resolution then applies)."""
     assert p.driver is not None
-    floor = m.compat_floor(major_of(v.version))
-    assert floor is not None
-    if version_key(p.driver) >= version_key(floor.min_driver_linux):
+    floor = compat.mvc_floor(m, major_of(v.version))
+    assert floor
+    if compat.at_least(p.driver, floor):
         return None
     if p.flavor != "base":
         raise ConflictError(f"--forward-compat builds on a plain OS base; --flavor {p.flavor} "
@@ -418,8 +415,8 @@ def _resolve_forward_compat(m: Matrix, p: Parsed, rel: TorchRelease, patch: Torc
     why_not = compat_refusal(m, p.gpus)
     if why_not is not None:
         raise ConflictError(f"--forward-compat: {why_not}",
-                            f"upgrade the driver to >= {floor.min_driver_linux} (R"
-                            f"{branch_of(floor.min_driver_linux)}) for the {v.tag} wheel, or drop "
+                            f"upgrade the driver to >= {floor} (R"
+                            f"{branch_of(floor)}) for the {v.tag} wheel, or drop "
                             "--forward-compat for a wheel this driver runs natively")
     branch = branch_of(p.driver)
     pkg = compat_package(m, v.version, branch)
@@ -431,7 +428,7 @@ def _resolve_forward_compat(m: Matrix, p: Parsed, rel: TorchRelease, patch: Torc
                       f"branch R{branch} (the known ones serve R{', R'.join(known) or ' none'})")
     _check_gpus(v, p.gpus, t)
     t.add(f"the {v.tag} wheel needs a CUDA {major_of(v.version)}.x driver >= "
-          f"{floor.min_driver_linux}; the {p.driver} driver (R{branch}) runs it through NVIDIA's "
+          f"{floor}; the {p.driver} driver (R{branch}) runs it through NVIDIA's "
           f"forward-compatibility libraries {pkg.version} (CUDA {pkg.cuda}, from "
           f"redistrib_{pkg.redist}.json), which serve R{', R'.join(pkg.host_branches)}")
     t.add(f"{', '.join(g.label for g in p.gpus)}: data-center GPUs, which NVIDIA supports "
@@ -466,9 +463,9 @@ def _resolve_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v:
     if p.cuda and p.cuda.count(".") == 2 and not m.images_for(p.cuda):
         raise _Reject(f"no nvidia/cuda {p.cuda} image is known")
     if p.forward_compat and p.driver is not None:
-        compat = _resolve_forward_compat(m, p, rel, patch, v, t, fw)
-        if compat is not None:
-            return compat
+        forward = _resolve_forward_compat(m, p, rel, patch, v, t, fw)
+        if forward is not None:
+            return forward
     if p.base is not None:
         on_base = _resolve_nvidia_base if p.base.nvidia else _resolve_plain_cuda
         return on_base(m, p, rel, patch, v, t, fw)
@@ -802,10 +799,9 @@ def _precheck(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatc
     if p.target == "cuda" and p.driver is not None:
         needs = []
         for r in m.cuda:
-            floor = m.compat_floor(major_of(r.version))
-            if r.image and floor is not None:
-                needs.append((max(r.ga_driver_linux, floor.min_driver_linux, key=version_key),
-                              r))
+            floor = compat.mvc_floor(m, major_of(r.version))
+            if r.image and floor:
+                needs.append((max(compat.ga_driver(m, r.version), floor, key=version_key), r))
         if needs:
             lowest, rel = min(needs, key=lambda x: version_key(x[0]))
             if version_key(p.driver) < version_key(lowest):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from envbuild.common.versions import major_of
 from envbuild.core import compat
 from envbuild.core.compat import HostRules
 from envbuild.core.gpu_window import branch_of, window
@@ -125,8 +126,7 @@ def check_nvidia(v: View, m: Matrix, rules: HostRules, o: Out) -> None:
         else:
             oldest = m.cuda[0] if m.cuda else None
             need = (f" (CUDA {oldest.version} needs >= "
-                    f"{oldest.ga_driver_windows if v.wsl else oldest.ga_driver_linux})"
-                    if oldest else "")
+                    f"{compat.ga_driver(m, oldest.version, v.wsl)})" if oldest else "")
             choice = compat.choose_cuda(m, driver, v.ccs, v.wsl)
             how = ("CUDA wheels run on it only through minor-version compatibility"
                    if choice else "no CUDA wheel envbuild knows runs on it")
@@ -237,9 +237,8 @@ def check_request(v: View, m: Matrix, req: Request, o: Out) -> None:
               "images for it can still be built here and run on a GPU host")
         return
     how = compat.how_runs(m, v.driver, cuda, v.wsl)
-    rel = m.cuda_release(cuda)
-    ga = (rel.ga_driver_windows if v.wsl else rel.ga_driver_linux) if rel else ""
-    floor = compat.mvc_floor(m, int(cuda.split(".")[0]), v.wsl)
+    ga = compat.ga_driver(m, cuda, v.wsl)
+    floor = compat.mvc_floor(m, major_of(cuda), v.wsl)
     native = v.driver_cuda(m)
     if how == "native":
         o.add("cuda.request_ok", OK, f"driver {v.driver} runs CUDA {cuda} natively "

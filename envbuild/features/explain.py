@@ -26,7 +26,7 @@ from envbuild.common import boundedio, logscan
 from envbuild.common.echo import escaped
 from envbuild.common.errors import MatrixError
 from envbuild.common.logscan import MIN_ANCHOR, Haystack, Scanner, anchor
-from envbuild.common.versions import minor_of
+from envbuild.common.versions import major_of, minor_of
 from envbuild.core import compat
 from envbuild.core.spec import Spec
 from envbuild.matrix import Matrix
@@ -191,16 +191,16 @@ def derive(f: dict[str, str], m: Matrix) -> dict[str, str]:
         f["cuda"] = compat.cuda_of_tag("cu" + f["cu_tag"])
     if "require_cuda" in f:
         f.setdefault("cuda", f["require_cuda"])
-        rel = m.cuda_release(f["require_cuda"])
-        if rel is not None and rel.ga_driver_linux:
-            f["require_driver"] = rel.ga_driver_linux
-        floor = compat.mvc_floor(m, int(f["require_cuda"].split(".")[0]))
+        ga = compat.ga_driver(m, f["require_cuda"])
+        if ga:
+            f["require_driver"] = ga
+        floor = compat.mvc_floor(m, major_of(f["require_cuda"]))
         if floor:
             f["require_floor"] = floor
     if f.get("cuda"):
-        major = f["cuda"].split(".")[0]
-        f["cuda_major"] = major
-        floor = compat.mvc_floor(m, int(major))
+        major = major_of(f["cuda"])
+        f["cuda_major"] = str(major)
+        floor = compat.mvc_floor(m, major)
         if floor:
             f["cuda_floor"] = floor
             f["cuda_floor_branch"] = floor.split(".")[0]
@@ -213,9 +213,8 @@ def derive(f: dict[str, str], m: Matrix) -> dict[str, str]:
                 f["driver_cuda"] = native
     proxy = driver.replace(".x", "")
     if not proxy and f.get("driver_cuda"):
-        rel = m.cuda_release(f["driver_cuda"])
-        proxy = rel.ga_driver_linux if rel is not None and rel.ga_driver_linux else \
-            compat.mvc_floor(m, int(f["driver_cuda"].split(".")[0]))
+        proxy = compat.ga_driver(m, f["driver_cuda"]) or \
+            compat.mvc_floor(m, major_of(f["driver_cuda"]))
     if proxy:
         spec = _resolved(m, target="cuda", driver=proxy)
         if spec is not None and spec.torch_cuda and spec.torch_cuda != f.get("cuda"):
