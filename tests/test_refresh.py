@@ -36,9 +36,9 @@ from envbuild.features.refresh import (
     run_refresh,
     split_tag,
     torch_pin,
-    variant_tag,
 )
 from envbuild.matrix import Matrix, check, load
+from envbuild.validator import rules
 from tests.conftest import run_cli
 
 FIX = Path(__file__).parent / "fixtures" / "refresh"
@@ -160,7 +160,7 @@ def test_recorded_torch_pins_equal_the_matrix_default_variant(path: Path, matrix
     pins = pins_from_requires(reqs)
     release = ".".join(path.name.split("-")[1].split(".")[:2])
     row = next(r for r in matrix.torch if r.version == release)
-    assert variant_tag(pins.cuda) == row.default_variant
+    assert rules.cuda_tag(pins.cuda) == row.default_variant
     var = next(v for v in matrix.variants if v.release == release and v.tag == row.default_variant)
     assert (pins.cuda, pins.cudnn, pins.nccl) == (var.version, var.cudnn, var.nccl)
 

@@ -79,10 +79,6 @@ def covers_all(variant: Variant, ccs: Iterable[str]) -> bool:
     return all(covers(variant, cc) for cc in ccs)
 
 
-tag_of = rules.cuda_tag  # moved to the validator's rules (the bottom layer); callers move next
-cuda_of_tag = rules.cuda_of_tag
-
-
 def newest_torch(m: Matrix) -> TorchRelease | None:
     return m.torch[-1] if m.torch else None
 
@@ -115,7 +111,7 @@ class CudaChoice:
 
     @property
     def tag(self) -> str:
-        return tag_of(self.cuda)
+        return rules.cuda_tag(self.cuda)
 
 
 def choose_cuda(m: Matrix, driver: str, ccs: Iterable[str], windows: bool = False,
@@ -129,7 +125,7 @@ def choose_cuda(m: Matrix, driver: str, ccs: Iterable[str], windows: bool = Fals
                 continue
             if how_runs(m, driver, cuda, windows) != how:
                 continue
-            rel = newest_release_with(m, tag_of(cuda), need)
+            rel = newest_release_with(m, rules.cuda_tag(cuda), need)
             if rel is not None:
                 return CudaChoice(cuda, rel.version, how)
     return None

@@ -199,7 +199,7 @@ def _min_driver(m: Matrix, image_minor: str, wheel_cuda: str, t: _Trace,
         t.add(f"the nvidia/cuda {image_minor} base image sets NVIDIA_REQUIRE_CUDA=cuda>="
               f"{image_minor}: the driver must support CUDA {image_minor} natively "
               f"(>= {need_image})")
-    t.add(f"the cu{wheel_cuda.replace('.', '')} wheel bundles its CUDA {wheel_cuda} libraries and "
+    t.add(f"the {rules.cuda_tag(wheel_cuda)} wheel bundles its CUDA {wheel_cuda} libraries and "
           f"runs on any CUDA {major_of(wheel_cuda)}.x driver >= {need_wheel} through minor "
           "version compatibility")
     needs = [need_image, need_wheel]

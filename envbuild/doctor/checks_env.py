@@ -12,6 +12,7 @@ from envbuild.doctor import model, parse
 from envbuild.doctor.model import HostFacts
 from envbuild.doctor.view import ERROR, INFO, OK, WARN, Out, View, minor, tail, torch_probe
 from envbuild.matrix import Matrix, Variant
+from envbuild.validator import rules
 
 
 def check_docker(v: View, m: Matrix, rules: HostRules, o: Out) -> None:
@@ -217,7 +218,7 @@ def check_torch(v: View, m: Matrix, o: Out) -> None:
 
 def installed_variant(v: View, m: Matrix, torch: str,
                        probe: Mapping[str, Any]) -> Variant | None:
-    var = compat.variant(m, minor(torch), compat.tag_of(v.torch_cuda))
+    var = compat.variant(m, minor(torch), rules.cuda_tag(v.torch_cuda))
     if var is not None:
         return var
     flags = str(probe.get("arch_flags") or "").split()
@@ -225,5 +226,5 @@ def installed_variant(v: View, m: Matrix, torch: str,
     ptx = tuple(compat.cc_of(x) for x in flags if x.startswith("compute_"))
     if not sass and not ptx:
         return None
-    return Variant(release=minor(torch), tag=compat.tag_of(v.torch_cuda), kind="cuda",
+    return Variant(release=minor(torch), tag=rules.cuda_tag(v.torch_cuda), kind="cuda",
                    sass=sass, ptx=ptx)

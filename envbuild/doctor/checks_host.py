@@ -25,6 +25,7 @@ from envbuild.doctor.view import (
     tail,
 )
 from envbuild.matrix import Matrix
+from envbuild.validator.rules import cuda_tag
 
 WSL_DRIVER_PKG = re.compile(
     r"^(nvidia-(driver|dkms|kernel|utils|compute-utils|headless)|"
@@ -256,7 +257,7 @@ def check_request(v: View, m: Matrix, req: Request, o: Out) -> None:
               f"through minor-version compatibility; this driver supports {supports}",
               f"install a driver >= {floor.split('.')[0] if floor else ga}, or use the CUDA "
               "version recommended below")
-    tag = compat.tag_of(cuda)
+    tag = cuda_tag(cuda)
     if not any(v2.tag == tag for v2 in m.variants):
         o.add("cuda.request_no_wheels", INFO, f"no torch release has {tag} wheels",
               "torch wheels exist for CUDA " + ", ".join(compat.wheel_cudas(m)))

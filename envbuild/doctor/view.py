@@ -11,6 +11,7 @@ from envbuild.core import compat
 from envbuild.doctor import model, parse
 from envbuild.doctor.model import Finding, HostFacts, Severity
 from envbuild.matrix import Matrix
+from envbuild.validator import rules
 
 OK, INFO, WARN, ERROR = Severity.OK, Severity.INFO, Severity.WARN, Severity.ERROR
 WSL_LIB = "/usr/lib/wsl/lib"
@@ -123,14 +124,14 @@ def build_view(f: HostFacts, m: Matrix) -> View:
         local = torch.partition("+")[2]
         probe = torch_probe(f)
         if local.startswith("cu"):
-            v.torch_flavor, v.torch_cuda = "cuda", compat.cuda_of_tag(local)
+            v.torch_flavor, v.torch_cuda = "cuda", rules.cuda_of_tag(local)
         elif local.startswith("rocm"):
             v.torch_flavor = "rocm"
         elif local == "cpu":
             v.torch_flavor = "cpu"
         elif probe.get("cuda"):
-            v.torch_flavor, v.torch_cuda = "cuda", compat.cuda_of_tag(
-                compat.tag_of(".".join(str(probe["cuda"]).split(".")[:2])))
+            v.torch_flavor, v.torch_cuda = "cuda", rules.cuda_of_tag(
+                rules.cuda_tag(str(probe["cuda"])))
         elif probe.get("hip"):
             v.torch_flavor = "rocm"
         elif probe and "error" not in probe:
@@ -139,7 +140,7 @@ def build_view(f: HostFacts, m: Matrix) -> View:
             v.torch_flavor = default_flavor(m, torch)
             if v.torch_flavor == "cuda":
                 rel = m.torch_release(minor(torch))
-                v.torch_cuda = compat.cuda_of_tag(rel.default_variant) if rel else ""
+                v.torch_cuda = rules.cuda_of_tag(rel.default_variant) if rel else ""
     return v
 
 

@@ -188,7 +188,7 @@ def derive(f: dict[str, str], m: Matrix) -> dict[str, str]:
     if "driver_api" in f and "driver_cuda" not in f:
         f["driver_cuda"] = _api_to_cuda(f["driver_api"])
     if "cu_tag" in f and "cuda" not in f:
-        f["cuda"] = compat.cuda_of_tag("cu" + f["cu_tag"])
+        f["cuda"] = rules.cuda_of_tag("cu" + f["cu_tag"])
     if "require_cuda" in f:
         f.setdefault("cuda", f["require_cuda"])
         ga = compat.ga_driver(m, f["require_cuda"])

@@ -28,6 +28,7 @@ from envbuild.common.http import Reply as Reply
 from envbuild.common.http import ca_bundle as ca_bundle
 from envbuild.common.http import first_line as _first_line
 from envbuild.common.versions import version_key
+from envbuild.validator import rules
 
 if TYPE_CHECKING:
     from envbuild.matrix import Matrix
@@ -257,12 +258,6 @@ def torch_pin(requires: Iterable[str]) -> tuple[str, str]:
     return ("", "")
 
 
-def variant_tag(cuda: str) -> str:
-    """'13.0' -> 'cu130'."""
-    major, _, minor = cuda.partition(".")
-    return f"cu{major}{minor}"
-
-
 def minor_of(version: str) -> str:
     return ".".join(version.split(".")[:2])
 
@@ -287,7 +282,7 @@ def diff_pypi(m: Matrix, facts: PypiFacts) -> list[Change]:
         newest = max(patches, key=lambda t: version_key(t.version))
         ev = f"torch {newest.version} {newest.wheel}"
         rel = known.get(minor)
-        default = variant_tag(newest.pins.cuda) if newest.pins.cuda else ""
+        default = rules.cuda_tag(newest.pins.cuda) if newest.pins.cuda else ""
         if rel is None:
             out.append(Change(src, "new-release", "torch.toml", "release", _key(version=minor),
                               new={"python": list(newest.python), "default_variant": default,
@@ -960,7 +955,7 @@ def _refresh_one(src: str, http: Http, m: Matrix, changes: list[Change], notes: 
             "read_by_range": [t.version for t in facts.torch if t.wheel.endswith(RANGE_NOTE)],
             "torch_minors": len({minor_of(t.version) for t in facts.torch}),
             **{c: len(facts.companions.get(c, ())) for c in COMPANIONS},
-            "default_variants": {minor_of(t.version): variant_tag(t.pins.cuda) if t.pins.cuda
+            "default_variants": {minor_of(t.version): rules.cuda_tag(t.pins.cuda) if t.pins.cuda
                                  else "" for t in facts.torch}}
     elif src == "pytorch-index":
         base = index_url or str(m.meta.get("torch", {}).get("index_base", ""))

@@ -15,6 +15,7 @@ from typing import Any
 from .rules import (
     arch_covers,
     arch_kind,
+    cuda_tag,
     cudnn_version_str,
     gfx_covers,
     local_tag,
@@ -388,8 +389,8 @@ def _other_target(spec: dict[str, Any], want: str, ev: dict[str, Any]) -> Outcom
 def _runtime_version(spec: dict[str, Any], facts: dict[str, Any], target: str) -> Outcome:
     """torch's CUDA (torch.version.cuda vs spec.torch_cuda) or HIP (torch.version.hip vs
     spec.rocm) major.minor against the spec."""
-    fact, key, name, tag = (("cuda", "torch_cuda", "CUDA", "cu") if target == "cuda"
-                            else ("hip", "rocm", "HIP", "rocm"))
+    fact, key, name = (("cuda", "torch_cuda", "CUDA") if target == "cuda"
+                       else ("hip", "rocm", "HIP"))
     actual = _torch_facts(facts).get(fact)
     expected = spec.get(key)
     ev = {"expected": expected, "actual": actual}
@@ -402,7 +403,7 @@ def _runtime_version(spec: dict[str, Any], facts: dict[str, Any], target: str) -
         return failed(f"torch has no {name} at all: see expect.flavor",
                       f"torch.version.{fact} is None", ev)
     if major_minor(actual) != major_minor(str(expected)):
-        build = tag + (str(expected).replace(".", "") if target == "cuda" else str(expected))
+        build = cuda_tag(str(expected)) if target == "cuda" else f"rocm{expected}"
         return failed(f"install the {build} build of torch; this one is built with {name} "
                       f"{actual}", f"{name} {actual}, spec wants {target.upper()} {expected}",
                       ev)
