@@ -62,16 +62,15 @@ def how_runs(m: Matrix, driver: str, cuda: str, windows: bool = False) -> str:
     return ""
 
 
-def cc_of(text: str) -> str:
-    """'sm_86' / 'compute_90' / '8.6' / '86' / 'sm_120' -> '8.6', '9.0', '12.0' (the one
-    parser: envbuild.validator.rules)."""
-    return rules.cc_of(text)
+def arch_covers(sass: Iterable[str], ptx: Iterable[str], cc: str) -> str | None:
+    """Which arch of a wheel (matrix form: sass/ptx compute capabilities) runs on compute
+    capability `cc`, or None (the one rule, shared with the validator: rules.arch_covers)."""
+    via: str | None = rules.arch_covers(rules.arch_names(tuple(sass), tuple(ptx)), cc)["via"]
+    return via
 
 
 def covers(variant: Variant, cc: str) -> bool:
     """A CUDA wheel runs on compute capability cc (the resolver's rule: cubin or PTX JIT)."""
-    from envbuild.core.resolve import arch_covers
-
     return arch_covers(variant.sass, variant.ptx, cc) is not None
 
 

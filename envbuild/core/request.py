@@ -15,6 +15,7 @@ from envbuild.common.errors import UsageError
 from envbuild.common.versions import version_key
 from envbuild.core import targets
 from envbuild.matrix import Gpu, Matrix, Variant
+from envbuild.validator import rules
 
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
@@ -188,10 +189,10 @@ def parse_gpu(text: str, matrix: Matrix) -> GpuRef:
     if m:
         cc = f"{int(m.group(1))}.{m.group(2)}"
         if matrix.arch(cc) is None:
-            known = [f"sm_{a.cc.replace('.', '')}" for a in matrix.archs]
+            known = [rules.arch_name(a.cc) for a in matrix.archs]
             raise UsageError(f"compute capability {cc} is not a known NVIDIA architecture",
                              "known: " + ", ".join(known))
-        return GpuRef(label=f"sm_{cc.replace('.', '')}", vendor="nvidia", cc=cc)
+        return GpuRef(label=rules.arch_name(cc), vendor="nvidia", cc=cc)
     if re.fullmatch(r"gfx[0-9a-f]{3,4}", raw, re.IGNORECASE):
         return GpuRef(label=raw.lower(), vendor="amd", gfx=raw.lower())
     index = gpu_index(matrix)

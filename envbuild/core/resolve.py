@@ -55,13 +55,6 @@ class _Reject(Exception):
         self.narrow = narrow
 
 
-def arch_covers(sass: Iterable[str], ptx: Iterable[str], cc: str) -> str | None:
-    """Which arch of a wheel runs on compute capability `cc`, or None (the one rule, shared with
-    the validator: envbuild.validator.rules.arch_covers)."""
-    via: str | None = rules.arch_covers(rules.arch_names(tuple(sass), tuple(ptx)), cc)["via"]
-    return via
-
-
 def arch_list(v: Variant) -> list[str]:
     """The wheel's arch list as torch.cuda.get_arch_list() prints it."""
     if v.kind == "rocm":
@@ -169,16 +162,16 @@ def _check_gpus(v: Variant, gpus: tuple[GpuRef, ...], t: _Trace) -> None:
                               f"({g.gfx}); it is built for {', '.join(v.gfx)}")
             t.add(f"{g.label} ({g.gfx}) is in the wheel's gfx list")
             continue
-        how = arch_covers(v.sass, v.ptx, g.cc)
+        how = compat.arch_covers(v.sass, v.ptx, g.cc)
         if how is None:
             raise _Reject(f"the torch {v.release} {v.tag} wheel has no kernels for {g.label} "
-                          f"(sm_{g.cc.replace('.', '')}); it ships "
+                          f"({rules.arch_name(g.cc)}); it ships "
                           f"{', '.join(arch_list(v))}")
         if how.startswith("compute_"):
-            t.add(f"{g.label} (sm_{g.cc.replace('.', '')}) runs through PTX {how}, JIT-compiled "
+            t.add(f"{g.label} ({rules.arch_name(g.cc)}) runs through PTX {how}, JIT-compiled "
                   "at first use (slower start, same results)")
         else:
-            t.add(f"{g.label} (sm_{g.cc.replace('.', '')}) runs the wheel's {how} cubin")
+            t.add(f"{g.label} ({rules.arch_name(g.cc)}) runs the wheel's {how} cubin")
 
 
 def _min_driver(m: Matrix, image_minor: str, wheel_cuda: str, t: _Trace,
@@ -239,7 +232,7 @@ def _image_minor_for_driver(m: Matrix, v: Variant, p: Parsed, t: _Trace,
 
 
 def _gpu_fleet(m: Matrix, p: Parsed) -> FleetWindow:
-    return fleet(window(m, g.cc, f"{g.label} (sm_{g.cc.replace('.', '')})")
+    return fleet(window(m, g.cc, f"{g.label} ({rules.arch_name(g.cc)})")
                  for g in p.gpus if g.vendor == "nvidia" and g.cc)
 
 

@@ -222,8 +222,8 @@ def installed_variant(v: View, m: Matrix, torch: str,
     if var is not None:
         return var
     flags = str(probe.get("arch_flags") or "").split()
-    sass = tuple(compat.cc_of(x) for x in flags if x.startswith("sm_"))
-    ptx = tuple(compat.cc_of(x) for x in flags if x.startswith("compute_"))
+    sass = tuple(rules.cc_of(x) for x in flags if rules.arch_kind(x) == "sass")
+    ptx = tuple(rules.cc_of(x) for x in flags if rules.arch_kind(x) == "ptx")
     if not sass and not ptx:
         return None
     return Variant(release=minor(torch), tag=rules.cuda_tag(v.torch_cuda), kind="cuda",

@@ -25,7 +25,7 @@ from envbuild.doctor.view import (
     tail,
 )
 from envbuild.matrix import Matrix
-from envbuild.validator.rules import cuda_tag
+from envbuild.validator.rules import arch_name, cuda_tag
 
 WSL_DRIVER_PKG = re.compile(
     r"^(nvidia-(driver|dkms|kernel|utils|compute-utils|headless)|"
@@ -160,7 +160,7 @@ def check_driver_window(v: View, m: Matrix, driver: str, o: Out) -> None:
         if not g.cc or g.cc in seen:
             continue
         seen.add(g.cc)
-        w = window(m, g.cc, f"{g.name} (sm_{g.cc.replace('.', '')})")
+        w = window(m, g.cc, f"{g.name} ({arch_name(g.cc)})")
         if w is None or w.admits(driver):
             continue
         if w.too_new(driver):

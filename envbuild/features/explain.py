@@ -243,7 +243,7 @@ def derive(f: dict[str, str], m: Matrix) -> dict[str, str]:
 
 
 def _derive_arch(f: dict[str, str], m: Matrix) -> None:
-    cc = compat.cc_of(f.get("sm", "")) or compat.cc_of(f.get("cc", ""))
+    cc = rules.cc_of(f.get("sm", "")) or rules.cc_of(f.get("cc", ""))
     if not cc and f.get("gpu"):
         cc = compat.gpu_cc(m, f["gpu"])
     if not cc:
@@ -251,7 +251,7 @@ def _derive_arch(f: dict[str, str], m: Matrix) -> None:
     f["cc"] = cc
     if "supported" in f:
         f["supported"] = " ".join(f["supported"].split())
-    sm = "sm_" + cc.replace(".", "")
+    sm = rules.arch_name(cc)
     spec = _resolved(m, target="cuda", gpus=(sm,))
     if spec is None or not spec.torch_cuda:
         f["cover_none"] = cc
@@ -284,7 +284,7 @@ def _derive_nvcc_arch(f: dict[str, str], m: Matrix) -> None:
     or, for an arch a newer nvcc dropped, the last toolkit that still did (last_cuda)."""
     if "nvcc_arch" not in f:
         return
-    cc = compat.cc_of(f["nvcc_arch"])
+    cc = rules.cc_of(f["nvcc_arch"])
     arch = m.arch(cc) if cc else None
     if arch is None:
         f["arch_unknown"] = f["nvcc_arch"]
