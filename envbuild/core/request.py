@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from envbuild.common.echo import shown
 from envbuild.common.errors import UsageError
-from envbuild.common.versions import version_key
+from envbuild.common.versions import major_of, minor_of, version_key
 from envbuild.core import targets
 from envbuild.matrix import Gpu, Matrix, Variant
 from envbuild.validator import rules
@@ -239,11 +239,11 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
         known = [r.version for r in matrix.cuda]
         if "." not in req.cuda:
             cuda_major = int(req.cuda)
-            if not any(k.split(".")[0] == str(cuda_major) for k in known):
+            if not any(major_of(k) == cuda_major for k in known):
                 raise UsageError(f"CUDA {cuda_major} is not a CUDA major envbuild knows",
                                  f"known CUDA releases: {', '.join(known)}")
         else:
-            cuda_minor = ".".join(req.cuda.split(".")[:2])
+            cuda_minor = minor_of(req.cuda)
             if matrix.cuda_release(cuda_minor) is None:
                 close = _close_versions(cuda_minor, known)
                 hint = (f"did you mean {' or '.join(close)}? " if close else "") + \
@@ -362,14 +362,14 @@ def _check_variant(req: Request, v: Variant, target: str, why: str) -> None:
                          f"({why})", f"{alone} for {target}; a {label.label} wheel needs "
                          f"--target {label.name}")
     if v.kind == "cuda" and req.cuda is not None:
-        major = req.cuda.split(".")[0]
+        major = major_of(req.cuda)
         too_new = "." in req.cuda and version_key(v.version) > version_key(req.cuda)
-        if v.version.split(".")[0] != major or too_new:
+        if major_of(v.version) != major or too_new:
             need = (f"a CUDA {major}.x wheel <= {req.cuda}" if "." in req.cuda
                     else f"a CUDA {major}.x wheel")
             raise UsageError(f"--torch {req.torch} is a CUDA {v.version} wheel; --cuda "
                              f"{req.cuda} needs {need}",
-                             f"use --cuda {v.version} (or a newer {v.version.split('.')[0]}.x "
+                             f"use --cuda {v.version} (or a newer {major_of(v.version)}.x "
                              f"image), or {alone}")
     if v.kind == "rocm" and req.rocm is not None and not (
             v.version == req.rocm or v.version.startswith(req.rocm + ".")):
@@ -426,7 +426,7 @@ def known_drivers(matrix: Matrix) -> list[str]:
 
 def _driver_branch(branch: str, matrix: Matrix) -> tuple[str, str]:
     """`--driver 470`: the oldest 470.x the matrix knows (what the branch surely is, at least)."""
-    same = [d for d in known_drivers(matrix) if d.split(".")[0] == branch]
+    same = [d for d in known_drivers(matrix) if str(major_of(d)) == branch]
     if same:
         return same[0], (f"driver {branch}: a branch, read as {same[0]}, the oldest {branch}.x "
                          "driver envbuild knows (give the full version nvidia-smi prints for an "

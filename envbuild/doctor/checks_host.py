@@ -255,7 +255,7 @@ def check_request(v: View, m: Matrix, req: Request, o: Out) -> None:
         o.add("nvidia.driver_too_old", ERROR,
               f"driver {v.driver} is too old for CUDA {cuda}: it needs >= {ga}, or >= {floor} "
               f"through minor-version compatibility; this driver supports {supports}",
-              f"install a driver >= {floor.split('.')[0] if floor else ga}, or use the CUDA "
+              f"install a driver >= {branch_of(floor) if floor else ga}, or use the CUDA "
               "version recommended below")
     tag = cuda_tag(cuda)
     if not any(v2.tag == tag for v2 in m.variants):

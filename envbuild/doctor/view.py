@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envbuild.common.echo import escaped
-from envbuild.common.versions import version_key
+from envbuild.common.versions import minor_of, version_key
 from envbuild.core import compat
 from envbuild.doctor import model, parse
 from envbuild.doctor.model import Finding, HostFacts, Severity
@@ -139,21 +139,17 @@ def build_view(f: HostFacts, m: Matrix) -> View:
         else:
             v.torch_flavor = default_flavor(m, torch)
             if v.torch_flavor == "cuda":
-                rel = m.torch_release(minor(torch))
+                rel = m.torch_release(minor_of(torch))
                 v.torch_cuda = rules.cuda_of_tag(rel.default_variant) if rel else ""
     return v
 
 
 def default_flavor(m: Matrix, torch: str) -> str:
     """A PyPI torch without a local tag on Linux is its release's default variant."""
-    rel = m.torch_release(minor(torch))
+    rel = m.torch_release(minor_of(torch))
     if rel is None:
         return "unknown"
     return "cuda" if rel.default_variant.startswith("cu") else rel.default_variant
-
-
-def minor(version: str) -> str:
-    return ".".join(version.partition("+")[0].split(".")[:2])
 
 
 def same_driver(a: str, b: str) -> bool:

@@ -28,6 +28,7 @@ from envbuild.common.errors import MatrixError
 from envbuild.common.logscan import MIN_ANCHOR, Haystack, Scanner, anchor
 from envbuild.common.versions import major_of, minor_of
 from envbuild.core import compat
+from envbuild.core.gpu_window import branch_of
 from envbuild.core.spec import Spec
 from envbuild.matrix import Matrix
 from envbuild.validator import rules
@@ -203,7 +204,7 @@ def derive(f: dict[str, str], m: Matrix) -> dict[str, str]:
         floor = compat.mvc_floor(m, major)
         if floor:
             f["cuda_floor"] = floor
-            f["cuda_floor_branch"] = floor.split(".")[0]
+            f["cuda_floor_branch"] = str(branch_of(floor))
     driver = f.get("driver", "")
     if driver:
         f["driver_branch"] = driver.split(".")[0]

@@ -27,7 +27,7 @@ from envbuild.common.http import RegistryAuth
 from envbuild.common.http import Reply as Reply
 from envbuild.common.http import ca_bundle as ca_bundle
 from envbuild.common.http import first_line as _first_line
-from envbuild.common.versions import version_key
+from envbuild.common.versions import minor_of, version_key
 from envbuild.validator import rules
 
 if TYPE_CHECKING:
@@ -236,7 +236,7 @@ def pins_from_requires(requires: Iterable[str]) -> Pins:
             got[key] = exact[0]
             evidence.append(f"{name}=={exact[0]}")
     cuda_full = got.get("cuda-toolkit") or got.get("cuda-runtime", "")
-    cuda = ".".join(cuda_full.split(".")[:2]) if cuda_full else ""
+    cuda = minor_of(cuda_full) if cuda_full else ""
     return Pins(cuda=cuda, cuda_full=cuda_full, cudnn=got.get("cudnn", ""),
                 nccl=got.get("nccl", ""), evidence=tuple(evidence))
 
@@ -256,10 +256,6 @@ def torch_pin(requires: Iterable[str]) -> tuple[str, str]:
         exact = [s.version for s in req.specifier if s.operator == "==" and "*" not in s.version]
         return (exact[0] if len(exact) == 1 else "", str(req))
     return ("", "")
-
-
-def minor_of(version: str) -> str:
-    return ".".join(version.split(".")[:2])
 
 
 # ------------------------------------------------------------------------------- pure: diffs
