@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from envbuild.common.errors import MatrixError, UsageError
-from envbuild.core import compat
+from envbuild.core import compat, gpus
 from envbuild.core.spec import Spec
 from envbuild.doctor import evaluate, model, parse, probes, record, report, view
 from envbuild.doctor.model import Cmd, HostFacts, Request, Severity
@@ -479,10 +479,10 @@ def test_arch_coverage_rules(small: Matrix) -> None:
 
 
 def test_gpu_names_resolve_through_the_matrix(matrix: Matrix) -> None:
-    assert compat.gpu_cc(matrix, "NVIDIA H100 80GB HBM3") == "9.0"
-    assert compat.gpu_cc(matrix, "NVIDIA GeForce GTX 1080 Ti") == "6.1"
-    assert compat.gpu_cc(matrix, "NVIDIA A100-SXM4-80GB") == "8.0"
-    assert compat.gpu_cc(matrix, "Tesla V100-SXM2-16GB") == "7.0"
+    assert gpus.gpu_cc(matrix, "NVIDIA H100 80GB HBM3") == "9.0"
+    assert gpus.gpu_cc(matrix, "NVIDIA GeForce GTX 1080 Ti") == "6.1"
+    assert gpus.gpu_cc(matrix, "NVIDIA A100-SXM4-80GB") == "8.0"
+    assert gpus.gpu_cc(matrix, "Tesla V100-SXM2-16GB") == "7.0"
 
 
 # ---------------------------------------------------------------- robustness, recording

@@ -181,30 +181,6 @@ def mps_torch(m: Matrix, macos: str) -> TorchRelease | None:
     return None
 
 
-def _norm(name: str) -> str:
-    return re.sub(r"\s+", " ", name.casefold().replace("nvidia ", "").replace("geforce ", "")
-                  .replace("amd ", "")).strip()
-
-
-def gpu_cc(m: Matrix, product: str) -> str:
-    """Compute capability of an NVIDIA product name via gpus.toml (exact, else the longest
-    known name found as whole words inside it)."""
-    target = _norm(product)
-    best, best_len = "", 0
-    for g in m.gpus:
-        if g.vendor != "nvidia":
-            continue
-        for n in (g.name, *g.aliases):
-            k = _norm(n)
-            if not k:
-                continue
-            if k == target:
-                return g.cc
-            if re.search(rf"(?<![\w-]){re.escape(k)}(?![\w-])", target) and len(k) > best_len:
-                best, best_len = g.cc, len(k)
-    return best
-
-
 @dataclass(frozen=True)
 class HostRules:
     """Host facts that are not in the version matrix (matrix/signatures.toml [doctor])."""

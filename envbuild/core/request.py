@@ -14,7 +14,8 @@ from envbuild.common.echo import shown
 from envbuild.common.errors import UsageError
 from envbuild.common.versions import major_of, minor_of, version_key
 from envbuild.core import targets
-from envbuild.matrix import Gpu, Matrix, Variant
+from envbuild.core.gpus import gpu_index, name_key
+from envbuild.matrix import Matrix, Variant
 from envbuild.validator import rules
 
 if TYPE_CHECKING:
@@ -163,23 +164,6 @@ def torch_specifier(text: str) -> SpecifierSet:
     return spec
 
 
-def _norm_gpu(name: str) -> str:
-    s = name.casefold().strip()
-    for prefix in ("nvidia ", "geforce ", "tesla ", "amd ", "radeon ", "instinct "):
-        if s.startswith(prefix):
-            s = s[len(prefix):]
-    return re.sub(r"[\s_-]+", " ", s)
-
-
-def gpu_index(matrix: Matrix) -> dict[str, Gpu]:
-    out: dict[str, Gpu] = {}
-    for g in matrix.gpus:
-        for n in (g.name, *g.aliases):
-            out.setdefault(n.casefold(), g)
-            out.setdefault(_norm_gpu(n), g)
-    return out
-
-
 def parse_gpu(text: str, matrix: Matrix) -> GpuRef:
     raw = text.strip()
     if not raw or len(raw) > 80 or not re.fullmatch(r"[\w .+()/-]+", raw):
@@ -196,10 +180,10 @@ def parse_gpu(text: str, matrix: Matrix) -> GpuRef:
     if re.fullmatch(r"gfx[0-9a-f]{3,4}", raw, re.IGNORECASE):
         return GpuRef(label=raw.lower(), vendor="amd", gfx=raw.lower())
     index = gpu_index(matrix)
-    g = index.get(raw.casefold()) or index.get(_norm_gpu(raw))
+    g = index.get(raw.casefold()) or index.get(name_key(raw))
     if g is None:
         names = sorted({x.name for x in matrix.gpus})
-        close = _close(raw, names) or _close(_norm_gpu(raw), [_norm_gpu(n) for n in names])
+        close = _close(raw, names) or _close(name_key(raw), [name_key(n) for n in names])
         raise UsageError(f"unknown GPU {shown(raw)}",
                          "give a compute capability instead (e.g. --gpu sm_89) or a known name "
                          "(`envbuild matrix show gpus`)", close)

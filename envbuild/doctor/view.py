@@ -7,7 +7,7 @@ from typing import Any
 
 from envbuild.common.echo import escaped
 from envbuild.common.versions import minor_of, version_key
-from envbuild.core import compat
+from envbuild.core import compat, gpus
 from envbuild.doctor import model, parse
 from envbuild.doctor.model import Finding, HostFacts, Severity
 from envbuild.matrix import Matrix
@@ -104,7 +104,7 @@ def build_view(f: HostFacts, m: Matrix) -> View:
     rows = {r["index"]: r for r in parse.nvsmi_csv(csv.stdout if csv and csv.ok else "")}
     for g in v.smi.gpus if v.smi else ():
         row = rows.get(str(g.index), {})
-        cc = rules.cc_of(row.get("cc", "")) or compat.gpu_cc(m, g.name)
+        cc = rules.cc_of(row.get("cc", "")) or gpus.gpu_cc(m, g.name)
         v.gpus.append(Gpu(g.index, g.name, cc, g.memory_mib))
     v.nvidia = bool(v.kernel_driver or v.gpus or v.mismatch
                     or any(p[0] == "0x10de" for p in f.pci))

@@ -27,7 +27,7 @@ from envbuild.common.echo import escaped
 from envbuild.common.errors import MatrixError
 from envbuild.common.logscan import MIN_ANCHOR, Haystack, Scanner, anchor
 from envbuild.common.versions import major_of, minor_of
-from envbuild.core import compat
+from envbuild.core import compat, gpus
 from envbuild.core.gpu_window import branch_of
 from envbuild.core.spec import Spec
 from envbuild.matrix import Matrix
@@ -246,7 +246,7 @@ def derive(f: dict[str, str], m: Matrix) -> dict[str, str]:
 def _derive_arch(f: dict[str, str], m: Matrix) -> None:
     cc = rules.cc_of(f.get("sm", "")) or rules.cc_of(f.get("cc", ""))
     if not cc and f.get("gpu"):
-        cc = compat.gpu_cc(m, f["gpu"])
+        cc = gpus.gpu_cc(m, f["gpu"])
     if not cc:
         return
     f["cc"] = cc
