@@ -283,55 +283,49 @@ def judge_cuda_version(spec: dict[str, Any], facts: dict[str, Any]) -> Outcome:
     return _runtime_version(spec, facts, "cuda")
 
 
-def judge_cudnn(spec: dict[str, Any], facts: dict[str, Any]) -> Outcome:
-    t = _torch_facts(facts)
-    actual = cudnn_version_str(t.get("cudnn"))
-    expected = spec.get("cudnn")
-    ev = {"expected": expected, "actual": actual, "raw": t.get("cudnn"),
-          "error": t.get("cudnn_error")}
+def _cuda_library(spec: dict[str, Any], t: dict[str, Any], key: str, name: str, actual: Any,
+                  ev: dict[str, Any], missing: tuple[str, str], other_copy: str) -> Outcome:
+    """A CUDA library torch loads (cuDNN, NCCL) against the spec's pin: `missing` is the
+    (remediation, detail) when it does not load, `other_copy` what a wrong version means."""
     other = _other_target(spec, "cuda", ev)
     if other:
         return other
+    expected = spec.get(key)
     if not expected:
-        return skipped("spec does not pin cudnn", ev)
+        return skipped(f"spec does not pin {key}", ev)
     if not t.get("cuda"):
         return failed("torch has no CUDA at all: see expect.flavor", "torch.version.cuda is None",
                       ev)
     if not actual:
-        return failed(
-            "cuDNN does not load: install the nvidia-cudnn wheel torch requires (or the cudnn "
-            "image flavor) and make sure no other libcudnn shadows it on LD_LIBRARY_PATH",
-            "torch.backends.cudnn.version() is None", ev)
-    if not version_prefix_matches(str(expected), actual):
-        return failed(
-            f"torch loads cuDNN {actual} but the spec pins {expected}: another libcudnn on "
-            "LD_LIBRARY_PATH or a different nvidia-cudnn wheel is being picked up",
-            f"cuDNN {actual}, spec wants {expected}", ev)
-    return passed(f"cuDNN {actual}", ev)
+        return failed(*missing, ev)
+    if not version_prefix_matches(str(expected), str(actual)):
+        return failed(f"torch loads {name} {actual} but the spec pins {expected}: {other_copy}",
+                      f"{name} {actual}, spec wants {expected}", ev)
+    return passed(f"{name} {actual}", ev)
+
+
+def judge_cudnn(spec: dict[str, Any], facts: dict[str, Any]) -> Outcome:
+    t = _torch_facts(facts)
+    actual = cudnn_version_str(t.get("cudnn"))
+    ev = {"expected": spec.get("cudnn"), "actual": actual, "raw": t.get("cudnn"),
+          "error": t.get("cudnn_error")}
+    return _cuda_library(
+        spec, t, "cudnn", "cuDNN", actual, ev,
+        ("cuDNN does not load: install the nvidia-cudnn wheel torch requires (or the cudnn "
+         "image flavor) and make sure no other libcudnn shadows it on LD_LIBRARY_PATH",
+         "torch.backends.cudnn.version() is None"),
+        "another libcudnn on LD_LIBRARY_PATH or a different nvidia-cudnn wheel is being picked up")
 
 
 def judge_nccl(spec: dict[str, Any], facts: dict[str, Any]) -> Outcome:
     t = _torch_facts(facts)
     actual = t.get("nccl")
-    expected = spec.get("nccl")
-    ev = {"expected": expected, "actual": actual, "error": t.get("nccl_error")}
-    other = _other_target(spec, "cuda", ev)
-    if other:
-        return other
-    if not expected:
-        return skipped("spec does not pin nccl", ev)
-    if not t.get("cuda"):
-        return failed("torch has no CUDA at all: see expect.flavor", "torch.version.cuda is None",
-                      ev)
-    if not actual:
-        return failed("NCCL does not load: install the nvidia-nccl wheel torch requires",
-                      "torch.cuda.nccl.version() unavailable", ev)
-    if not version_prefix_matches(str(expected), str(actual)):
-        return failed(
-            f"torch loads NCCL {actual} but the spec pins {expected}: a different nvidia-nccl "
-            "wheel or a system libnccl on LD_LIBRARY_PATH is being picked up",
-            f"NCCL {actual}, spec wants {expected}", ev)
-    return passed(f"NCCL {actual}", ev)
+    ev = {"expected": spec.get("nccl"), "actual": actual, "error": t.get("nccl_error")}
+    return _cuda_library(
+        spec, t, "nccl", "NCCL", actual, ev,
+        ("NCCL does not load: install the nvidia-nccl wheel torch requires",
+         "torch.cuda.nccl.version() unavailable"),
+        "a different nvidia-nccl wheel or a system libnccl on LD_LIBRARY_PATH is being picked up")
 
 
 def judge_rocm_version(spec: dict[str, Any], facts: dict[str, Any]) -> Outcome:
