@@ -207,7 +207,7 @@ def derive(f: dict[str, str], m: Matrix) -> dict[str, str]:
             f["cuda_floor_branch"] = str(branch_of(floor))
     driver = f.get("driver", "")
     if driver:
-        f["driver_branch"] = driver.split(".")[0]
+        f["driver_branch"] = str(branch_of(driver))
         if "driver_cuda" not in f:
             native = compat.cuda_for_driver(m, driver.replace(".x", ""))
             if native:
