@@ -79,12 +79,12 @@ def candidate_releases(m: Matrix, p: Parsed) -> list[tuple[TorchRelease, TorchPa
 
 
 def pick_python(m: Matrix, rel: TorchRelease, os_info: OsInfo | None, p: Parsed,
-                 t: Trace) -> tuple[str, str]:
+                t: Trace) -> tuple[str, str]:
     """(python version, source): 'os' when the OS provides it, else 'standalone'."""
     if p.python is not None:
         if p.python not in rel.python:
             raise Reject(f"torch {rel.version} has no wheels for Python {p.python} "
-                          f"(it supports {', '.join(rel.python)})")
+                         f"(it supports {', '.join(rel.python)})")
         if os_info is None:
             return p.python, "native"
         if p.python == os_info.python or p.python in os_info.extra_python:
@@ -121,11 +121,11 @@ def _os_rank(o: OsInfo, rel: TorchRelease, p: Parsed, preferred: list[str]) -> t
 
 
 def pick_os(m: Matrix, candidates: list[str], rel: TorchRelease, p: Parsed,
-             t: Trace, what: str, first: str | None = None) -> OsInfo:
+            t: Trace, what: str, first: str | None = None) -> OsInfo:
     if p.os is not None:
         if p.os not in candidates:
             raise Reject(f"{what} is not published for {p.os} (it is for "
-                          f"{', '.join(sorted(candidates)) or 'no OS'})")
+                         f"{', '.join(sorted(candidates)) or 'no OS'})")
         info = m.os_info(p.os)
         assert info is not None
         t.add(f"OS {p.os} as requested")
@@ -147,14 +147,14 @@ def check_gpus(v: Variant, gpus: tuple[GpuRef, ...], t: Trace) -> None:
         if v.kind == "rocm":
             if g.gfx not in v.gfx:
                 raise Reject(f"the torch {v.release} {v.tag} wheel has no code for {g.label} "
-                              f"({g.gfx}); it is built for {', '.join(v.gfx)}")
+                             f"({g.gfx}); it is built for {', '.join(v.gfx)}")
             t.add(f"{g.label} ({g.gfx}) is in the wheel's gfx list")
             continue
         how = compat.arch_covers(v.sass, v.ptx, g.cc)
         if how is None:
             raise Reject(f"the torch {v.release} {v.tag} wheel has no kernels for {g.label} "
-                          f"({rules.arch_name(g.cc)}); it ships "
-                          f"{', '.join(arch_list(v))}")
+                         f"({rules.arch_name(g.cc)}); it ships "
+                         f"{', '.join(arch_list(v))}")
         if how.startswith("compute_"):
             t.add(f"{g.label} ({rules.arch_name(g.cc)}) runs through PTX {how}, JIT-compiled "
                   "at first use (slower start, same results)")
@@ -163,12 +163,12 @@ def check_gpus(v: Variant, gpus: tuple[GpuRef, ...], t: Trace) -> None:
 
 
 def make_spec(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant, t: Trace,
-          *, python: str, python_source: str, os_id: str, base_image: str | None,
-          cuda_image: str | None = None, min_driver: str | None = None,
-          max_driver: str | None = None, require_cuda: str | None = None,
-          forward_compat: str | None = None, min_macos: str | None = None,
-          variant_tag: str | None = None,
-          index_url: str | None = None, verified: bool = True) -> Spec:
+              *, python: str, python_source: str, os_id: str, base_image: str | None,
+              cuda_image: str | None = None, min_driver: str | None = None,
+              max_driver: str | None = None, require_cuda: str | None = None,
+              forward_compat: str | None = None, min_macos: str | None = None,
+              variant_tag: str | None = None,
+              index_url: str | None = None, verified: bool = True) -> Spec:
     index_base = str(m.meta["torch"]["index_base"]).rstrip("/")
     base_id = None
     if p.base is not None and base_image is not None:  # an inspected --base-image (make)
@@ -237,6 +237,6 @@ def _check_base_glibc(m: Matrix, base: BaseFacts, rel: TorchRelease) -> None:
     need = wheel_glibc(m, rel.version)
     if not glibc_ok(base.glibc, need):
         raise Reject(f"--base-image {base.ref} has glibc {base.glibc}, older than the {need} "
-                      f"that torch {rel.version}'s manylinux wheels need")
+                     f"that torch {rel.version}'s manylinux wheels need")
 
 

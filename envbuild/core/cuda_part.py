@@ -91,8 +91,8 @@ def _check_gpu_toolkit(v: Variant, fw: FleetWindow) -> None:
     for w in fw.windows:
         if version_key(v.version) < version_key(w.min_cuda):
             raise Reject(f"{w.label} needs a CUDA >= {w.min_cuda} wheel (its architecture, "
-                          f"{w.arch_name}, is newer than the {v.tag} wheel's toolkit and "
-                          "libraries)")
+                         f"{w.arch_name}, is newer than the {v.tag} wheel's toolkit and "
+                         "libraries)")
 
 
 def check_host(m: Matrix, p: Parsed) -> None:
@@ -133,7 +133,7 @@ def _driver_cap(fw: FleetWindow, min_driver: str, what: str, t: Trace) -> str | 
         return None
     if branch_of(min_driver) > capping.last_branch:
         raise Reject(f"{what} need a driver >= {min_driver}, but {capping.label} is driven "
-                      f"only by {capping.describe()}")
+                     f"only by {capping.describe()}")
     t.add(f"driver branch R{capping.last_branch} or older: {capping.label} is not driven by "
           f"newer branches (R{capping.last_branch} is the last that supports "
           f"{capping.arch_name})")
@@ -152,7 +152,7 @@ def _resolve_plain_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPat
     min_driver = _min_driver(m, require, v.version, t, fw, plain=True)
     if p.driver is not None and version_key(p.driver) < version_key(min_driver):
         raise Reject(f"driver {p.driver} is older than the {min_driver} that the {v.tag} wheel "
-                      f"needs (torch {rel.version})")
+                     f"needs (torch {rel.version})")
     max_driver = _driver_cap(fw, min_driver, f"the {v.tag} wheel", t)
     if p.base is None:
         t.add(f"OS {os_info.id} as requested: NVIDIA publishes no nvidia/cuda "
@@ -167,8 +167,8 @@ def _resolve_plain_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPat
           "libraries (/usr/local/cuda/compat), the brand clauses of NVIDIA_REQUIRE_CUDA, and "
           "nvcc (`--flavor devel` needs an nvidia/cuda OS)")
     return make_spec(m, p, rel, patch, v, t, python=python, python_source=source, os_id=os_info.id,
-                 base_image=base, min_driver=min_driver, max_driver=max_driver,
-                 require_cuda=require, verified=os_info.verified)
+                     base_image=base, min_driver=min_driver, max_driver=max_driver,
+                     require_cuda=require, verified=os_info.verified)
 
 
 def _resolve_nvidia_base(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch,
@@ -191,13 +191,13 @@ def _resolve_nvidia_base(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPa
                             f"drop --cuda (the base's CUDA is used), or give --cuda {image_minor}")
     if major_of(v.version) != major_of(image_minor):
         raise Reject(f"--base-image {b.ref} requires CUDA {image_minor} (its "
-                      f"NVIDIA_REQUIRE_CUDA); torch {rel.version} {v.tag} is a CUDA "
-                      f"{major_of(v.version)}.x wheel", narrow=True)
+                     f"NVIDIA_REQUIRE_CUDA); torch {rel.version} {v.tag} is a CUDA "
+                     f"{major_of(v.version)}.x wheel", narrow=True)
     check_gpus(v, p.gpus, t)
     min_driver = _min_driver(m, image_minor, v.version, t, fw)
     if p.driver is not None and version_key(p.driver) < version_key(min_driver):
         raise Reject(f"driver {p.driver} is older than the {min_driver} that --base-image "
-                      f"{b.ref} with the {v.tag} wheel needs")
+                     f"{b.ref} with the {v.tag} wheel needs")
     max_driver = _driver_cap(fw, min_driver, f"--base-image {b.ref} with the {v.tag} wheel", t)
     python, source = pick_python(m, rel, os_info, p, t)
     t.add(f"base image {b.ref}: an nvidia/cuda base (its environment sets "
@@ -206,8 +206,8 @@ def _resolve_nvidia_base(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPa
           + "): its CUDA runtime, cuda-compat and brand clauses stay; the wheel brings the "
           "libraries torch uses")
     return make_spec(m, p, rel, patch, v, t, python=python, python_source=source, os_id=os_info.id,
-                 base_image=b.ref, cuda_image=b.cuda_version or image_minor,
-                 min_driver=min_driver, max_driver=max_driver, verified=os_info.verified)
+                     base_image=b.ref, cuda_image=b.cuda_version or image_minor,
+                     min_driver=min_driver, max_driver=max_driver, verified=os_info.verified)
 
 
 def compat_refusal(m: Matrix, gpus: Iterable[GpuRef]) -> str | None:
@@ -267,7 +267,7 @@ def _resolve_forward_compat(m: Matrix, p: Parsed, rel: TorchRelease, patch: Torc
                         and version_key(c.cuda) >= version_key(v.version)
                         for b in c.host_branches}, key=int)
         raise Reject(f"no forward-compatibility package of CUDA {v.version}+ serves driver "
-                      f"branch R{branch} (the known ones serve R{', R'.join(known) or ' none'})")
+                     f"branch R{branch} (the known ones serve R{', R'.join(known) or ' none'})")
     check_gpus(v, p.gpus, t)
     t.add(f"the {v.tag} wheel needs a CUDA {major_of(v.version)}.x driver >= "
           f"{floor}; the {p.driver} driver (R{branch}) runs it through NVIDIA's "
@@ -284,24 +284,24 @@ def _resolve_forward_compat(m: Matrix, p: Parsed, rel: TorchRelease, patch: Torc
           f"{major_of(v.version)}.0 plus brand clauses for R{', R'.join(pkg.host_branches)} "
           "(as NVIDIA's own base images write them)")
     return make_spec(m, p, rel, patch, v, t, python=python, python_source=source, os_id=os_info.id,
-                 base_image=base, min_driver=p.driver, require_cuda=f"{major_of(v.version)}.0",
-                 forward_compat=pkg.version, verified=pkg.verified and os_info.verified)
+                     base_image=base, min_driver=p.driver, require_cuda=f"{major_of(v.version)}.0",
+                     forward_compat=pkg.version, verified=pkg.verified and os_info.verified)
 
 
 def resolve_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant,
-                  t: Trace) -> Spec:
+                 t: Trace) -> Spec:
     fw = _gpu_fleet(m, p)
     _check_gpu_toolkit(v, fw)
     if p.cuda_minor is None and p.cuda_major is not None and major_of(v.version) != p.cuda_major:
         raise Reject(f"torch {rel.version} {v.tag} is a CUDA {major_of(v.version)}.x wheel",
-                      narrow=True)
+                     narrow=True)
     if p.cuda_minor is not None:
         if major_of(v.version) != major_of(p.cuda_minor):
             raise Reject(f"torch {rel.version} {v.tag} is a CUDA {major_of(v.version)}.x wheel",
-                          narrow=True)
+                         narrow=True)
         if version_key(v.version) > version_key(p.cuda_minor):
             raise Reject(f"torch {rel.version} {v.tag} needs CUDA {v.version} > {p.cuda_minor}",
-                          narrow=True)
+                         narrow=True)
     if p.cuda and p.cuda.count(".") == 2 and not m.images_for(p.cuda):
         raise Reject(f"no nvidia/cuda {p.cuda} image is known")
     if p.forward_compat and p.driver is not None:
@@ -329,7 +329,7 @@ def resolve_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: 
     min_driver = _min_driver(m, image_minor, v.version, t, fw)
     if p.driver is not None and version_key(p.driver) < version_key(min_driver):
         raise Reject(f"driver {p.driver} is older than the {min_driver} that CUDA {image_minor} "
-                      f"images need (torch {rel.version} {v.tag})")
+                     f"images need (torch {rel.version} {v.tag})")
     max_driver = _driver_cap(fw, min_driver, f"CUDA {image_minor} images with the {v.tag} wheel",
                              t)
     images = [i for i in m.images_for(image_version) if p.flavor in i.flavors]
@@ -350,8 +350,8 @@ def resolve_cuda(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: 
         t.add(f"note: NVIDIA marks the CUDA {image_minor} images end-of-life; they may be deleted "
               "from registries (mirror the base image, or choose a maintained CUDA)")
     return make_spec(m, p, rel, patch, v, t, python=python, python_source=source, os_id=os_info.id,
-                 base_image=f"{repo}:{image_version}-{p.flavor}-{os_info.id}",
-                 cuda_image=image_version, min_driver=min_driver, max_driver=max_driver,
-                 verified=(img.verified and cuda_rel.verified))
+                     base_image=f"{repo}:{image_version}-{p.flavor}-{os_info.id}",
+                     cuda_image=image_version, min_driver=min_driver, max_driver=max_driver,
+                     verified=(img.verified and cuda_rel.verified))
 
 

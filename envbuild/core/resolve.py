@@ -42,7 +42,7 @@ def _resolve_cpu(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: 
     t.add(f"base image {os_info.image}: a slim {os_info.id} image; the CPU wheel needs no GPU "
           "libraries")
     return make_spec(m, p, rel, patch, v, t, python=python, python_source=source, os_id=os_info.id,
-                 base_image=os_info.image)
+                     base_image=os_info.image)
 
 
 def _resolve_mps(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant,
@@ -53,11 +53,11 @@ def _resolve_mps(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: 
     t.add(f"native macOS arm64 environment (no container: macOS GPUs cannot be reached from "
           f"Docker); MPS needs macOS >= {rel.mps_min_macos} with torch {rel.version}")
     return make_spec(m, p, rel, patch, v, t, python=python, python_source="native", os_id="macos",
-                 base_image=None, min_macos=rel.mps_min_macos, variant_tag="mps",
-                 index_url=str(m.meta["torch"].get("pypi_index", "")))
+                     base_image=None, min_macos=rel.mps_min_macos, variant_tag="mps",
+                     index_url=str(m.meta["torch"].get("pypi_index", "")))
 
 
-# The target registry (envbuild/targets.py) names each target's wheel kind and resolver part.
+# The target registry (envbuild/core/targets.py) names each target's wheel kind and resolver part.
 _KIND = {name: t.wheel_kind for name, t in targets.REGISTRY.items()}
 _PARTS = {"cuda": resolve_cuda, "rocm": resolve_rocm, "cpu": _resolve_cpu,
           "native": _resolve_mps}

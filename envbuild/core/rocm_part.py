@@ -17,7 +17,7 @@ from envbuild.matrix import (
 
 
 def resolve_rocm(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Variant,
-                  t: Trace) -> Spec:
+                 t: Trace) -> Spec:
     if p.rocm is not None and not (v.version == p.rocm or v.version.startswith(p.rocm + ".")):
         raise Reject(f"torch {rel.version} {v.tag} is not a ROCm {p.rocm} wheel", narrow=True)
     rocm_rel = m.rocm_release(v.version)
@@ -28,7 +28,7 @@ def resolve_rocm(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: 
     meta = m.meta.get("rocm", {})
     if p.flavor == "devel":
         os_info = pick_os(m, sorted(dev_images), rel, p, t,
-                           f"the ROCm {v.version} development image", first=matrix_os)
+                          f"the ROCm {v.version} development image", first=matrix_os)
         python, source = pick_python(m, rel, os_info, p, t)
         base = dev_images[os_info.id]
         t.add(f"base image {base}: AMD's ROCm {v.version} development image for {os_info.id}, as "
@@ -46,7 +46,7 @@ def resolve_rocm(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: 
               "kernel driver (/dev/kfd, /dev/dri). --flavor devel builds on AMD's dev image "
               "instead (hipcc)")
     return make_spec(m, p, rel, patch, v, t, python=python, python_source=source, os_id=os_info.id,
-                 base_image=base, verified=rocm_rel.verified)
+                     base_image=base, verified=rocm_rel.verified)
 
 
 _ROCM_DEV = re.compile(r"^(?P<repo>.*/dev-)ubuntu-(?P<ver>\d+\.\d+)(?P<tag>:.+)$")
