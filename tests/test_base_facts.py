@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from envbuild.common.errors import ConflictError, UsageError
 from envbuild.core.base_facts import BaseFacts, check, glibc_ok, match_os, os_release, parse
+from envbuild.core.candidate import wheel_glibc
 from envbuild.core.request import Request
-from envbuild.core.resolve import resolve, wheel_glibc
+from envbuild.core.resolve import resolve
 from envbuild.matrix import Matrix
 
 DEBIAN = """@@python=3.11

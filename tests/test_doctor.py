@@ -19,11 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from envbuild.common.errors import MatrixError, UsageError
-from envbuild.core import compat
+from envbuild.core import compat, gpus
 from envbuild.core.spec import Spec
 from envbuild.doctor import evaluate, model, parse, probes, record, report, view
 from envbuild.doctor.model import Cmd, HostFacts, Request, Severity
 from envbuild.matrix import Matrix, load
+from envbuild.validator import rules
 from tests.conftest import run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "doctor"
@@ -470,7 +471,7 @@ def test_arch_coverage_rules(small: Matrix) -> None:
     assert compat.covers(cu126, "6.1") and not compat.covers(cu130, "6.1")
     assert compat.covers(cu126, "8.9")  # sm_86 cubins run on 8.9
     assert not compat.covers(cu126, "12.0") and compat.covers(cu130, "12.1")  # PTX 12.0
-    assert compat.cc_of("sm_120") == "12.0" and compat.cc_of("sm_90a") == "9.0"
+    assert rules.cc_of("sm_120") == "12.0" and rules.cc_of("sm_90a") == "9.0"
     assert compat.cuda_for_driver(small, "470.182.03") == "11.4"
     assert compat.cuda_for_driver(small, "572.16", windows=True) == "12.8"
     assert compat.how_runs(small, "535.104.05", "12.4") == "mvc"
@@ -478,10 +479,10 @@ def test_arch_coverage_rules(small: Matrix) -> None:
 
 
 def test_gpu_names_resolve_through_the_matrix(matrix: Matrix) -> None:
-    assert compat.gpu_cc(matrix, "NVIDIA H100 80GB HBM3") == "9.0"
-    assert compat.gpu_cc(matrix, "NVIDIA GeForce GTX 1080 Ti") == "6.1"
-    assert compat.gpu_cc(matrix, "NVIDIA A100-SXM4-80GB") == "8.0"
-    assert compat.gpu_cc(matrix, "Tesla V100-SXM2-16GB") == "7.0"
+    assert gpus.gpu_cc(matrix, "NVIDIA H100 80GB HBM3") == "9.0"
+    assert gpus.gpu_cc(matrix, "NVIDIA GeForce GTX 1080 Ti") == "6.1"
+    assert gpus.gpu_cc(matrix, "NVIDIA A100-SXM4-80GB") == "8.0"
+    assert gpus.gpu_cc(matrix, "Tesla V100-SXM2-16GB") == "7.0"
 
 
 # ---------------------------------------------------------------- robustness, recording

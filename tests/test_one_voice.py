@@ -20,8 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from envbuild.common.errors import ConflictError, EnvbuildError
+from envbuild.core.alternatives import apply_changes
 from envbuild.core.request import Request
-from envbuild.core.resolve import apply_changes, resolve
+from envbuild.core.resolve import resolve
 from envbuild.matrix import Matrix, load
 from tests.conftest import ROOT
 

@@ -18,10 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envbuild.common.errors import EXIT_CANNOT_RUN, EnvironmentProblem, MatrixError
+from envbuild.common.http import Http
 from envbuild.common.resources import matrix_dir
 from envbuild.features.refresh import (
     Change,
-    Http,
     apply_changes,
     diff_index,
     diff_pypi,
@@ -29,16 +29,17 @@ from envbuild.features.refresh import (
     fetch_index,
     fetch_pypi,
     fetch_tags,
-    parse_index_page,
+    run_refresh,
+)
+from envbuild.features.refresh.diff import parse_index_page, split_tag
+from envbuild.features.refresh.facts import (
     parse_metadata,
     parse_simple_files,
     pins_from_requires,
-    run_refresh,
-    split_tag,
     torch_pin,
-    variant_tag,
 )
 from envbuild.matrix import Matrix, check, load
+from envbuild.validator import rules
 from tests.conftest import run_cli
 
 FIX = Path(__file__).parent / "fixtures" / "refresh"
@@ -160,7 +161,7 @@ def test_recorded_torch_pins_equal_the_matrix_default_variant(path: Path, matrix
     pins = pins_from_requires(reqs)
     release = ".".join(path.name.split("-")[1].split(".")[:2])
     row = next(r for r in matrix.torch if r.version == release)
-    assert variant_tag(pins.cuda) == row.default_variant
+    assert rules.cuda_tag(pins.cuda) == row.default_variant
     var = next(v for v in matrix.variants if v.release == release and v.tag == row.default_variant)
     assert (pins.cuda, pins.cudnn, pins.nccl) == (var.version, var.cudnn, var.nccl)
 
@@ -723,7 +724,11 @@ def test_server_ignoring_range_is_never_downloaded(server: Server, matrix: Matri
        method=st.sampled_from([0, 8, 12, 99]))
 def test_zip_helpers_never_crash_on_garbage(data: bytes, size: int, csize: int,
                                             method: int) -> None:
-    from envbuild.features.refresh import zip_directory_span, zip_member, zip_metadata_entry
+    from envbuild.features.refresh.wheelzip import (
+        zip_directory_span,
+        zip_member,
+        zip_metadata_entry,
+    )
 
     for blob in (data, b"PK\x05\x06" + data, b"PK\x01\x02" + data, b"PK\x03\x04" + data):
         span = zip_directory_span(blob, size)
@@ -750,7 +755,8 @@ def test_unverified_row_not_fully_confirmed_stays_unverified(mdir: Path, server:
 
 
 def test_notes_name_patches_whose_pins_differ_from_the_newest() -> None:
-    from envbuild.features.refresh import Pins, PypiFacts, TorchFacts, pypi_notes
+    from envbuild.features.refresh.diff import pypi_notes
+    from envbuild.features.refresh.facts import Pins, PypiFacts, TorchFacts
 
     def tf(v: str, nccl: str) -> TorchFacts:
         return TorchFacts(v, ("3.11",), "", Pins("12.1", "12.1.105", "8.9.2.26", nccl), "w")
@@ -804,7 +810,7 @@ def test_project_json_without_cuda_pins_is_not_trusted_for_the_latest(
 ])
 def test_ca_bundle_from_ssl_cert_file(env: dict[str, str], expected: Any, tmp_path: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from envbuild.features.refresh import ca_bundle
+    from envbuild.common.http import ca_bundle
 
     ca = tmp_path / "ca.pem"
     ca.write_text("x")

@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from envbuild.common.errors import EXIT_FAILED, EXIT_USAGE, ConflictError, EnvbuildError, UsageError
 from envbuild.common.versions import major_of, minor_of, version_key
+from envbuild.core.compat import arch_covers
 from envbuild.core.request import Request, known_drivers
-from envbuild.core.resolve import arch_covers, resolve
+from envbuild.core.resolve import resolve
 from envbuild.matrix import Matrix
 from tests.conftest import run_cli
 

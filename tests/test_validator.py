@@ -299,10 +299,10 @@ def test_validator_does_not_import_envbuild(tmp_path: Path) -> None:
     assert by_id(report)["dist.allreduce"]["status"] == "pass"
 
 
-MODULES = sorted(PACKAGE_DIR.glob("*.py"))
+MODULES = sorted(PACKAGE_DIR.rglob("*.py"))
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.relative_to(PACKAGE_DIR).as_posix())
 def test_validator_imports_only_stdlib_and_torch(path: Path) -> None:
     """Inside images only the stdlib, torch and the validator's own modules exist."""
     tree = ast.parse(path.read_text())
@@ -326,7 +326,7 @@ _RUNTIME_TYPES = {"int", "str", "float", "bool", "bytes", "dict", "list", "tuple
                   "None", "Any"}
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.relative_to(PACKAGE_DIR).as_posix())
 def test_validator_is_python39_syntax(path: Path) -> None:
     """The validator runs on the image's Python, 3.9 and up: no 3.10+ syntax (match, X | Y
     evaluated at run time, zip(strict=), parenthesised context managers)."""

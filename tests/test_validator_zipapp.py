@@ -24,7 +24,7 @@ def test_zipapp_is_byte_identical_across_builds(tmp_path: Path) -> None:
     first = zipapp.build()
     copy = tmp_path / "validator"
     shutil.copytree(PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    for i, path in enumerate(sorted(copy.iterdir())):
+    for i, path in enumerate(sorted(p for p in copy.rglob("*") if p.is_file())):
         os.utime(path, (1_000_000_000 + i, 1_700_000_000 + i * 7))
         path.chmod(0o600 if i % 2 else 0o755)
     (copy / "__pycache__").mkdir()
@@ -39,7 +39,8 @@ def test_zipapp_entries_are_sorted_with_fixed_metadata() -> None:
         names = [i.filename for i in infos]
         assert names == sorted(names)
         assert "__main__.py" in names and "envbuild/__init__.py" in names
-        assert {f"envbuild/validator/{p.name}" for p in PACKAGE_DIR.glob("*.py")} <= set(names)
+        assert {f"envbuild/validator/{p.relative_to(PACKAGE_DIR).as_posix()}"
+                for p in PACKAGE_DIR.rglob("*.py")} <= set(names)
         assert not any(n.endswith(".pyc") for n in names)
         assert {i.date_time for i in infos} == {zipapp.FIXED_TIME}
         assert {i.external_attr >> 16 for i in infos} == {0o100644}

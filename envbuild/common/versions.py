@@ -29,9 +29,10 @@ def version_key(text: str) -> tuple[int, ...]:
 
 
 def minor_of(text: str) -> str:
-    """'12.2.2' -> '12.2'."""
-    return ".".join(text.split(".")[:2])
+    """'12.2.2' -> '12.2', '2.5.1+cu121' -> '2.5' (a local label is dropped)."""
+    return ".".join(text.partition("+")[0].split(".")[:2])
 
 
 def major_of(text: str) -> int:
+    """'12.2.2' -> 12; also a driver's branch: '580.95.05' -> 580."""
     return int(text.split(".")[0])

@@ -15,7 +15,7 @@ from functools import cache
 from typing import Any
 
 from envbuild.common.errors import MatrixError
-from envbuild.common.versions import version_key
+from envbuild.common.versions import major_of, version_key
 from envbuild.matrix import Matrix, TorchRelease, Variant
 from envbuild.validator import rules
 
@@ -27,7 +27,9 @@ def at_least(version: str, floor: str) -> bool:
     return version_key(version) >= version_key(floor)
 
 
-def _ga(m: Matrix, cuda: str, windows: bool) -> str:
+def ga_driver(m: Matrix, cuda: str, windows: bool = False) -> str:
+    """The driver CUDA minor `cuda` shipped with: the oldest that runs it natively ('' when
+    unknown)."""
     rel = m.cuda_release(cuda)
     if rel is None:
         return ""
@@ -46,39 +48,34 @@ def cuda_for_driver(m: Matrix, driver: str, windows: bool = False) -> str:
     """The newest CUDA minor this driver supports natively ('' if older than every row)."""
     best = ""
     for rel in m.cuda:
-        if at_least(driver, _ga(m, rel.version, windows)):
+        if at_least(driver, ga_driver(m, rel.version, windows)):
             best = rel.version
     return best
 
 
 def how_runs(m: Matrix, driver: str, cuda: str, windows: bool = False) -> str:
     """'native', 'mvc' (minor-version compatibility) or '' (this driver cannot run CUDA cuda)."""
-    if at_least(driver, _ga(m, cuda, windows)):
+    if at_least(driver, ga_driver(m, cuda, windows)):
         return "native"
-    if at_least(driver, mvc_floor(m, int(cuda.split(".")[0]), windows)):
+    if at_least(driver, mvc_floor(m, major_of(cuda), windows)):
         return "mvc"
     return ""
 
 
-def cc_of(text: str) -> str:
-    """'sm_86' / 'compute_90' / '8.6' / '86' / 'sm_120' -> '8.6', '9.0', '12.0' (the one
-    parser: envbuild.validator.rules)."""
-    return rules.cc_of(text)
+def arch_covers(sass: Iterable[str], ptx: Iterable[str], cc: str) -> str | None:
+    """Which arch of a wheel (matrix form: sass/ptx compute capabilities) runs on compute
+    capability `cc`, or None (the one rule, shared with the validator: rules.arch_covers)."""
+    via: str | None = rules.arch_covers(rules.arch_names(tuple(sass), tuple(ptx)), cc)["via"]
+    return via
 
 
 def covers(variant: Variant, cc: str) -> bool:
     """A CUDA wheel runs on compute capability cc (the resolver's rule: cubin or PTX JIT)."""
-    from envbuild.core.resolve import arch_covers
-
     return arch_covers(variant.sass, variant.ptx, cc) is not None
 
 
 def covers_all(variant: Variant, ccs: Iterable[str]) -> bool:
     return all(covers(variant, cc) for cc in ccs)
-
-
-tag_of = rules.cuda_tag  # moved to the validator's rules (the bottom layer); callers move next
-cuda_of_tag = rules.cuda_of_tag
 
 
 def newest_torch(m: Matrix) -> TorchRelease | None:
@@ -113,7 +110,7 @@ class CudaChoice:
 
     @property
     def tag(self) -> str:
-        return tag_of(self.cuda)
+        return rules.cuda_tag(self.cuda)
 
 
 def choose_cuda(m: Matrix, driver: str, ccs: Iterable[str], windows: bool = False,
@@ -127,7 +124,7 @@ def choose_cuda(m: Matrix, driver: str, ccs: Iterable[str], windows: bool = Fals
                 continue
             if how_runs(m, driver, cuda, windows) != how:
                 continue
-            rel = newest_release_with(m, tag_of(cuda), need)
+            rel = newest_release_with(m, rules.cuda_tag(cuda), need)
             if rel is not None:
                 return CudaChoice(cuda, rel.version, how)
     return None
@@ -182,30 +179,6 @@ def mps_torch(m: Matrix, macos: str) -> TorchRelease | None:
         if rel.macos_arm64 and rel.mps_min_macos and at_least(macos, rel.mps_min_macos):
             return rel
     return None
-
-
-def _norm(name: str) -> str:
-    return re.sub(r"\s+", " ", name.casefold().replace("nvidia ", "").replace("geforce ", "")
-                  .replace("amd ", "")).strip()
-
-
-def gpu_cc(m: Matrix, product: str) -> str:
-    """Compute capability of an NVIDIA product name via gpus.toml (exact, else the longest
-    known name found as whole words inside it)."""
-    target = _norm(product)
-    best, best_len = "", 0
-    for g in m.gpus:
-        if g.vendor != "nvidia":
-            continue
-        for n in (g.name, *g.aliases):
-            k = _norm(n)
-            if not k:
-                continue
-            if k == target:
-                return g.cc
-            if re.search(rf"(?<![\w-]){re.escape(k)}(?![\w-])", target) and len(k) > best_len:
-                best, best_len = g.cc, len(k)
-    return best
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from envbuild.common.versions import version_key
+from envbuild.common.versions import major_of, version_key
+from envbuild.core import compat
 from envbuild.matrix import Matrix
 
 
 def branch_of(driver: str) -> int:
     """'580.95.05' -> 580."""
-    return int(driver.split(".")[0])
+    return major_of(driver)
 
 
 @dataclass(frozen=True)
@@ -56,10 +57,9 @@ def window(m: Matrix, cc: str, label: str) -> DriverWindow | None:
     arch = m.arch(cc)
     if arch is None:
         return None
-    first = m.cuda_release(arch.min_cuda)
     return DriverWindow(
         label=label, cc=cc, arch_name=arch.name, min_cuda=arch.min_cuda,
-        first_driver=first.ga_driver_linux if first is not None else None,
+        first_driver=compat.ga_driver(m, arch.min_cuda) or None,
         last_branch=int(arch.last_driver_branch) if arch.last_driver_branch else None)
 
 

@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING
 
 from envbuild.common.echo import shown
 from envbuild.common.errors import UsageError
-from envbuild.common.versions import version_key
+from envbuild.common.versions import major_of, minor_of, version_key
 from envbuild.core import targets
-from envbuild.matrix import Gpu, Matrix, Variant
+from envbuild.core.gpus import gpu_index, name_key
+from envbuild.matrix import Matrix, Variant
+from envbuild.validator import rules
 
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
@@ -162,23 +164,6 @@ def torch_specifier(text: str) -> SpecifierSet:
     return spec
 
 
-def _norm_gpu(name: str) -> str:
-    s = name.casefold().strip()
-    for prefix in ("nvidia ", "geforce ", "tesla ", "amd ", "radeon ", "instinct "):
-        if s.startswith(prefix):
-            s = s[len(prefix):]
-    return re.sub(r"[\s_-]+", " ", s)
-
-
-def gpu_index(matrix: Matrix) -> dict[str, Gpu]:
-    out: dict[str, Gpu] = {}
-    for g in matrix.gpus:
-        for n in (g.name, *g.aliases):
-            out.setdefault(n.casefold(), g)
-            out.setdefault(_norm_gpu(n), g)
-    return out
-
-
 def parse_gpu(text: str, matrix: Matrix) -> GpuRef:
     raw = text.strip()
     if not raw or len(raw) > 80 or not re.fullmatch(r"[\w .+()/-]+", raw):
@@ -188,17 +173,17 @@ def parse_gpu(text: str, matrix: Matrix) -> GpuRef:
     if m:
         cc = f"{int(m.group(1))}.{m.group(2)}"
         if matrix.arch(cc) is None:
-            known = [f"sm_{a.cc.replace('.', '')}" for a in matrix.archs]
+            known = [rules.arch_name(a.cc) for a in matrix.archs]
             raise UsageError(f"compute capability {cc} is not a known NVIDIA architecture",
                              "known: " + ", ".join(known))
-        return GpuRef(label=f"sm_{cc.replace('.', '')}", vendor="nvidia", cc=cc)
+        return GpuRef(label=rules.arch_name(cc), vendor="nvidia", cc=cc)
     if re.fullmatch(r"gfx[0-9a-f]{3,4}", raw, re.IGNORECASE):
         return GpuRef(label=raw.lower(), vendor="amd", gfx=raw.lower())
     index = gpu_index(matrix)
-    g = index.get(raw.casefold()) or index.get(_norm_gpu(raw))
+    g = index.get(raw.casefold()) or index.get(name_key(raw))
     if g is None:
         names = sorted({x.name for x in matrix.gpus})
-        close = _close(raw, names) or _close(_norm_gpu(raw), [_norm_gpu(n) for n in names])
+        close = _close(raw, names) or _close(name_key(raw), [name_key(n) for n in names])
         raise UsageError(f"unknown GPU {shown(raw)}",
                          "give a compute capability instead (e.g. --gpu sm_89) or a known name "
                          "(`envbuild matrix show gpus`)", close)
@@ -238,11 +223,11 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
         known = [r.version for r in matrix.cuda]
         if "." not in req.cuda:
             cuda_major = int(req.cuda)
-            if not any(k.split(".")[0] == str(cuda_major) for k in known):
+            if not any(major_of(k) == cuda_major for k in known):
                 raise UsageError(f"CUDA {cuda_major} is not a CUDA major envbuild knows",
                                  f"known CUDA releases: {', '.join(known)}")
         else:
-            cuda_minor = ".".join(req.cuda.split(".")[:2])
+            cuda_minor = minor_of(req.cuda)
             if matrix.cuda_release(cuda_minor) is None:
                 close = _close_versions(cuda_minor, known)
                 hint = (f"did you mean {' or '.join(close)}? " if close else "") + \
@@ -361,14 +346,14 @@ def _check_variant(req: Request, v: Variant, target: str, why: str) -> None:
                          f"({why})", f"{alone} for {target}; a {label.label} wheel needs "
                          f"--target {label.name}")
     if v.kind == "cuda" and req.cuda is not None:
-        major = req.cuda.split(".")[0]
+        major = major_of(req.cuda)
         too_new = "." in req.cuda and version_key(v.version) > version_key(req.cuda)
-        if v.version.split(".")[0] != major or too_new:
+        if major_of(v.version) != major or too_new:
             need = (f"a CUDA {major}.x wheel <= {req.cuda}" if "." in req.cuda
                     else f"a CUDA {major}.x wheel")
             raise UsageError(f"--torch {req.torch} is a CUDA {v.version} wheel; --cuda "
                              f"{req.cuda} needs {need}",
-                             f"use --cuda {v.version} (or a newer {v.version.split('.')[0]}.x "
+                             f"use --cuda {v.version} (or a newer {major_of(v.version)}.x "
                              f"image), or {alone}")
     if v.kind == "rocm" and req.rocm is not None and not (
             v.version == req.rocm or v.version.startswith(req.rocm + ".")):
@@ -425,7 +410,7 @@ def known_drivers(matrix: Matrix) -> list[str]:
 
 def _driver_branch(branch: str, matrix: Matrix) -> tuple[str, str]:
     """`--driver 470`: the oldest 470.x the matrix knows (what the branch surely is, at least)."""
-    same = [d for d in known_drivers(matrix) if d.split(".")[0] == branch]
+    same = [d for d in known_drivers(matrix) if str(major_of(d)) == branch]
     if same:
         return same[0], (f"driver {branch}: a branch, read as {same[0]}, the oldest {branch}.x "
                          "driver envbuild knows (give the full version nvidia-smi prints for an "

@@ -6,12 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from envbuild.common.versions import major_of, minor_of
 from envbuild.core import compat
 from envbuild.core.compat import HostRules
 from envbuild.doctor import model, parse
 from envbuild.doctor.model import HostFacts
-from envbuild.doctor.view import ERROR, INFO, OK, WARN, Out, View, minor, tail, torch_probe
+from envbuild.doctor.view import ERROR, INFO, OK, WARN, Out, View, tail, torch_probe
 from envbuild.matrix import Matrix, Variant
+from envbuild.validator import rules
 
 
 def check_docker(v: View, m: Matrix, rules: HostRules, o: Out) -> None:
@@ -182,7 +184,7 @@ def check_torch(v: View, m: Matrix, o: Out) -> None:
     if v.torch_flavor == "cuda" and v.driver and v.torch_cuda:
         how = compat.how_runs(m, v.driver, v.torch_cuda, v.wsl)
         if not how:
-            floor = compat.mvc_floor(m, int(v.torch_cuda.split(".")[0]), v.wsl)
+            floor = compat.mvc_floor(m, major_of(v.torch_cuda), v.wsl)
             o.add("torch.driver_too_old", ERROR,
                   f"torch {torch} needs driver >= {floor} (CUDA {v.torch_cuda}); this host has "
                   f"{v.driver}: 'CUDA driver version is insufficient for CUDA runtime version'",
@@ -206,7 +208,7 @@ def check_torch(v: View, m: Matrix, o: Out) -> None:
                   [f"CUDA_VISIBLE_DEVICES={f.env.get('CUDA_VISIBLE_DEVICES', '(unset)')}"])
     if v.torch_flavor == "rocm" and v.amd_gfx:
         tag = "rocm" + torch.partition("+rocm")[2]
-        var = compat.variant(m, minor(torch), tag)
+        var = compat.variant(m, minor_of(torch), tag)
         gfx = set(compat.gfx_of_variant(m, var)) if var else set()
         if gfx and not set(v.amd_gfx) <= gfx:
             o.add("torch.gfx_missing", ERROR,
@@ -217,13 +219,13 @@ def check_torch(v: View, m: Matrix, o: Out) -> None:
 
 def installed_variant(v: View, m: Matrix, torch: str,
                        probe: Mapping[str, Any]) -> Variant | None:
-    var = compat.variant(m, minor(torch), compat.tag_of(v.torch_cuda))
+    var = compat.variant(m, minor_of(torch), rules.cuda_tag(v.torch_cuda))
     if var is not None:
         return var
     flags = str(probe.get("arch_flags") or "").split()
-    sass = tuple(compat.cc_of(x) for x in flags if x.startswith("sm_"))
-    ptx = tuple(compat.cc_of(x) for x in flags if x.startswith("compute_"))
+    sass = tuple(rules.cc_of(x) for x in flags if rules.arch_kind(x) == "sass")
+    ptx = tuple(rules.cc_of(x) for x in flags if rules.arch_kind(x) == "ptx")
     if not sass and not ptx:
         return None
-    return Variant(release=minor(torch), tag=compat.tag_of(v.torch_cuda), kind="cuda",
+    return Variant(release=minor_of(torch), tag=rules.cuda_tag(v.torch_cuda), kind="cuda",
                    sass=sass, ptx=ptx)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from envbuild.common.versions import major_of
 from envbuild.core import compat
 from envbuild.core.compat import HostRules
 from envbuild.core.gpu_window import branch_of, window
@@ -24,6 +25,7 @@ from envbuild.doctor.view import (
     tail,
 )
 from envbuild.matrix import Matrix
+from envbuild.validator.rules import arch_name, cuda_tag
 
 WSL_DRIVER_PKG = re.compile(
     r"^(nvidia-(driver|dkms|kernel|utils|compute-utils|headless)|"
@@ -125,8 +127,7 @@ def check_nvidia(v: View, m: Matrix, rules: HostRules, o: Out) -> None:
         else:
             oldest = m.cuda[0] if m.cuda else None
             need = (f" (CUDA {oldest.version} needs >= "
-                    f"{oldest.ga_driver_windows if v.wsl else oldest.ga_driver_linux})"
-                    if oldest else "")
+                    f"{compat.ga_driver(m, oldest.version, v.wsl)})" if oldest else "")
             choice = compat.choose_cuda(m, driver, v.ccs, v.wsl)
             how = ("CUDA wheels run on it only through minor-version compatibility"
                    if choice else "no CUDA wheel envbuild knows runs on it")
@@ -159,7 +160,7 @@ def check_driver_window(v: View, m: Matrix, driver: str, o: Out) -> None:
         if not g.cc or g.cc in seen:
             continue
         seen.add(g.cc)
-        w = window(m, g.cc, f"{g.name} (sm_{g.cc.replace('.', '')})")
+        w = window(m, g.cc, f"{g.name} ({arch_name(g.cc)})")
         if w is None or w.admits(driver):
             continue
         if w.too_new(driver):
@@ -237,9 +238,8 @@ def check_request(v: View, m: Matrix, req: Request, o: Out) -> None:
               "images for it can still be built here and run on a GPU host")
         return
     how = compat.how_runs(m, v.driver, cuda, v.wsl)
-    rel = m.cuda_release(cuda)
-    ga = (rel.ga_driver_windows if v.wsl else rel.ga_driver_linux) if rel else ""
-    floor = compat.mvc_floor(m, int(cuda.split(".")[0]), v.wsl)
+    ga = compat.ga_driver(m, cuda, v.wsl)
+    floor = compat.mvc_floor(m, major_of(cuda), v.wsl)
     native = v.driver_cuda(m)
     if how == "native":
         o.add("cuda.request_ok", OK, f"driver {v.driver} runs CUDA {cuda} natively "
@@ -255,9 +255,9 @@ def check_request(v: View, m: Matrix, req: Request, o: Out) -> None:
         o.add("nvidia.driver_too_old", ERROR,
               f"driver {v.driver} is too old for CUDA {cuda}: it needs >= {ga}, or >= {floor} "
               f"through minor-version compatibility; this driver supports {supports}",
-              f"install a driver >= {floor.split('.')[0] if floor else ga}, or use the CUDA "
+              f"install a driver >= {branch_of(floor) if floor else ga}, or use the CUDA "
               "version recommended below")
-    tag = compat.tag_of(cuda)
+    tag = cuda_tag(cuda)
     if not any(v2.tag == tag for v2 in m.variants):
         o.add("cuda.request_no_wheels", INFO, f"no torch release has {tag} wheels",
               "torch wheels exist for CUDA " + ", ".join(compat.wheel_cudas(m)))

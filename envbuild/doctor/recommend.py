@@ -113,13 +113,13 @@ def recommend_wsl(v: View, m: Matrix, req: Request, pin: Callable[[str], str]) -
     arch = f"compute capability {', '.join(ccs)}" if ccs else "unknown compute capability"
     gpus = tuple(rules.arch_name(cc) for cc in ccs)
     if req.cuda:
-        rel = compat.newest_release_with(m, compat.tag_of(req.cuda), ccs)
+        rel = compat.newest_release_with(m, rules.cuda_tag(req.cuda), ccs)
         how = compat.how_runs(m, driver, req.cuda, True)
         if rel is not None and how:
             return Recommendation("cuda", cuda=req.cuda, torch=pin(rel.version),
                                   reason=f"as asked: driver {driver} runs CUDA {req.cuda} "
                                   f"{HOW[how]}; torch {rel.version} has "
-                                  f"{compat.tag_of(req.cuda)} wheels for {arch}", gpus=gpus)
+                                  f"{rules.cuda_tag(req.cuda)} wheels for {arch}", gpus=gpus)
     choice = compat.choose_cuda(m, driver, ccs, True)
     if choice is None:
         return Recommendation("cpu", reason=f"no CUDA torch wheel runs on driver {driver} "

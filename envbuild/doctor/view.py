@@ -6,11 +6,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envbuild.common.echo import escaped
-from envbuild.common.versions import version_key
-from envbuild.core import compat
+from envbuild.common.versions import minor_of, version_key
+from envbuild.core import compat, gpus
 from envbuild.doctor import model, parse
 from envbuild.doctor.model import Finding, HostFacts, Severity
 from envbuild.matrix import Matrix
+from envbuild.validator import rules
 
 OK, INFO, WARN, ERROR = Severity.OK, Severity.INFO, Severity.WARN, Severity.ERROR
 WSL_LIB = "/usr/lib/wsl/lib"
@@ -103,7 +104,7 @@ def build_view(f: HostFacts, m: Matrix) -> View:
     rows = {r["index"]: r for r in parse.nvsmi_csv(csv.stdout if csv and csv.ok else "")}
     for g in v.smi.gpus if v.smi else ():
         row = rows.get(str(g.index), {})
-        cc = compat.cc_of(row.get("cc", "")) or compat.gpu_cc(m, g.name)
+        cc = rules.cc_of(row.get("cc", "")) or gpus.gpu_cc(m, g.name)
         v.gpus.append(Gpu(g.index, g.name, cc, g.memory_mib))
     v.nvidia = bool(v.kernel_driver or v.gpus or v.mismatch
                     or any(p[0] == "0x10de" for p in f.pci))
@@ -123,14 +124,14 @@ def build_view(f: HostFacts, m: Matrix) -> View:
         local = torch.partition("+")[2]
         probe = torch_probe(f)
         if local.startswith("cu"):
-            v.torch_flavor, v.torch_cuda = "cuda", compat.cuda_of_tag(local)
+            v.torch_flavor, v.torch_cuda = "cuda", rules.cuda_of_tag(local)
         elif local.startswith("rocm"):
             v.torch_flavor = "rocm"
         elif local == "cpu":
             v.torch_flavor = "cpu"
         elif probe.get("cuda"):
-            v.torch_flavor, v.torch_cuda = "cuda", compat.cuda_of_tag(
-                compat.tag_of(".".join(str(probe["cuda"]).split(".")[:2])))
+            v.torch_flavor, v.torch_cuda = "cuda", rules.cuda_of_tag(
+                rules.cuda_tag(str(probe["cuda"])))
         elif probe.get("hip"):
             v.torch_flavor = "rocm"
         elif probe and "error" not in probe:
@@ -138,21 +139,17 @@ def build_view(f: HostFacts, m: Matrix) -> View:
         else:
             v.torch_flavor = default_flavor(m, torch)
             if v.torch_flavor == "cuda":
-                rel = m.torch_release(minor(torch))
-                v.torch_cuda = compat.cuda_of_tag(rel.default_variant) if rel else ""
+                rel = m.torch_release(minor_of(torch))
+                v.torch_cuda = rules.cuda_of_tag(rel.default_variant) if rel else ""
     return v
 
 
 def default_flavor(m: Matrix, torch: str) -> str:
     """A PyPI torch without a local tag on Linux is its release's default variant."""
-    rel = m.torch_release(minor(torch))
+    rel = m.torch_release(minor_of(torch))
     if rel is None:
         return "unknown"
     return "cuda" if rel.default_variant.startswith("cu") else rel.default_variant
-
-
-def minor(version: str) -> str:
-    return ".".join(version.partition("+")[0].split(".")[:2])
 
 
 def same_driver(a: str, b: str) -> bool:

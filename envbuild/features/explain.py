@@ -26,8 +26,9 @@ from envbuild.common import boundedio, logscan
 from envbuild.common.echo import escaped
 from envbuild.common.errors import MatrixError
 from envbuild.common.logscan import MIN_ANCHOR, Haystack, Scanner, anchor
-from envbuild.common.versions import minor_of
-from envbuild.core import compat
+from envbuild.common.versions import major_of, minor_of
+from envbuild.core import compat, gpus
+from envbuild.core.gpu_window import branch_of
 from envbuild.core.spec import Spec
 from envbuild.matrix import Matrix
 from envbuild.validator import rules
@@ -188,34 +189,33 @@ def derive(f: dict[str, str], m: Matrix) -> dict[str, str]:
     if "driver_api" in f and "driver_cuda" not in f:
         f["driver_cuda"] = _api_to_cuda(f["driver_api"])
     if "cu_tag" in f and "cuda" not in f:
-        f["cuda"] = compat.cuda_of_tag("cu" + f["cu_tag"])
+        f["cuda"] = rules.cuda_of_tag("cu" + f["cu_tag"])
     if "require_cuda" in f:
         f.setdefault("cuda", f["require_cuda"])
-        rel = m.cuda_release(f["require_cuda"])
-        if rel is not None and rel.ga_driver_linux:
-            f["require_driver"] = rel.ga_driver_linux
-        floor = compat.mvc_floor(m, int(f["require_cuda"].split(".")[0]))
+        ga = compat.ga_driver(m, f["require_cuda"])
+        if ga:
+            f["require_driver"] = ga
+        floor = compat.mvc_floor(m, major_of(f["require_cuda"]))
         if floor:
             f["require_floor"] = floor
     if f.get("cuda"):
-        major = f["cuda"].split(".")[0]
-        f["cuda_major"] = major
-        floor = compat.mvc_floor(m, int(major))
+        major = major_of(f["cuda"])
+        f["cuda_major"] = str(major)
+        floor = compat.mvc_floor(m, major)
         if floor:
             f["cuda_floor"] = floor
-            f["cuda_floor_branch"] = floor.split(".")[0]
+            f["cuda_floor_branch"] = str(branch_of(floor))
     driver = f.get("driver", "")
     if driver:
-        f["driver_branch"] = driver.split(".")[0]
+        f["driver_branch"] = str(branch_of(driver))
         if "driver_cuda" not in f:
             native = compat.cuda_for_driver(m, driver.replace(".x", ""))
             if native:
                 f["driver_cuda"] = native
     proxy = driver.replace(".x", "")
     if not proxy and f.get("driver_cuda"):
-        rel = m.cuda_release(f["driver_cuda"])
-        proxy = rel.ga_driver_linux if rel is not None and rel.ga_driver_linux else \
-            compat.mvc_floor(m, int(f["driver_cuda"].split(".")[0]))
+        proxy = compat.ga_driver(m, f["driver_cuda"]) or \
+            compat.mvc_floor(m, major_of(f["driver_cuda"]))
     if proxy:
         spec = _resolved(m, target="cuda", driver=proxy)
         if spec is not None and spec.torch_cuda and spec.torch_cuda != f.get("cuda"):
@@ -244,15 +244,15 @@ def derive(f: dict[str, str], m: Matrix) -> dict[str, str]:
 
 
 def _derive_arch(f: dict[str, str], m: Matrix) -> None:
-    cc = compat.cc_of(f.get("sm", "")) or compat.cc_of(f.get("cc", ""))
+    cc = rules.cc_of(f.get("sm", "")) or rules.cc_of(f.get("cc", ""))
     if not cc and f.get("gpu"):
-        cc = compat.gpu_cc(m, f["gpu"])
+        cc = gpus.gpu_cc(m, f["gpu"])
     if not cc:
         return
     f["cc"] = cc
     if "supported" in f:
         f["supported"] = " ".join(f["supported"].split())
-    sm = "sm_" + cc.replace(".", "")
+    sm = rules.arch_name(cc)
     spec = _resolved(m, target="cuda", gpus=(sm,))
     if spec is None or not spec.torch_cuda:
         f["cover_none"] = cc
@@ -285,7 +285,7 @@ def _derive_nvcc_arch(f: dict[str, str], m: Matrix) -> None:
     or, for an arch a newer nvcc dropped, the last toolkit that still did (last_cuda)."""
     if "nvcc_arch" not in f:
         return
-    cc = compat.cc_of(f["nvcc_arch"])
+    cc = rules.cc_of(f["nvcc_arch"])
     arch = m.arch(cc) if cc else None
     if arch is None:
         f["arch_unknown"] = f["nvcc_arch"]

@@ -26,10 +26,10 @@ STUB_INIT = ('"""Only envbuild\'s validator (envbuild.validator) is in this arch
 
 def entries(package_dir: Path = PACKAGE_DIR) -> dict[str, bytes]:
     """Archive name -> content: a __main__.py, a stub envbuild/__init__.py, and the package's
-    modules (sources only, no caches)."""
+    modules, its subpackages' included (sources only, no caches)."""
     files = {"__main__.py": MAIN.encode(), "envbuild/__init__.py": STUB_INIT.encode()}
-    for path in sorted(package_dir.glob("*.py")):
-        files[f"envbuild/validator/{path.name}"] = path.read_bytes()
+    for path in sorted(package_dir.rglob("*.py")):
+        files[f"envbuild/validator/{path.relative_to(package_dir).as_posix()}"] = path.read_bytes()
     return files
 
 
