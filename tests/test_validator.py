@@ -157,7 +157,6 @@ def test_host_run_has_no_failures(host_run: tuple[int, dict[str, Any], str]) -> 
     assert rc == 0
     assert report["summary"]["status"] == "pass"
     assert set(REQUIRED_IDS) <= set(by_id(report))
-    assert report["duration_s"] < 60
 
 
 def test_host_run_really_ran_torch(host_run: tuple[int, dict[str, Any], str]) -> None:
