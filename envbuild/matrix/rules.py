@@ -1,6 +1,6 @@
 """Semantic rules over the matrix: facts that follow from how these products are made.
 
-`matrix.cross_check` proves the rows are well formed and reference each other; these rules catch
+`matrix.crosscheck` proves the rows are well formed and reference each other; these rules catch
 rows that are well formed but wrong (a driver floor below the previous major's GA drivers, an arch
 in a wheel built by a toolkit that cannot compile it, a Python a release drops and the next one
 brings back). Each rule is a pure function Matrix -> problems naming the row.
@@ -13,7 +13,7 @@ from itertools import pairwise
 from typing import Any
 
 from envbuild.common.versions import major_of, version_key
-from envbuild.matrix import Matrix, Problem, Variant
+from envbuild.matrix.model import TABLES, Matrix, Problem, Variant, label
 
 
 def _row(table: str, **key: str) -> str:
@@ -223,11 +223,9 @@ def semantic_check(m: Matrix) -> list[Problem]:
 
 def unverified(m: Matrix) -> list[tuple[str, str, tuple[str, ...]]]:
     """(file, row, sources) for every row not verified against a primary source."""
-    from envbuild.matrix import _TABLES, _label
-
     rows: list[tuple[str, str, tuple[str, ...]]] = []
-    for stem, table, _cls, attr in _TABLES:
+    for stem, table, _cls, attr in TABLES:
         for row in getattr(m, attr):
             if not row.verified:
-                rows.append((f"{stem}.toml", f"[[{table}]] {_label(row)}", tuple(row.source)))
+                rows.append((f"{stem}.toml", f"[[{table}]] {label(row)}", tuple(row.source)))
     return rows
