@@ -19,18 +19,25 @@ class Problem:
         return f"{self.file}: {self.row}: {self.message}"
 
 
-@dataclass(frozen=True)
-class CudaCompat:
-    major: int
-    min_driver_linux: str
-    min_driver_windows: str = ""
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    """What every matrix row carries: whether a primary source confirmed it, its sources
+    (ids in sources.toml) and a free note."""
+
     verified: bool = False
     source: tuple[str, ...] = ()
     note: str = ""
 
 
 @dataclass(frozen=True)
-class CompatPackage:
+class CudaCompat(Row):
+    major: int
+    min_driver_linux: str
+    min_driver_windows: str = ""
+
+
+@dataclass(frozen=True)
+class CompatPackage(Row):
     """NVIDIA's forward-compatibility libraries (cuda_compat in redistrib_<latest>.json): a newer
     libcuda that lets an older driver branch run CUDA `cuda` (and older minors of its major)
     applications, on the GPUs NVIDIA supports."""
@@ -43,13 +50,10 @@ class CompatPackage:
     sha256: str
     size: int
     host_branches: tuple[str, ...]  # driver branches it runs on
-    verified: bool = False
-    source: tuple[str, ...] = ()
-    note: str = ""
 
 
 @dataclass(frozen=True)
-class CudaRelease:
+class CudaRelease(Row):
     version: str
     latest: str
     ga_driver_linux: str
@@ -58,43 +62,31 @@ class CudaRelease:
     driver_windows: str = ""
     image: str = ""
     eol: bool = False
-    verified: bool = False
-    source: tuple[str, ...] = ()
-    note: str = ""
 
 
 @dataclass(frozen=True)
-class CudaImage:
+class CudaImage(Row):
     cuda: str
     os: str
     flavors: tuple[str, ...]
-    verified: bool = False
-    source: tuple[str, ...] = ()
-    note: str = ""
 
 
 @dataclass(frozen=True)
-class TorchRelease:
+class TorchRelease(Row):
     version: str
     released: str
     python: tuple[str, ...]
     default_variant: str
     mps_min_macos: str = ""
     macos_arm64: bool = True
-    verified: bool = False
-    source: tuple[str, ...] = ()
-    note: str = ""
 
 
 @dataclass(frozen=True)
-class TorchPatch:
+class TorchPatch(Row):
     torch: str
     torchvision: str
     torchaudio: str = ""
     torchaudio_pinned: bool = True
-    verified: bool = False
-    source: tuple[str, ...] = ()
-    note: str = ""
 
     @property
     def release(self) -> str:
@@ -102,7 +94,7 @@ class TorchPatch:
 
 
 @dataclass(frozen=True)
-class Variant:
+class Variant(Row):
     release: str
     tag: str
     kind: str
@@ -113,49 +105,37 @@ class Variant:
     ptx: tuple[str, ...] = ()
     gfx: tuple[str, ...] = ()
     status: str = "stable"
-    verified: bool = False
-    source: tuple[str, ...] = ()
-    note: str = ""
 
 
 @dataclass(frozen=True)
-class Arch:
+class Arch(Row):
     cc: str
     name: str
     min_cuda: str
     last_cuda: str = ""
     last_driver_branch: str = ""
-    verified: bool = False
-    source: tuple[str, ...] = ()
-    note: str = ""
 
 
 @dataclass(frozen=True)
-class Gpu:
+class Gpu(Row):
     name: str
     vendor: str
     aliases: tuple[str, ...] = ()
     cc: str = ""
     gfx: str = ""
     memory_gb: float = 0.0
-    verified: bool = False
-    source: tuple[str, ...] = ()
-    note: str = ""
 
 
 @dataclass(frozen=True)
-class RocmRelease:
+class RocmRelease(Row):
     version: str
     base_image: str
     os: tuple[str, ...] = ()
     gfx: tuple[str, ...] = ()
-    verified: bool = False
-    source: tuple[str, ...] = ()
-    note: str = ""
 
 
 @dataclass(frozen=True)
-class OsInfo:
+class OsInfo(Row):
     id: str
     family: str
     package_manager: str
@@ -174,9 +154,6 @@ class OsInfo:
     # /etc/os-release's ID and VERSION_ID (a major matches any X.Y of it): how an inspected
     # --base-image is told to be this OS
     os_release: tuple[str, ...] = ()
-    verified: bool = False
-    source: tuple[str, ...] = ()
-    note: str = ""
 
     def ships_python(self, version: str) -> bool:
         """The OS's own packages have this Python (its python3, or another it carries)."""
@@ -239,7 +216,7 @@ class Matrix:
 
 
 # (file stem, table name, row type, Matrix field)
-TABLES: tuple[tuple[str, str, type, str], ...] = (
+TABLES: tuple[tuple[str, str, type[Row], str], ...] = (
     ("cuda", "compat", CudaCompat, "cuda_compat"),
     ("cuda", "release", CudaRelease, "cuda"),
     ("cuda", "image", CudaImage, "images"),
