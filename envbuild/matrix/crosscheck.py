@@ -10,13 +10,9 @@ from typing import Any
 
 from envbuild.common.echo import shown
 from envbuild.common.versions import parse_version, version_key
-from envbuild.matrix.model import TABLES, Matrix, Problem, Variant, label
+from envbuild.matrix.model import TABLES, Matrix, Problem, Variant, where
 from envbuild.matrix.rules import semantic_check
 from envbuild.validator.rules import cuda_tag
-
-
-def _where(table: str, row: Any) -> str:
-    return f"[[{table}]] {label(row)}"
 
 
 def _sources(m: Matrix) -> list[Problem]:
@@ -26,10 +22,10 @@ def _sources(m: Matrix) -> list[Problem]:
         for row in getattr(m, attr):
             for sid in row.source:
                 if sid not in m.sources:
-                    p.append(Problem(f"{stem}.toml", _where(table, row),
+                    p.append(Problem(f"{stem}.toml", where(table, row),
                                      f"source {sid!r} is not defined in sources.toml"))
             if not row.source:
-                p.append(Problem(f"{stem}.toml", _where(table, row), "no source given"))
+                p.append(Problem(f"{stem}.toml", where(table, row), "no source given"))
     return p
 
 
@@ -41,9 +37,9 @@ def _sorted_unique(rows: Iterable[Any], key: Callable[[Any], Any], file: str,
     for row in rows:
         k = key(row)
         if k in seen:
-            problems.append(Problem(file, _where(table, row), "duplicate row"))
+            problems.append(Problem(file, where(table, row), "duplicate row"))
         elif previous is not None and k < previous:
-            problems.append(Problem(file, _where(table, row),
+            problems.append(Problem(file, where(table, row),
                                     "out of order (rows are sorted oldest first)"))
         seen.add(k)
         previous = k
@@ -77,7 +73,7 @@ def _gpu_names(m: Matrix) -> list[Problem]:
         for n in (g.name, *g.aliases):
             k = n.casefold()
             if k in names:
-                p.append(Problem("gpus.toml", _where("gpu", g),
+                p.append(Problem("gpus.toml", where("gpu", g),
                                  f"name {n!r} also used by {names[k]!r}"))
             names[k] = g.name
     return p
@@ -95,7 +91,7 @@ def _cuda_releases(m: Matrix) -> list[Problem]:
     p: list[Problem] = []
     majors = {c.major for c in m.cuda_compat}
     for r in m.cuda:
-        lab = _where("release", r)
+        lab = where("release", r)
         p += _versions_ok([("version", r.version), ("latest", r.latest),
                            ("ga_driver_linux", r.ga_driver_linux)], "cuda.toml", lab)
         if r.latest and not r.latest.startswith(r.version + "."):
@@ -112,7 +108,7 @@ def _cuda_images(m: Matrix) -> list[Problem]:
     cuda_minors = {r.version for r in m.cuda}
     os_ids = {o.id for o in m.oses}
     for i in m.images:
-        lab = _where("image", i)
+        lab = where("image", i)
         if ".".join(i.cuda.split(".")[:2]) not in cuda_minors:
             p.append(Problem("cuda.toml", lab, f"CUDA {i.cuda} is not a known [[release]]"))
         if i.os not in os_ids:
@@ -125,7 +121,7 @@ def _cuda_images(m: Matrix) -> list[Problem]:
 def _torch_releases(m: Matrix) -> list[Problem]:
     p: list[Problem] = []
     for t in m.torch:
-        lab = _where("release", t)
+        lab = where("release", t)
         tags = {v.tag for v in m.variants_of(t.version)}
         if t.default_variant not in tags:
             p.append(Problem("torch.toml", lab,
@@ -143,7 +139,7 @@ def _torch_patches(m: Matrix) -> list[Problem]:
     p: list[Problem] = []
     torch_minors = {r.version for r in m.torch}
     for pt in m.patches:
-        lab = _where("patch", pt)
+        lab = where("patch", pt)
         if pt.release not in torch_minors:
             p.append(Problem("torch.toml", lab, f"torch {pt.release} is not a [[release]]"))
         p += _versions_ok([("torch", pt.torch), ("torchvision", pt.torchvision),
@@ -187,7 +183,7 @@ def _variants(m: Matrix) -> list[Problem]:
     for v in m.variants:
         known = m.torch_release(v.release) is not None
         messages = ([] if known else [f"torch {v.release} is not a [[release]]"])
-        p += [Problem("torch.toml", _where("variant", v), msg)
+        p += [Problem("torch.toml", where("variant", v), msg)
               for msg in messages + _variant_kind(m, v)]
     return p
 
@@ -195,7 +191,7 @@ def _variants(m: Matrix) -> list[Problem]:
 def _gpus(m: Matrix) -> list[Problem]:
     p: list[Problem] = []
     for g in m.gpus:
-        lab = _where("gpu", g)
+        lab = where("gpu", g)
         if g.vendor == "nvidia" and m.arch(g.cc) is None:
             p.append(Problem("gpus.toml", lab, f"compute capability {g.cc!r} is not an [[arch]]"))
         if g.vendor == "amd" and not g.gfx.startswith("gfx"):
@@ -206,7 +202,7 @@ def _gpus(m: Matrix) -> list[Problem]:
 
 
 def _rocm_oses(m: Matrix) -> list[Problem]:
-    return [Problem("rocm.toml", _where("release", r), f"os {os_id!r} is not defined in os.toml")
+    return [Problem("rocm.toml", where("release", r), f"os {os_id!r} is not defined in os.toml")
             for r in m.rocm for os_id in r.os if m.os_info(os_id) is None]
 
 
@@ -214,7 +210,7 @@ def _oses(m: Matrix) -> list[Problem]:
     p: list[Problem] = []
     for o in m.oses:
         p += _versions_ok([("python", o.python)] + [("extra_python", x) for x in o.extra_python],
-                          "os.toml", _where("os", o))
+                          "os.toml", where("os", o))
     return p
 
 

@@ -244,3 +244,8 @@ def label(row: Any) -> str:
         if hasattr(row, key):
             return f"({key}={getattr(row, key)!r})"
     return repr(row)
+
+
+def where(table: str, row: Any) -> str:
+    """A row as a problem names it: [[table]] (its key fields)."""
+    return f"[[{table}]] {label(row)}"
