@@ -89,14 +89,13 @@ def _versions_ok(values: Iterable[tuple[str, str]], file: str, where: str) -> li
 
 def _cuda_releases(m: Matrix) -> list[Problem]:
     p: list[Problem] = []
-    majors = {c.major for c in m.cuda_compat}
     for r in m.cuda:
         lab = where("release", r)
         p += _versions_ok([("version", r.version), ("latest", r.latest),
                            ("ga_driver_linux", r.ga_driver_linux)], "cuda.toml", lab)
         if r.latest and not r.latest.startswith(r.version + "."):
             p.append(Problem("cuda.toml", lab, f"latest {r.latest!r} is not a {r.version} update"))
-        if int(r.version.split(".")[0]) not in majors:
+        if m.compat_floor(int(r.version.split(".")[0])) is None:
             p.append(Problem("cuda.toml", lab, "no [[compat]] floor for this CUDA major"))
         if r.image and not m.images_for(r.image):
             p.append(Problem("cuda.toml", lab, f"image {r.image!r} has no [[image]] rows"))
@@ -105,13 +104,11 @@ def _cuda_releases(m: Matrix) -> list[Problem]:
 
 def _cuda_images(m: Matrix) -> list[Problem]:
     p: list[Problem] = []
-    cuda_minors = {r.version for r in m.cuda}
-    os_ids = {o.id for o in m.oses}
     for i in m.images:
         lab = where("image", i)
-        if ".".join(i.cuda.split(".")[:2]) not in cuda_minors:
+        if m.cuda_release(".".join(i.cuda.split(".")[:2])) is None:
             p.append(Problem("cuda.toml", lab, f"CUDA {i.cuda} is not a known [[release]]"))
-        if i.os not in os_ids:
+        if m.os_info(i.os) is None:
             p.append(Problem("cuda.toml", lab, f"os {i.os!r} is not defined in os.toml"))
         if not i.flavors:
             p.append(Problem("cuda.toml", lab, "no flavors"))
@@ -137,10 +134,9 @@ def _torch_releases(m: Matrix) -> list[Problem]:
 
 def _torch_patches(m: Matrix) -> list[Problem]:
     p: list[Problem] = []
-    torch_minors = {r.version for r in m.torch}
     for pt in m.patches:
         lab = where("patch", pt)
-        if pt.release not in torch_minors:
+        if m.torch_release(pt.release) is None:
             p.append(Problem("torch.toml", lab, f"torch {pt.release} is not a [[release]]"))
         p += _versions_ok([("torch", pt.torch), ("torchvision", pt.torchvision),
                            ("torchaudio", pt.torchaudio)], "torch.toml", lab)
