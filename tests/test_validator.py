@@ -12,6 +12,7 @@ import ast
 import importlib.util
 import json
 import os
+import pkgutil
 import re
 import shutil
 import subprocess
@@ -43,11 +44,13 @@ CHECK_KEYS = {"id", "title", "status", "reason", "duration_s", "evidence", "reme
 
 
 def _load_validator() -> ModuleType:
-    """One namespace with every module of the validator package (rules, judges, checks,
-    supervisor), as the tests address them."""
+    """One namespace with every module of the validator package (rules, judges, the checks,
+    the supervisor...), as the tests address them."""
     merged = ModuleType("envbuild_validator_under_test")
-    for name in ("rules", "judges", "checks", "supervisor"):
-        module = importlib.import_module(f"envbuild.validator.{name}")
+    for info in pkgutil.iter_modules([str(PACKAGE_DIR)]):
+        if info.name == "__main__":
+            continue
+        module = importlib.import_module(f"envbuild.validator.{info.name}")
         merged.__dict__.update({k: v for k, v in vars(module).items() if not k.startswith("__")})
     return merged
 

@@ -123,8 +123,8 @@ def test_real_inductor_error_is_recognised(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     code = (f"import json, sys; sys.path.insert(0, {str(VALIDATOR_PATH)!r})\n"
             "import torch\n"
-            "from envbuild.validator import checks\n"
-            "print(json.dumps(checks._compile_once(torch, 'cpu')))\n")
+            "from envbuild.validator import compile_smoke\n"
+            "print(json.dumps(compile_smoke._compile_once(torch, 'cpu')))\n")
     env = {**os.environ, "CXX": str(tmp_path / "no-such-g++"),
            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,

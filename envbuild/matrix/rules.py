@@ -1,6 +1,6 @@
 """Semantic rules over the matrix: facts that follow from how these products are made.
 
-`matrix.cross_check` proves the rows are well formed and reference each other; these rules catch
+`matrix.crosscheck` proves the rows are well formed and reference each other; these rules catch
 rows that are well formed but wrong (a driver floor below the previous major's GA drivers, an arch
 in a wheel built by a toolkit that cannot compile it, a Python a release drops and the next one
 brings back). Each rule is a pure function Matrix -> problems naming the row.
@@ -13,15 +13,11 @@ from itertools import pairwise
 from typing import Any
 
 from envbuild.common.versions import major_of, version_key
-from envbuild.matrix import Matrix, Problem, Variant
+from envbuild.matrix.model import TABLES, Matrix, Problem, where
 
 
 def _row(table: str, **key: str) -> str:
     return f"[[{table}]] (" + ", ".join(f"{k}={v!r}" for k, v in key.items()) + ")"
-
-
-def _vlabel(v: Variant) -> str:
-    return _row("variant", release=v.release, tag=v.tag)
 
 
 def mvc_floors(m: Matrix) -> list[Problem]:
@@ -40,7 +36,7 @@ def mvc_floors(m: Matrix) -> list[Problem]:
         for r in m.cuda:
             if major_of(r.version) == c.major and r.ga_driver_linux \
                     and version_key(r.ga_driver_linux) < floor:
-                out.append(Problem("cuda.toml", _row("release", version=r.version),
+                out.append(Problem("cuda.toml", where("release", r),
                                    f"ga_driver_linux {r.ga_driver_linux} is below the CUDA "
                                    f"{c.major} floor {c.min_driver_linux}"))
     return out
@@ -51,7 +47,7 @@ def driver_order(m: Matrix) -> list[Problem]:
     out: list[Problem] = []
     previous: Any = None
     for r in m.cuda:
-        label = _row("release", version=r.version)
+        label = where("release", r)
         if not r.ga_driver_linux:
             continue
         if previous is not None and version_key(r.ga_driver_linux) < version_key(
@@ -80,11 +76,11 @@ def variant_archs(m: Matrix) -> list[Problem]:
                 if a is None:
                     continue  # cross_check reports unknown archs
                 if version_key(a.min_cuda) > have:
-                    out.append(Problem("torch.toml", _vlabel(v),
+                    out.append(Problem("torch.toml", where("variant", v),
                                        f"{kind} {cc} needs CUDA >= {a.min_cuda}, the wheel is "
                                        f"CUDA {v.version}"))
                 elif a.last_cuda and version_key(a.last_cuda) < have:
-                    out.append(Problem("torch.toml", _vlabel(v),
+                    out.append(Problem("torch.toml", where("variant", v),
                                        f"{kind} {cc} was dropped after CUDA {a.last_cuda}, the "
                                        f"wheel is CUDA {v.version}"))
     for a in m.archs:
@@ -105,12 +101,13 @@ def gfx_targets(m: Matrix) -> list[Problem]:
     for v in m.variants:
         for gfx in v.gfx:
             if gfx not in known:
-                out.append(Problem("torch.toml", _vlabel(v), f"gfx target {gfx!r} is not a known "
-                                   "gfx (gpus.toml [[gpu]] gfx or [meta] extra_gfx)"))
+                out.append(Problem("torch.toml", where("variant", v),
+                                   f"gfx target {gfx!r} is not a known gfx (gpus.toml [[gpu]] "
+                                   "gfx or [meta] extra_gfx)"))
     for r in m.rocm:
         for gfx in r.gfx:
             if gfx not in known:
-                out.append(Problem("rocm.toml", _row("release", version=r.version),
+                out.append(Problem("rocm.toml", where("release", r),
                                    f"gfx target {gfx!r} is not a known gfx"))
     return out
 
@@ -128,7 +125,7 @@ def torch_python(m: Matrix) -> list[Problem]:
         minors = sorted(version_key(p) for p in t.python)
         for a, b in pairwise(minors):
             if a[0] != b[0] or b[1] != a[1] + 1:
-                out.append(Problem("torch.toml", _row("release", version=t.version),
+                out.append(Problem("torch.toml", where("release", t),
                                    f"Python range has a gap between {a[0]}.{a[1]} and "
                                    f"{b[0]}.{b[1]}"))
     pythons = sorted({p for t in m.torch for p in t.python}, key=version_key)
@@ -136,7 +133,7 @@ def torch_python(m: Matrix) -> list[Problem]:
         present = [py in t.python for t in m.torch]
         if _gaps(present):
             back = _return_after_gap(present)
-            out.append(Problem("torch.toml", _row("release", version=m.torch[back].version),
+            out.append(Problem("torch.toml", where("release", m.torch[back]),
                                f"Python {py} comes back after an earlier release dropped it"))
     return out
 
@@ -172,11 +169,11 @@ def torch_order(m: Matrix) -> list[Problem]:
     out: list[Problem] = []
     for a, b in pairwise(m.torch):
         if b.released < a.released:
-            out.append(Problem("torch.toml", _row("release", version=b.version),
+            out.append(Problem("torch.toml", where("release", b),
                                f"released {b.released} is before {a.version}'s {a.released}"))
     for pa, pb in pairwise(m.patches):
         if version_key(pb.torchvision) < version_key(pa.torchvision):
-            out.append(Problem("torch.toml", _row("patch", torch=pb.torch),
+            out.append(Problem("torch.toml", where("patch", pb),
                                f"torchvision {pb.torchvision} is older than torch {pa.torch}'s "
                                f"{pa.torchvision}"))
     return out
@@ -189,7 +186,7 @@ def images(m: Matrix) -> list[Problem]:
     lines: dict[str, Any] = dict(meta.get("os_lines", {}))
     out: list[Problem] = []
     for i in m.images:
-        label = _row("image", cuda=i.cuda, os=i.os)
+        label = where("image", i)
         for f in i.flavors:
             if flavors and f not in flavors:
                 out.append(Problem("cuda.toml", label, f"flavor {f!r} is not one NVIDIA publishes "
@@ -223,11 +220,9 @@ def semantic_check(m: Matrix) -> list[Problem]:
 
 def unverified(m: Matrix) -> list[tuple[str, str, tuple[str, ...]]]:
     """(file, row, sources) for every row not verified against a primary source."""
-    from envbuild.matrix import _TABLES, _label
-
     rows: list[tuple[str, str, tuple[str, ...]]] = []
-    for stem, table, _cls, attr in _TABLES:
+    for stem, table, _cls, attr in TABLES:
         for row in getattr(m, attr):
             if not row.verified:
-                rows.append((f"{stem}.toml", f"[[{table}]] {_label(row)}", tuple(row.source)))
+                rows.append((f"{stem}.toml", where(table, row), tuple(row.source)))
     return rows

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from envbuild.matrix import Matrix
+from envbuild.matrix.model import Matrix
 
 MARK = "*"  # text view only: not verified against a primary source
 

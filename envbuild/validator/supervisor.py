@@ -23,17 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Any, NoReturn
 
-from .checks import (
-    _BY_ID,
-    CheckDef,
-    Options,
-    TorchContext,
-    _dist_child,
-    _exit_with_parent,
-    _kill_tree,
-    select_checks,
-    self_argv,
-)
+from .checks import _BY_ID, CheckDef, select_checks
+from .context import Options, TorchContext
+from .dist import dist_child
 from .judges import (
     EXIT_CANNOT_RUN,
     SCHEMA_VERSION,
@@ -50,6 +42,7 @@ from .judges import (
     make_check,
     summarize,
 )
+from .procs import exit_with_parent, kill_tree, self_argv
 
 # Test hook: "hang:CHECK_ID" or "crash:CHECK_ID" (comma separated) makes the worker hang or die
 # in that check, so the supervisor's time limits and crash recovery are exercised for real.
@@ -106,7 +99,7 @@ def run_torch_check(defn: CheckDef, ctx: TorchContext) -> dict[str, Any]:
 
 
 def _worker_main() -> int:
-    _exit_with_parent()
+    exit_with_parent()
     cfg = json.load(sys.stdin)
     sys.stdout.flush()
     proto = os.fdopen(os.dup(1), "w", buffering=1)
@@ -260,7 +253,7 @@ def run_torch_checks(defs: Sequence[CheckDef], spec: dict[str, Any],
                 proc.stdin.close()
             w = _follow_worker(proc, pending, results, facts, scale)
         finally:
-            _kill_tree(proc)
+            kill_tree(proc)
         death = _death(proc, tail.text())
         current, problem, limit = w.current, w.problem, w.limit
         if problem is None:
@@ -443,7 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args_list[:1] == ["--_worker"]:
         return _worker_main()
     if args_list[:1] == ["--_dist-child"]:
-        return _dist_child(json.loads(args_list[1]))
+        return dist_child(json.loads(args_list[1]))
     args = build_parser().parse_args(args_list)
     if not args.timeout_scale > 0:
         sys.stderr.write("validator: --timeout-scale must be positive\n")

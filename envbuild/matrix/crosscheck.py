@@ -1,0 +1,224 @@
+"""The matrix's integrity: rows well formed, sorted and unique, every reference between rows and
+files resolved; then the semantic rules (`matrix.rules`). Each part is a pure function
+Matrix -> problems naming the row; `cross_check` runs them in the order they report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from envbuild.common.echo import shown
+from envbuild.common.versions import parse_version, version_key
+from envbuild.matrix.model import TABLES, Matrix, Problem, Variant, where
+from envbuild.matrix.rules import semantic_check
+from envbuild.validator.rules import cuda_tag
+
+
+def _sources(m: Matrix) -> list[Problem]:
+    """Every row cites at least one source, each defined in sources.toml."""
+    p: list[Problem] = []
+    for stem, table, _cls, attr in TABLES:
+        for row in getattr(m, attr):
+            for sid in row.source:
+                if sid not in m.sources:
+                    p.append(Problem(f"{stem}.toml", where(table, row),
+                                     f"source {sid!r} is not defined in sources.toml"))
+            if not row.source:
+                p.append(Problem(f"{stem}.toml", where(table, row), "no source given"))
+    return p
+
+
+def _sorted_unique(rows: Iterable[Any], key: Callable[[Any], Any], file: str,
+                   table: str) -> list[Problem]:
+    problems: list[Problem] = []
+    seen: set[Any] = set()
+    previous: Any = None
+    for row in rows:
+        k = key(row)
+        if k in seen:
+            problems.append(Problem(file, where(table, row), "duplicate row"))
+        elif previous is not None and k < previous:
+            problems.append(Problem(file, where(table, row),
+                                    "out of order (rows are sorted oldest first)"))
+        seen.add(k)
+        previous = k
+    return problems
+
+
+def _order(m: Matrix) -> list[Problem]:
+    """Each table is sorted oldest first, without duplicate rows."""
+    def vk(attr: str) -> Callable[[Any], Any]:
+        return lambda r: version_key(getattr(r, attr))
+
+    return (_sorted_unique(m.cuda_compat, lambda r: r.major, "cuda.toml", "compat")
+            + _sorted_unique(m.cuda, vk("version"), "cuda.toml", "release")
+            + _sorted_unique(m.images, lambda r: (version_key(r.cuda), r.os), "cuda.toml",
+                             "image")
+            + _sorted_unique(m.compat_packages, lambda r: (version_key(r.cuda), r.arch),
+                             "cuda.toml", "compat_package")
+            + _sorted_unique(m.torch, vk("version"), "torch.toml", "release")
+            + _sorted_unique(m.patches, vk("torch"), "torch.toml", "patch")
+            + _sorted_unique(m.variants, lambda r: (version_key(r.release), r.kind, r.tag),
+                             "torch.toml", "variant")
+            + _sorted_unique(m.archs, vk("cc"), "gpus.toml", "arch")
+            + _sorted_unique(m.rocm, vk("version"), "rocm.toml", "release"))
+
+
+def _gpu_names(m: Matrix) -> list[Problem]:
+    """A GPU name or alias (any case) names one GPU."""
+    p: list[Problem] = []
+    names: dict[str, str] = {}
+    for g in m.gpus:
+        for n in (g.name, *g.aliases):
+            k = n.casefold()
+            if k in names:
+                p.append(Problem("gpus.toml", where("gpu", g),
+                                 f"name {n!r} also used by {names[k]!r}"))
+            names[k] = g.name
+    return p
+
+
+def _versions_ok(values: Iterable[tuple[str, str]], file: str, where: str) -> list[Problem]:
+    out = []
+    for name, value in values:
+        if value and parse_version(value) is None:
+            out.append(Problem(file, where, f"{name}: {shown(value)} is not a version"))
+    return out
+
+
+def _cuda_releases(m: Matrix) -> list[Problem]:
+    p: list[Problem] = []
+    for r in m.cuda:
+        lab = where("release", r)
+        p += _versions_ok([("version", r.version), ("latest", r.latest),
+                           ("ga_driver_linux", r.ga_driver_linux)], "cuda.toml", lab)
+        if r.latest and not r.latest.startswith(r.version + "."):
+            p.append(Problem("cuda.toml", lab, f"latest {r.latest!r} is not a {r.version} update"))
+        if m.compat_floor(int(r.version.split(".")[0])) is None:
+            p.append(Problem("cuda.toml", lab, "no [[compat]] floor for this CUDA major"))
+        if r.image and not m.images_for(r.image):
+            p.append(Problem("cuda.toml", lab, f"image {r.image!r} has no [[image]] rows"))
+    return p
+
+
+def _cuda_images(m: Matrix) -> list[Problem]:
+    p: list[Problem] = []
+    for i in m.images:
+        lab = where("image", i)
+        if m.cuda_release(".".join(i.cuda.split(".")[:2])) is None:
+            p.append(Problem("cuda.toml", lab, f"CUDA {i.cuda} is not a known [[release]]"))
+        if m.os_info(i.os) is None:
+            p.append(Problem("cuda.toml", lab, f"os {i.os!r} is not defined in os.toml"))
+        if not i.flavors:
+            p.append(Problem("cuda.toml", lab, "no flavors"))
+    return p
+
+
+def _torch_releases(m: Matrix) -> list[Problem]:
+    p: list[Problem] = []
+    for t in m.torch:
+        lab = where("release", t)
+        tags = {v.tag for v in m.variants_of(t.version)}
+        if t.default_variant not in tags:
+            p.append(Problem("torch.toml", lab,
+                             f"default_variant {t.default_variant!r} is not one of its variants"))
+        if not m.patches_of(t.version):
+            p.append(Problem("torch.toml", lab, "no [[patch]] rows for this release"))
+        if "cpu" not in tags:
+            p.append(Problem("torch.toml", lab, "no cpu variant"))
+        if not t.python:
+            p.append(Problem("torch.toml", lab, "no Python versions"))
+    return p
+
+
+def _torch_patches(m: Matrix) -> list[Problem]:
+    p: list[Problem] = []
+    for pt in m.patches:
+        lab = where("patch", pt)
+        if m.torch_release(pt.release) is None:
+            p.append(Problem("torch.toml", lab, f"torch {pt.release} is not a [[release]]"))
+        p += _versions_ok([("torch", pt.torch), ("torchvision", pt.torchvision),
+                           ("torchaudio", pt.torchaudio)], "torch.toml", lab)
+    return p
+
+
+def _cuda_variant(m: Matrix, v: Variant) -> list[str]:
+    out = []
+    if m.cuda_release(v.version) is None:
+        out.append(f"CUDA {v.version!r} is not a [[release]] in cuda.toml")
+    if v.tag != cuda_tag(v.version):
+        out.append(f"tag {v.tag!r} does not match CUDA {v.version}")
+    if not v.sass:
+        out.append("a CUDA variant needs its sass arch list")
+    out += [f"arch {cc!r} is not in gpus.toml" for cc in (*v.sass, *v.ptx) if m.arch(cc) is None]
+    return out
+
+
+def _rocm_variant(m: Matrix, v: Variant) -> list[str]:
+    out = []
+    if m.rocm_release(v.version) is None:
+        out.append(f"ROCm {v.version!r} is not a [[release]] in rocm.toml")
+    if v.tag != "rocm" + v.version:
+        out.append(f"tag {v.tag!r} does not match ROCm {v.version}")
+    return out
+
+
+def _variant_kind(m: Matrix, v: Variant) -> list[str]:
+    if v.kind == "cuda":
+        return _cuda_variant(m, v)
+    if v.kind == "rocm":
+        return _rocm_variant(m, v)
+    if v.kind == "cpu":
+        return [] if v.tag == "cpu" else ["a cpu variant has tag 'cpu'"]
+    return [f"kind {v.kind!r} is not cuda, rocm or cpu"]
+
+
+def _variants(m: Matrix) -> list[Problem]:
+    p: list[Problem] = []
+    for v in m.variants:
+        known = m.torch_release(v.release) is not None
+        messages = ([] if known else [f"torch {v.release} is not a [[release]]"])
+        p += [Problem("torch.toml", where("variant", v), msg)
+              for msg in messages + _variant_kind(m, v)]
+    return p
+
+
+def _gpus(m: Matrix) -> list[Problem]:
+    p: list[Problem] = []
+    for g in m.gpus:
+        lab = where("gpu", g)
+        if g.vendor == "nvidia" and m.arch(g.cc) is None:
+            p.append(Problem("gpus.toml", lab, f"compute capability {g.cc!r} is not an [[arch]]"))
+        if g.vendor == "amd" and not g.gfx.startswith("gfx"):
+            p.append(Problem("gpus.toml", lab, "an AMD GPU needs its gfx target"))
+        if g.vendor not in ("nvidia", "amd"):
+            p.append(Problem("gpus.toml", lab, f"vendor {g.vendor!r} is not nvidia or amd"))
+    return p
+
+
+def _rocm_oses(m: Matrix) -> list[Problem]:
+    return [Problem("rocm.toml", where("release", r), f"os {os_id!r} is not defined in os.toml")
+            for r in m.rocm for os_id in r.os if m.os_info(os_id) is None]
+
+
+def _oses(m: Matrix) -> list[Problem]:
+    p: list[Problem] = []
+    for o in m.oses:
+        p += _versions_ok([("python", o.python)] + [("extra_python", x) for x in o.extra_python],
+                          "os.toml", where("os", o))
+    return p
+
+
+PARTS: tuple[Callable[[Matrix], list[Problem]], ...] = (
+    _sources, _order, _gpu_names, _cuda_releases, _cuda_images, _torch_releases,
+    _torch_patches, _variants, _gpus, _rocm_oses, _oses,
+)
+
+
+def cross_check(m: Matrix) -> list[Problem]:
+    """Every integrity problem of a parsed matrix, then every semantic one."""
+    p: list[Problem] = []
+    for part in PARTS:
+        p += part(m)
+    return p + semantic_check(m)

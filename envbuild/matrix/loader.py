@@ -1,0 +1,181 @@
+"""Loading the matrix: TOML files in `matrix/` parsed into the typed model.
+
+Parsing is pure (files in, dataclasses out). `check()` returns every problem with its file and
+row instead of stopping at the first, so a maintainer fixes a broken matrix in one pass;
+`load()` raises on any and caches a matrix that checked clean.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import typing
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from envbuild.common.echo import shown
+from envbuild.common.errors import MatrixError
+from envbuild.matrix.cache import cache_path, read_docs, write_docs
+from envbuild.matrix.model import EXTRA_FILES, FILES, TABLES, Matrix, Problem
+
+
+def _type_ok(value: Any, hint: Any) -> Any:
+    """Coerce a TOML value to the dataclass field type, or raise TypeError."""
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise TypeError(f"expected a string, got {shown(value)}")
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise TypeError(f"expected true/false, got {shown(value)}")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise TypeError(f"expected an integer, got {shown(value)}")
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise TypeError(f"expected a number, got {shown(value)}")
+    # tuple[str, ...]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise TypeError(f"expected a list of strings, got {shown(value)}")
+
+
+@cache
+def _field_types(cls: type) -> dict[str, tuple[Any, bool]]:
+    hints = typing.get_type_hints(cls)
+    out: dict[str, tuple[Any, bool]] = {}
+    for f in dataclasses.fields(cls):
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        hint = hints[f.name]
+        out[f.name] = (str if hint is str else hint, required)
+    return out
+
+
+def _row_label(raw: Mapping[str, Any], index: int) -> str:
+    for key in ("version", "tag", "name", "id", "cc", "torch", "cuda", "major"):
+        if key in raw:
+            return f"row {index + 1} ({key}={raw[key]!r})"
+    return f"row {index + 1}"
+
+
+def _parse_rows(cls: type, rows: Any, file: str, table: str,
+                problems: list[Problem]) -> list[Any]:
+    if not isinstance(rows, list):
+        problems.append(Problem(file, f"[[{table}]]", "must be an array of tables"))
+        return []
+    types = _field_types(cls)
+    out = []
+    for index, raw in enumerate(rows):
+        label = f"[[{table}]] {_row_label(raw, index)}"
+        kwargs: dict[str, Any] = {}
+        ok = True
+        for key, value in raw.items():
+            if key not in types:
+                problems.append(Problem(file, label, f"unknown key {key!r}"))
+                ok = False
+                continue
+            try:
+                kwargs[key] = _type_ok(value, types[key][0])
+            except TypeError as exc:
+                problems.append(Problem(file, label, f"{key}: {exc}"))
+                ok = False
+        for key, (_, required) in types.items():
+            if required and key not in raw:
+                problems.append(Problem(file, label, f"missing required key {key!r}"))
+                ok = False
+        if ok:
+            out.append(cls(**kwargs))
+    return out
+
+
+def _read_toml(path: Path, problems: list[Problem]) -> dict[str, Any]:
+    """A matrix file through the bounded reader: a FIFO, device, a file over CONFIG_BYTES, one
+    nested too deep or not UTF-8 is refused (UsageError, exit 2), not listed as a problem."""
+    from envbuild.common.boundedio import load_toml
+
+    try:
+        return load_toml(path, "matrix file")
+    except FileNotFoundError:
+        problems.append(Problem(path.name, "-", "file is missing"))
+    except tomllib.TOMLDecodeError as exc:
+        problems.append(Problem(path.name, "-", f"not valid TOML: {exc}"))
+    except OSError as exc:
+        problems.append(Problem(path.name, "-", f"cannot read: {exc.strerror}"))
+    return {}
+
+
+def _read_docs(directory: Path, problems: list[Problem]) -> dict[str, dict[str, Any]]:
+    return {stem: _read_toml(directory / f"{stem}.toml", problems) for stem in FILES}
+
+
+def _from_docs(docs: Mapping[str, Any], problems: list[Problem]) -> Matrix:
+    built: dict[str, Any] = {}
+    meta: dict[str, Mapping[str, Any]] = {}
+    for stem, table, cls, attr in TABLES:
+        doc = docs[stem]
+        built[attr] = tuple(_parse_rows(cls, doc.get(table, []), f"{stem}.toml", table, problems))
+        meta[stem] = doc.get("meta", {})
+    sources = docs["sources"].get("source", {})
+    extra = {stem: docs[stem] for stem in EXTRA_FILES}
+    return Matrix(sources=sources, meta=meta, extra=extra, **built)
+
+
+def parse(directory: Path) -> tuple[Matrix, list[Problem]]:
+    """Read every matrix file; return the matrix (bad rows dropped) and the schema problems."""
+    problems: list[Problem] = []
+    docs = _read_docs(directory, problems)
+    return _from_docs(docs, problems), problems
+
+
+def check(directory: Path) -> list[Problem]:
+    """Every schema and cross-reference problem of the matrix in `directory`."""
+    from envbuild.matrix.crosscheck import cross_check
+
+    matrix, problems = parse(directory)
+    return problems + cross_check(matrix)
+
+
+def _from_cache(cache_file: Path) -> Matrix | None:
+    docs = read_docs(cache_file)
+    if docs is None:
+        return None
+    problems: list[Problem] = []
+    try:
+        matrix = _from_docs(docs, problems)
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError):
+        return None
+    return None if problems else matrix
+
+
+def load(directory: Path | None = None) -> Matrix:
+    """Load and fully check the matrix; raise MatrixError naming the first problems.
+
+    A matrix that checked clean is cached (its TOML documents as JSON, keyed by the files'
+    sizes and mtimes): parsing TOML is most of the start-up time of `envbuild resolve`.
+    """
+    from envbuild.common.resources import matrix_dir
+
+    d = directory or matrix_dir()
+    cache_file = cache_path(d)
+    if cache_file is not None:
+        cached = _from_cache(cache_file)
+        if cached is not None:
+            return cached
+    from envbuild.matrix.crosscheck import cross_check
+
+    problems: list[Problem] = []
+    docs = _read_docs(d, problems)
+    matrix = _from_docs(docs, problems)
+    problems += cross_check(matrix)
+    if problems:
+        listed = "; ".join(str(x) for x in problems[:3])
+        more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise MatrixError(f"the version matrix in {d} is broken: {listed}{more}")
+    if cache_file is not None:
+        write_docs(cache_file, docs)
+    return matrix
