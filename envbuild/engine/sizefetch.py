@@ -38,6 +38,7 @@ from packaging.version import InvalidVersion, Version
 from envbuild.common.boundedio import parse_json
 from envbuild.common.http import Denied, Http, RegistryAuth, Reply
 from envbuild.common.http import Unreachable as Unreachable
+from envbuild.core import refs
 from envbuild.core.size import BaseFact, SizeEstimate, WheelFact, estimate
 from envbuild.core.spec import Spec
 
@@ -368,9 +369,6 @@ def collect(lookup: Lookup, pins: list[str], python: str,
 
 # ---------------------------------------------------------------- base image manifests
 
-_REF = re.compile(r"^(?:(?P<host>[a-zA-Z0-9.-]+(?::\d+)?|\[[0-9a-fA-F:]+\](?::\d+)?)/)?"
-                  r"(?P<repo>[a-z0-9]+(?:[._/-][a-z0-9]+)*)(?::(?P<tag>[\w][\w.-]{0,127}))?"
-                  r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?$")
 _ACCEPT = ", ".join([
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
@@ -380,19 +378,11 @@ _ACCEPT = ", ".join([
 
 def split_reference(ref: str) -> tuple[str, str, str]:
     """(registry API base URL, repository, tag or digest) of an image reference."""
-    m = _REF.match(ref)
-    if m is None:
-        raise Unreachable(f"cannot read the image reference {ref[:80]!r}", _SIZE_HINT)
-    host = m.group("host")
-    repo = m.group("repo")
-    if host is None or ("." not in host and ":" not in host and host != "localhost"):
-        if host is not None:
-            repo = f"{host}/{repo}"
-        host = "registry-1.docker.io"
-        if "/" not in repo:
-            repo = f"library/{repo}"
-    scheme = "http" if re.match(r"^(localhost|127\.0\.0\.1)(:\d+)?$", host) else "https"
-    return f"{scheme}://{host}/v2", repo, m.group("digest") or m.group("tag") or "latest"
+    try:
+        r = refs.parse(ref)
+    except refs.RefError:
+        raise Unreachable(f"cannot read the image reference {ref[:80]!r}", _SIZE_HINT) from None
+    return refs.api_base(r.host), r.repo, r.reference
 
 
 def base_fact(ref: str, fetch: Fetch = http_get) -> BaseFact:
