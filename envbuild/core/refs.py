@@ -9,7 +9,9 @@ where a one-component name is in `library/`. Pure: callers turn RefError into th
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 DEFAULT_REGISTRY = "docker.io"
 DOCKER_HUB_API = "registry-1.docker.io"
@@ -140,3 +142,33 @@ def is_digest(text: str) -> bool:
 def pinned_digest(ref: str) -> str:
     """The digest a reference pins ('' when it names a tag)."""
     return _split(ref)[3]
+
+
+def base_digest(ref: str, local: dict[str, Any] | None) -> dict[str, Any]:
+    """What is known of the image a reference named, from the reference and the local engine's
+    view of it (`local`: {"id", "repo_digests"}, None when the engine does not hold it): a digest
+    the reference pins; else the local image's registry digest (its RepoDigests, of the same
+    repository when it has several); else its image id (a base made or loaded locally has no
+    registry digest); `kind` says which. Digest None (kind "unknown") when nothing is known."""
+    pinned = pinned_digest(ref)
+    if pinned:
+        return {"ref": ref, "digest": pinned, "kind": "pinned_in_ref"}
+    if local is None:
+        return {"ref": ref, "digest": None, "kind": "unknown"}
+    chosen = repo_digest_of(ref, local.get("repo_digests") or [])
+    if chosen:
+        return {"ref": ref, "digest": pinned_digest(chosen), "kind": "repo_digest",
+                "repo_digest": chosen}
+    return {"ref": ref, "digest": str(local["id"]), "kind": "image_id"}
+
+
+def repo_digest_of(ref: str, repo_digests: Iterable[object]) -> str:
+    """Of an image's RepoDigests (name@sha256:...), the one of ref's repository, else the first;
+    '' when there is none."""
+    digests = [str(x) for x in repo_digests if "@" in str(x)]
+    try:
+        want = parse(ref).name
+        same = [x for x in digests if parse(x.partition("@")[0]).name == want]
+    except RefError:
+        same = []
+    return (same or digests or [""])[0]

@@ -39,6 +39,7 @@ from typing import IO, TYPE_CHECKING, Any
 from envbuild.common import boundedio
 from envbuild.common.echo import shown
 from envbuild.common.errors import EnvbuildError, UsageError
+from envbuild.core.refs import base_digest as base_digest  # bundle.json's base image
 from envbuild.render.context import VENV, WHEELHOUSE_MOUNT
 
 if TYPE_CHECKING:
@@ -608,27 +609,3 @@ def to_oci_archive(src: Path, dst: Path, ref: str) -> OciImage:
 
 def _bytes(data: bytes) -> IO[bytes]:
     return io.BytesIO(data)
-
-
-def base_digest(ref: str, local: dict[str, Any] | None) -> dict[str, Any]:
-    """What bundle.json says about the base image a system image was built FROM: a digest the
-    reference pins; else the local image's registry digest (RepoDigests, of the same repository
-    when it has several); else its image id (a base made or loaded locally has no registry
-    digest); `kind` says which. None (kind "unknown") when the engine's image store does not hold
-    it (BuildKit pulled it into its own cache)."""
-    if "@" in ref:
-        return {"ref": ref, "digest": ref.split("@", 1)[1], "kind": "pinned_in_ref"}
-    if local is None:
-        return {"ref": ref, "digest": None, "kind": "unknown"}
-    repo_digests = [str(x) for x in local.get("repo_digests") or [] if "@" in str(x)]
-    if repo_digests:
-        try:
-            want = containerd_name(ref).rsplit(":", 1)[0]
-            same = [x for x in repo_digests
-                    if containerd_name(x.split("@")[0]).rsplit(":", 1)[0] == want]
-        except UsageError:
-            same = []
-        chosen = (same or repo_digests)[0]
-        return {"ref": ref, "digest": chosen.split("@", 1)[1], "kind": "repo_digest",
-                "repo_digest": chosen}
-    return {"ref": ref, "digest": str(local["id"]), "kind": "image_id"}

@@ -299,12 +299,13 @@ class Built:
 
 
 def base_digest(ref: str) -> str:
-    """The digest the base image reference resolves to now: from its registry, else the local
-    engine's repo digest of it ('' when neither knows)."""
+    """The digest the base image reference resolves to now: the one it pins, else its
+    registry's, else the local engine's repo digest of it ('' when none knows)."""
+    from envbuild.core import refs
     from envbuild.engine import docker, registry
 
-    if "@" in ref:
-        return ref.split("@", 1)[1]
+    if refs.pinned_digest(ref):
+        return refs.pinned_digest(ref)
     try:
         digest = registry.resolve_digest(ref)
         if digest:
@@ -315,9 +316,8 @@ def base_digest(ref: str) -> str:
         local = docker.local_image(ref)
     except EnvbuildError:
         return ""
-    for rd in (local or {}).get("repo_digests", []):
-        return str(rd).split("@", 1)[1]
-    return ""
+    known = refs.base_digest(ref, local)
+    return str(known["digest"]) if known["kind"] == "repo_digest" else ""
 
 
 def freeze(tag: str) -> list[str]:
