@@ -39,6 +39,7 @@ from typing import IO, TYPE_CHECKING, Any
 from envbuild.common import boundedio
 from envbuild.common.echo import shown
 from envbuild.common.errors import EnvbuildError, UsageError
+from envbuild.common.files import atomic_file
 from envbuild.core.refs import base_digest as base_digest  # bundle.json's base image
 from envbuild.render.context import VENV, WHEELHOUSE_MOUNT
 
@@ -527,10 +528,9 @@ def to_oci_archive(src: Path, dst: Path, ref: str) -> OciImage:
     exit 1); a member name outside the archive or a stray link is refused (exit 2). Nothing is
     left at dst on failure."""
     what = f"docker archive {src.name}"
-    tmp = dst.with_name(dst.name + ".partial")
     try:
-        with tarfile.open(src, "r:") as tf, tarfile.open(tmp, "w:",
-                                                         format=tarfile.PAX_FORMAT) as out:
+        with tarfile.open(src, "r:") as tf, atomic_file(dst) as fh, \
+                tarfile.open(fileobj=fh, mode="w:", format=tarfile.PAX_FORMAT) as out:
             members = archive_members(tf, what)
             if "manifest.json" not in members or not members["manifest.json"].isreg():
                 raise _bad(what, "no manifest.json (not a docker archive)")
@@ -599,11 +599,8 @@ def to_oci_archive(src: Path, dst: Path, ref: str) -> OciImage:
                 info = tarfile.TarInfo(fname)
                 info.size, info.mode, info.mtime = len(data), 0o644, 0
                 out.addfile(info, _bytes(data))
-        tmp.replace(dst)
     except (tarfile.TarError, EOFError) as exc:
         raise _bad(what, f"not a readable tar ({str(exc)[:80]})") from None
-    finally:
-        tmp.unlink(missing_ok=True)
     return OciImage(manifest_digest, config_digest, tuple(la["digest"] for la in layers), name)
 
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -240,16 +238,9 @@ def read_lock(path: Path) -> dict[str, Any] | None:
 
 def write_lock(path: Path, lock: Mapping[str, Any]) -> None:
     """Atomically: a temporary file next to it, then renamed over it."""
-    text = dump_lock(lock)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from envbuild.common.files import write_atomic
+
+    write_atomic(path, dump_lock(lock), 0o644)
 
 
 # -- build ------------------------------------------------------------------------------------
