@@ -364,12 +364,20 @@ def peaks_json(m: Matrix) -> str:
     return hit[1]
 
 
-@cache
-def validator_source() -> bytes:
-    """The validator package as one deterministic zipapp (envbuild/validator/zipapp.py)."""
-    from envbuild.validator import zipapp
+def validator_source(m: Matrix) -> bytes:
+    """The validator package as one deterministic zipapp (envbuild/validator/zipapp.py), with
+    the matrix facts it reads (matrix/wsl2.toml's Linux driver packages)."""
+    from envbuild.validator import rules
 
-    return zipapp.build()
+    rule = rules.linux_driver_rule(m.extra.get("wsl2"))
+    return _validator_zip(json.dumps(rule, sort_keys=True).encode())
+
+
+@cache
+def _validator_zip(linux_driver: bytes) -> bytes:
+    from envbuild.validator import rules, zipapp
+
+    return zipapp.build(data={rules.LINUX_DRIVER_DATA: linux_driver})
 
 
 @dataclass(frozen=True)
@@ -449,7 +457,7 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
            if opts.team_pip else {}),
         "spec.json": RenderedFile(json.dumps(spec.to_json(), indent=2) + "\n"),
         "peaks.json": RenderedFile(peaks_json(m)),
-        "validator.pyz": RenderedFile(validator_source()),
+        "validator.pyz": RenderedFile(validator_source(m)),
     }
     native = not targets.get(spec.target).container  # mps: a native macOS environment
     conda_platform = "osx-arm64" if native else "linux-64"
