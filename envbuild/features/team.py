@@ -180,40 +180,19 @@ def plan_json(planned: list[Planned], changes: Mapping[str, list[str]],
 
 
 # -- the lock ---------------------------------------------------------------------------------
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return json.dumps(v)
-    if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
-    if isinstance(v, list | tuple):
-        if not v:
-            return "[]"
-        return "[\n" + "".join(f"    {_toml_value(x)},\n" for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{_key(k)} = {_toml_value(x)}" for k, x in sorted(v.items())) \
-            + " }"
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
-
-
-def _key(k: str) -> str:
-    import re
-
-    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k)
-
-
 def dump_lock(lock: Mapping[str, Any]) -> str:
     """The lock as TOML: sorted keys, one value per line, lists one item per line (pure)."""
+    from envbuild.common.tomlwrite import key, value
+
     lines = ["# envbuild.lock: written by `envbuild team build`; do not edit by hand.", ""]
     for k in sorted(lock):
         if k != "image":
-            lines.append(f"{_key(k)} = {_toml_value(lock[k])}")
+            lines.append(f"{key(k)} = {value(lock[k], multiline=True)}")
     for name in sorted(lock.get("image", {})):
         entry = lock["image"][name]
-        lines += ["", f"[image.{_key(name)}]"]
+        lines += ["", f"[image.{key(name)}]"]
         for k in sorted(entry):
-            lines.append(f"{_key(k)} = {_toml_value(entry[k])}")
+            lines.append(f"{key(k)} = {value(entry[k], multiline=True)}")
     return "\n".join(lines) + "\n"
 
 
