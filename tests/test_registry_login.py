@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from envbuild.engine.build import base_image_of, registry_denied, registry_of
+from envbuild.core.refs import registry_of
+from envbuild.engine.build import base_image_of
+from envbuild.engine.docker import registry_denied
 
 
 @pytest.mark.parametrize("ref,reg", [

@@ -12,7 +12,6 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
-from envbuild.validator import zipapp
 from tests.conftest import ROOT, run_cli
 
 GOLDEN = ROOT / "tests" / "golden"
@@ -87,7 +86,10 @@ def test_golden(rendered: dict[str, Path], name: str) -> None:
     for f in produced:
         assert (out / f).read_text() == (golden / f).read_text(), f"{name}/{f} differs: " \
             "run `make golden` and review the diff"
-    assert (out / "validator.pyz").read_bytes() == zipapp.build()
+    from envbuild.matrix import load
+    from envbuild.render.context import validator_source
+
+    assert (out / "validator.pyz").read_bytes() == validator_source(load())
     json.loads((out / "peaks.json").read_text())
 
 

@@ -233,7 +233,9 @@ def test_write_lock_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     def boom(_a: object, _b: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(team.os, "replace", boom)
+    from envbuild.common import files
+
+    monkeypatch.setattr(files.os, "replace", boom)  # team writes through common.files
     with pytest.raises(OSError):
         team.write_lock(path, {"image": {}})
     assert path.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == [path.name]

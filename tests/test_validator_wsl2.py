@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
+from envbuild.matrix import load
 from tests.test_validator import V
 
 DOCTOR = Path(__file__).parent / "fixtures" / "doctor"
+RULE = V.linux_driver_rule(load().extra["wsl2"])
 WSL_KERNEL = "Linux version 5.15.167.4-microsoft-standard-WSL2 (root@1a2b) #1 SMP"
 
 
@@ -24,7 +26,8 @@ def facts_from_doctor(name: str) -> dict[str, Any]:
             "wsl_lib": host.get("dirs", {}).get(V.WSL_LIB), "kernel": kernel,
             "mounts": [], "ld_library_path": "",
             "libcuda": V.parse_ldconfig((d / "ldconfig-p.txt").read_text()),
-            "driver_packages": V.driver_packages((d / "dpkg-l.txt").read_text())}
+            "driver_packages": V.driver_packages((d / "dpkg-l.txt").read_text(),
+                                                 RULE["driver_packages"])}
 
 
 def test_recorded_healthy_wsl2_passes_with_notes() -> None:
@@ -105,8 +108,8 @@ def test_driver_packages_in_dpkg_formats(package: str, driver: bool) -> None:
     dpkg_l = f"ii  {package}  1.0-1  amd64  something\nrc  nvidia-driver-470  1  amd64  gone\n"
     status = (f"Package: {package}\nStatus: install ok installed\nVersion: 1\n\n"
               "Package: nvidia-driver-470\nStatus: deinstall ok config-files\n")
-    assert V.driver_packages(dpkg_l) == ([package] if driver else [])
-    assert V.driver_packages(status) == ([package] if driver else [])
+    assert V.driver_packages(dpkg_l, RULE["driver_packages"]) == ([package] if driver else [])
+    assert V.driver_packages(status, RULE["driver_packages"]) == ([package] if driver else [])
 
 
 def test_this_host_is_not_wsl2() -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from envbuild.common.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EnvbuildError
 
@@ -58,6 +59,22 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
         proc.wait()
 
 
+def _start(argv: Sequence[str], env: Mapping[str, str] | None, cwd: str | Path | None,
+           **kw: Any) -> subprocess.Popen[str]:
+    """Popen in its own session, text out; a missing or forbidden program is a ProcessError."""
+    try:
+        return subprocess.Popen(list(argv), stdout=subprocess.PIPE, text=True, errors="replace",
+                                env=dict(env) if env is not None else None, cwd=cwd,
+                                start_new_session=True, **kw)
+    except FileNotFoundError as exc:
+        raise ProcessError(f"{argv[0]}: command not found", f"install {argv[0]}",
+                           exit_code=EXIT_CANNOT_RUN) from exc
+    except PermissionError as exc:
+        raise ProcessError(f"{argv[0]}: permission denied",
+                           f"make {argv[0]} executable for this user, or run as a user who may",
+                           exit_code=EXIT_CANNOT_RUN) from exc
+
+
 def run(
     argv: Sequence[str],
     *,
@@ -69,25 +86,8 @@ def run(
 ) -> Result:
     """Run argv to completion and capture its output."""
     start = time.monotonic()
-    try:
-        proc = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
-            env=dict(env) if env is not None else None,
-            cwd=cwd,
-            start_new_session=True,
-        )
-    except FileNotFoundError as exc:
-        raise ProcessError(f"{argv[0]}: command not found", f"install {argv[0]}",
-                           exit_code=EXIT_CANNOT_RUN) from exc
-    except PermissionError as exc:
-        raise ProcessError(f"{argv[0]}: permission denied",
-                           f"make {argv[0]} executable for this user, or run as a user who may",
-                           exit_code=EXIT_CANNOT_RUN) from exc
+    proc = _start(argv, env, cwd, stdin=subprocess.PIPE if input_text is not None
+                  else subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         out, err = proc.communicate(input=input_text, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
@@ -121,22 +121,7 @@ def stream(
     Ctrl-C (KeyboardInterrupt) stops the child's whole process group and re-raises.
     """
     deadline = time.monotonic() + timeout
-    try:
-        proc = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            bufsize=1,
-            env=dict(env) if env is not None else None,
-            cwd=cwd,
-            start_new_session=True,
-        )
-    except FileNotFoundError as exc:
-        raise ProcessError(f"{argv[0]}: command not found", f"install {argv[0]}",
-                           exit_code=EXIT_CANNOT_RUN) from exc
+    proc = _start(argv, env, cwd, stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT, bufsize=1)
     try:
         assert proc.stdout is not None
         for line in proc.stdout:

@@ -3,7 +3,6 @@ path, WSL2, ROCm and macOS (pure functions of the View and the Matrix)."""
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 
 from envbuild.common.versions import major_of
@@ -25,11 +24,8 @@ from envbuild.doctor.view import (
     tail,
 )
 from envbuild.matrix import Matrix
+from envbuild.validator import rules
 from envbuild.validator.rules import arch_name, cuda_tag
-
-WSL_DRIVER_PKG = re.compile(
-    r"^(nvidia-(driver|dkms|kernel|utils|compute-utils|headless)|"
-    r"libnvidia-(compute|gl|decode|encode|extra|fbc1|cfg1|common)|cuda-drivers)")
 
 
 def check_wsl(v: View, m: Matrix, o: Out) -> None:
@@ -47,8 +43,9 @@ def check_wsl(v: View, m: Matrix, o: Out) -> None:
               [f"/proc/sys/kernel/osrelease: {release}"])
     else:
         o.add("wsl.detected", INFO, f"WSL2 ({release}) with GPU paravirtualization (/dev/dxg)")
+    rule = rules.linux_driver_rule(m.extra.get("wsl2"))
     installed = [p for p in parse.dpkg_installed(stdout_of(f, model.DPKG))
-                 if WSL_DRIVER_PKG.match(p)]
+                 if rules.driver_package(p, rule["driver_packages"])]
     first = first_resolved(f, "libcuda.so.1")
     outside = first and not first[0].startswith("/usr/lib/wsl/")
     if installed or outside:
@@ -60,7 +57,8 @@ def check_wsl(v: View, m: Matrix, o: Out) -> None:
               f"libcuda in {WSL_LIB}",
               "purge it (`sudo apt-get purge 'nvidia-driver-*' 'libnvidia-compute-*' "
               "'cuda-drivers*'`, then `sudo ldconfig`); in WSL install only the Windows driver, "
-              "and for a toolkit only cuda-toolkit-X-Y from the wsl-ubuntu repository", ev)
+              "and for a toolkit only cuda-toolkit-X-Y from the wsl-ubuntu repository (never "
+              + ", ".join(rule["forbidden_packages"]) + ")", ev)
     elif first:
         o.add("wsl.libcuda", OK, f"libcuda.so.1 comes from the Windows driver ({first[0]})")
     if len(v.gpus) > 1:

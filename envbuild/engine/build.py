@@ -22,6 +22,7 @@ from envbuild.common.boundedio import load_json, read_text
 from envbuild.common.errors import EnvbuildError, EnvironmentProblem, UsageError
 from envbuild.common.proxy import describe
 from envbuild.common.redact import redact, shown
+from envbuild.core import refs
 from envbuild.core.spec import Spec, from_json
 from envbuild.core.tags import context_hash, default_tag
 from envbuild.engine import docker
@@ -119,16 +120,7 @@ def failing_step(lines: list[str]) -> tuple[str, list[str]]:
     return "the build", tail
 
 
-# What a registry answers when the docker credential store has no login for it, or a wrong one.
-_DENIED = re.compile(r"401 Unauthorized|unauthorized: authentication required|failed to "
-                     r"authorize|no basic auth credentials|unauthorized: incorrect username or "
-                     r"password|denied: requested access", re.IGNORECASE)
 _FROM = re.compile(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)", re.MULTILINE)
-
-
-def registry_denied(lines: list[str]) -> bool:
-    """Whether a registry refused the (missing or wrong) login in these build lines."""
-    return any(_DENIED.search(line) for line in lines)
 
 
 def base_image_of(dockerfile: str) -> str:
@@ -136,30 +128,11 @@ def base_image_of(dockerfile: str) -> str:
     return m.group(1) if m else "(unknown)"
 
 
-def registry_of(ref: str) -> str:
-    """The registry host[:port] of an image reference (Docker's rule: a first component with a
-    dot, a colon or `localhost` is a registry; otherwise Docker Hub)."""
-    first, _, rest = ref.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        return first
-    return "docker.io"
-
-
-def login_hint(registry: str) -> str:
-    return (f"log in to it once with `docker login {registry}` (or a credential helper in "
-            "~/.docker/config.json): envbuild uses the docker credential store through the engine "
-            "and never asks for or prints a password")
-
-
-BASE_PULL_HINT = ("the base image cannot be pulled: use --base-image with a mirror or a local "
-                  "image (docker images)")
-
-
 def _hint(step: str, tail: list[str]) -> str:
     text = "\n".join(tail)
     if "load metadata for" in step or re.search(r"pull access denied|manifest unknown|"
                                                 r"failed to resolve source", text):
-        return BASE_PULL_HINT
+        return docker.BASE_PULL_HINT
     if re.search(r"certificate verify failed|SSLError|CERTIFICATE_VERIFY", text):
         return "HTTPS is intercepted here: pass --ca-cert with your proxy's CA bundle"
     if re.search(r"No matching distribution|Could not find a version", text):
@@ -226,7 +199,7 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
                          f"{', '.join(missing)}, which were not given", f"pass {flags}")
     chash = context_hash(context)
     ref = image_reference(tag, "--tag") if tag else default_tag(spec, chash)
-    if ":" not in ref.split("/")[-1]:
+    if not refs.has_tag(ref) and not refs.pinned_digest(ref):
         ref += ":latest"
     labels = {docker.LABEL_SPEC_HASH: spec.hash, docker.LABEL_CONTEXT_HASH: chash}
     start = time.monotonic()
@@ -268,12 +241,9 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
             rc = docker.run_build(builder, argv, sink, timeout,
                                   extra_env={**(proxies or {}), **extra})
         if rc != 0 or not iidfile.is_file():
-            if registry_denied(lines):
+            if docker.registry_denied(lines):
                 base = base_image_of(read_text(context / "Dockerfile", "Dockerfile"))
-                reg = registry_of(base)
-                raise EnvironmentProblem(
-                    f"the registry {reg} refused the login for the base image {base} (build "
-                    "stopped, nothing tagged)", login_hint(reg))
+                raise docker.login_refused(base, "build stopped, nothing tagged")
             step, tail = failing_step(lines)
             short = step if len(step) <= 90 else step[:87] + "..."
             raise BuildFailed(f"build failed at {short}", _hint(step, tail),

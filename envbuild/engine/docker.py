@@ -18,10 +18,36 @@ from typing import Any
 from envbuild.common import proc
 from envbuild.common.echo import shown
 from envbuild.common.errors import EXIT_CANNOT_RUN, EnvbuildError, EnvironmentProblem
+from envbuild.core import refs
 
 LABEL_ROLE = "io.envbuild.role"
 LABEL_SPEC_HASH = "io.envbuild.core.spec-hash"
 LABEL_CONTEXT_HASH = "io.envbuild.context-hash"
+
+# What a registry answers when the docker credential store has no login for it, or a wrong one.
+_DENIED = re.compile(r"401 Unauthorized|unauthorized: authentication required|failed to "
+                     r"authorize|no basic auth credentials|unauthorized: incorrect username or "
+                     r"password|denied: requested access", re.IGNORECASE)
+BASE_PULL_HINT = ("the base image cannot be pulled: use --base-image with a mirror or a local "
+                  "image (docker images)")
+
+
+def registry_denied(lines: list[str]) -> bool:
+    """Whether a registry refused the (missing or wrong) login in these engine lines."""
+    return any(_DENIED.search(line) for line in lines)
+
+
+def login_hint(registry: str) -> str:
+    return (f"log in to it once with `docker login {registry}` (or a credential helper in "
+            "~/.docker/config.json): envbuild uses the docker credential store through the engine "
+            "and never asks for or prints a password")
+
+
+def login_refused(base: str, outcome: str) -> EnvironmentProblem:
+    """The error of a base image whose registry refused the login (`outcome`: what came of it)."""
+    reg = refs.registry_of(base)
+    return EnvironmentProblem(f"the registry {reg} refused the login for the base image {base} "
+                              f"({outcome})", login_hint(reg))
 
 
 @dataclass(frozen=True)
@@ -177,8 +203,6 @@ def probe_base(ref: str, script: str, timeout: float = 120) -> tuple[str, dict[s
     removed again afterwards, so the build resolves it from its registry as before."""
     import docker.errors
 
-    from envbuild.engine.build import BASE_PULL_HINT, login_hint, registry_denied, registry_of
-
     c = client()
     pulled = False
     try:
@@ -192,10 +216,7 @@ def probe_base(ref: str, script: str, timeout: float = 120) -> tuple[str, dict[s
             if isinstance(exc, EnvironmentProblem):
                 raise
             if registry_denied([exc.message]):
-                reg = registry_of(ref)
-                raise EnvironmentProblem(f"the registry {reg} refused the login for the base "
-                                         f"image {ref} (nothing was built)",
-                                         login_hint(reg)) from None
+                raise login_refused(ref, "nothing was built") from None
             raise EnvbuildError(f"cannot read the base image {ref}: {exc.message}",
                                 BASE_PULL_HINT) from None
     except docker.errors.APIError as exc:
@@ -224,7 +245,7 @@ def probe_base(ref: str, script: str, timeout: float = 120) -> tuple[str, dict[s
 
 def tag(image_id: str, ref: str) -> None:
     c = client()
-    repo, _, t = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
+    repo, t = refs.split_tag(ref)
     with _docker_errors():
         c.images.get(image_id).tag(repo, t)
 
@@ -415,7 +436,7 @@ def remove_containers(labels: Mapping[str, str], settle: float = 20.0) -> list[s
 def push(ref: str, attempts: int = 3, delay: float = 2.0) -> str:
     """Push ref; retry connection failures with backoff. Returns the pushed digest."""
     c = client()
-    repo, _, t = ref.rpartition(":")
+    repo, t = refs.split_tag(ref)
     last = ""
     for attempt in range(1, attempts + 1):
         with _docker_errors():

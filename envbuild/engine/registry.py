@@ -34,7 +34,8 @@ from urllib.parse import urlencode, urljoin
 
 from envbuild.common.boundedio import parse_json
 from envbuild.common.errors import EnvbuildError, EnvironmentProblem, UsageError
-from envbuild.common.http import Http, RegistryAuth, Reply, Unreachable, loopback
+from envbuild.common.http import Http, RegistryAuth, Reply, Unreachable
+from envbuild.core import refs
 
 REPORT_TYPE = "application/vnd.envbuild.validation.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -46,58 +47,20 @@ EMPTY = b"{}"
 MANIFEST_TYPES = (OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST)
 TIMEOUT = 30.0
 
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_REPO = re.compile(rf"^{_PART}(?:/{_PART})*$")
-_TAG = re.compile(r"^[\w][\w.-]{0,127}$", re.ASCII)
-
-
-@dataclass(frozen=True)
-class Ref:
-    """registry host, repository and a tag or digest."""
-
-    host: str
-    repo: str
-    tag: str = ""
-    digest: str = ""
-
-    @property
-    def reference(self) -> str:
-        return self.digest or self.tag or "latest"
-
-    def __str__(self) -> str:
-        return f"{self.host}/{self.repo}" + (f":{self.tag}" if self.tag else "") + \
-            (f"@{self.digest}" if self.digest else "")
-
-    def with_digest(self, digest: str) -> Ref:
-        return Ref(self.host, self.repo, "", digest)
+Ref = refs.ImageRef
 
 
 def parse_ref(text: str) -> Ref:
     """Parse an image reference the way docker does (docker.io/library for bare names)."""
-    value = text  # no stripping: whitespace is refused like any other stray character
-    digest = ""
-    if "@" in value:
-        value, digest = value.split("@", 1)
-        if not _DIGEST.fullmatch(digest):
-            raise UsageError(f"{text[:80]!r}: {digest[:80]!r} is not a sha256 digest",
-                             "e.g. registry.example.com/ml/cpu@sha256:<64 hex>")
-    first, _, rest = value.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        host, path = first, rest
-    else:
-        host, path = "docker.io", value
-    tag = ""
-    last = path.rsplit("/", 1)[-1]
-    if ":" in last:
-        path, tag = path.rsplit(":", 1)
-    if host == "docker.io" and "/" not in path:
-        path = f"library/{path}"
-    if len(text) > 512 or not _REPO.fullmatch(path) or (tag and not _TAG.fullmatch(tag)) \
-            or not re.fullmatch(r"[a-zA-Z0-9.-]+(:\d{1,5})?", host, re.ASCII):
+    try:
+        return refs.parse(text)
+    except refs.RefError as exc:
+        if exc.bad_digest is not None:
+            raise UsageError(f"{text[:80]!r}: {exc.bad_digest[:80]!r} is not a sha256 digest",
+                             "e.g. registry.example.com/ml/cpu@sha256:<64 hex>") from None
         raise UsageError(f"{text[:80]!r} is not an image reference",
-                         "e.g. registry.example.com/ml/cpu:tag or host:5000/repo@sha256:...")
-    return Ref(host, path, tag, digest)
+                         "e.g. registry.example.com/ml/cpu:tag or host:5000/repo@sha256:...") \
+            from None
 
 
 def sha256(data: bytes) -> str:
@@ -106,18 +69,10 @@ def sha256(data: bytes) -> str:
 
 def report_tag(digest: str) -> str:
     """The fallback tag of an artifact attached to the image with this digest."""
-    if not _DIGEST.fullmatch(digest):
+    if not refs.is_digest(digest):
         raise UsageError(f"{digest[:80]!r} is not a sha256 digest",
                          "give the image digest as sha256: and 64 hex digits")
     return digest.replace(":", "-") + ".envbuild"
-
-
-def _api_host(host: str) -> str:
-    return "registry-1.docker.io" if host == "docker.io" else host
-
-
-def _scheme(host: str) -> str:
-    return "http" if loopback(host.split(":")[0]) else "https"  # parse_ref: no IPv6
 
 
 def _docker_config() -> dict[str, Any]:
@@ -200,7 +155,7 @@ class Client:
 
     @property
     def base(self) -> str:
-        return f"{_scheme(self.host)}://{_api_host(self.host)}/v2"
+        return refs.api_base(self.host)
 
     def _request(self, method: str, url: str, scope: str, *, body: bytes | None = None,
                  headers: dict[str, str] | None = None,
@@ -210,7 +165,7 @@ class Client:
         try:
             return self.auth.request(method, url, scope, headers, body)
         except Unreachable as exc:
-            where = "" if exc.host in ("", _api_host(self.host)) else f" at {exc.host}"
+            where = "" if exc.host in ("", refs.api_host(self.host)) else f" at {exc.host}"
             raise EnvironmentProblem(
                 f"cannot reach the registry {self.host}{where} ({exc.reason})",
                 "check that it is up and reachable (and the name/port in the reference)") \
@@ -377,7 +332,7 @@ def fetch_report(image: str) -> Attached | None:
         digest = hit[0]
     candidates: list[tuple[str, str]] = []
     for m in c.referrers(ref.repo, digest, REPORT_TYPE) or []:
-        if isinstance(m.get("digest"), str) and _DIGEST.fullmatch(m["digest"]):
+        if isinstance(m.get("digest"), str) and refs.is_digest(m["digest"]):
             candidates.append((m["digest"], "referrers"))
     candidates.append((report_tag(digest), "tag"))
     for reference, via in candidates:

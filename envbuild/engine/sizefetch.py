@@ -24,7 +24,6 @@ import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from email.parser import HeaderParser
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit
@@ -35,9 +34,11 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from envbuild.common import simpleindex, wheelzip
 from envbuild.common.boundedio import parse_json
 from envbuild.common.http import Denied, Http, RegistryAuth, Reply
 from envbuild.common.http import Unreachable as Unreachable
+from envbuild.core import refs
 from envbuild.core.size import BaseFact, SizeEstimate, WheelFact, estimate
 from envbuild.core.spec import Spec
 
@@ -67,43 +68,19 @@ def http_get(url: str, headers: Mapping[str, str]) -> Response:
 
 def central_directory_sizes(cd: bytes) -> tuple[int, int]:
     """(sum of uncompressed sizes, sum of .py uncompressed sizes) of a zip central directory."""
-    total = py = i = 0
-    while i + 46 <= len(cd) and cd[i:i + 4] == b"PK\x01\x02":
-        usize, = struct.unpack_from("<I", cd, i + 24)
-        nlen, xlen, clen = struct.unpack_from("<HHH", cd, i + 28)
-        name = cd[i + 46:i + 46 + nlen]
-        if usize == 0xFFFFFFFF:  # zip64 extra field holds the real size
-            extra = cd[i + 46 + nlen:i + 46 + nlen + xlen]
-            j = 0
-            while j + 4 <= len(extra):
-                tag, size = struct.unpack_from("<HH", extra, j)
-                if tag == 1 and size >= 8:
-                    usize, = struct.unpack_from("<Q", extra, j + 4)
-                    break
-                j += 4 + size
-        total += usize
-        if name.endswith(b".py"):
-            py += usize
-        i += 46 + nlen + xlen + clen
+    total = py = 0
+    for e in wheelzip.entries(cd):
+        total += e.uncompressed
+        if e.name.endswith(b".py"):
+            py += e.uncompressed
     return total, py
 
 
 def _eocd(tail: bytes, tail_start: int) -> tuple[int, int]:
-    """(central directory offset, size) from a zip's tail; zip64 when the 32-bit fields are full."""
-    at = tail.rfind(b"PK\x05\x06")
-    if at < 0 or at + 22 > len(tail):
-        raise Unreachable("no zip end-of-central-directory record in the wheel's tail", _SIZE_HINT)
-    size, offset = struct.unpack_from("<II", tail, at + 12)
-    if offset == 0xFFFFFFFF or size == 0xFFFFFFFF:
-        loc = tail.rfind(b"PK\x06\x07", 0, at)
-        if loc < 0:
-            raise Unreachable("zip64 wheel without a zip64 locator", _SIZE_HINT)
-        rec, = struct.unpack_from("<Q", tail, loc + 8)
-        r = rec - tail_start
-        if r < 0 or tail[r:r + 4] != b"PK\x06\x06":
-            raise Unreachable("zip64 record outside the wheel's tail", _SIZE_HINT)
-        size, offset = struct.unpack_from("<QQ", tail, r + 40)
-    return offset, size
+    try:
+        return wheelzip.directory_span(tail, tail_start)
+    except ValueError as exc:
+        raise Unreachable(str(exc), _SIZE_HINT) from None
 
 
 def wheel_contents_remote(fetch: Fetch, url: str, total: int) -> tuple[int, int]:
@@ -150,16 +127,6 @@ class IndexFile:
     yanked: bool = False
 
 
-class _Anchors(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.links: list[dict[str, str | None]] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self.links.append(dict(attrs))
-
-
 def parse_index(project: str, page_url: str, resp: Response) -> list[IndexFile]:
     """Files of a PEP 691 JSON or PEP 503 HTML project page."""
     out = []
@@ -172,16 +139,10 @@ def parse_index(project: str, page_url: str, resp: Response) -> list[IndexFile]:
                                  int(size) if isinstance(size, int) else None, bool(meta),
                                  str(f.get("requires-python") or ""), bool(f.get("yanked"))))
         return out
-    parser = _Anchors()
-    parser.feed(resp.body.decode("utf-8", "replace"))
-    for a in parser.links:
-        href = a.get("href")
-        if not href:
-            continue
-        url = urljoin(page_url, href)
-        name = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+    for link in simpleindex.links(resp.body.decode("utf-8", "replace"), page_url):
+        a = link.attrs
         meta = a.get("data-core-metadata") or a.get("data-dist-info-metadata")
-        out.append(IndexFile(project, name, url.split("#", 1)[0], None, bool(meta),
+        out.append(IndexFile(project, link.filename, link.url, None, bool(meta),
                              a.get("data-requires-python") or "", "data-yanked" in a))
     return out
 
@@ -368,9 +329,6 @@ def collect(lookup: Lookup, pins: list[str], python: str,
 
 # ---------------------------------------------------------------- base image manifests
 
-_REF = re.compile(r"^(?:(?P<host>[a-zA-Z0-9.-]+(?::\d+)?|\[[0-9a-fA-F:]+\](?::\d+)?)/)?"
-                  r"(?P<repo>[a-z0-9]+(?:[._/-][a-z0-9]+)*)(?::(?P<tag>[\w][\w.-]{0,127}))?"
-                  r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?$")
 _ACCEPT = ", ".join([
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
@@ -380,19 +338,11 @@ _ACCEPT = ", ".join([
 
 def split_reference(ref: str) -> tuple[str, str, str]:
     """(registry API base URL, repository, tag or digest) of an image reference."""
-    m = _REF.match(ref)
-    if m is None:
-        raise Unreachable(f"cannot read the image reference {ref[:80]!r}", _SIZE_HINT)
-    host = m.group("host")
-    repo = m.group("repo")
-    if host is None or ("." not in host and ":" not in host and host != "localhost"):
-        if host is not None:
-            repo = f"{host}/{repo}"
-        host = "registry-1.docker.io"
-        if "/" not in repo:
-            repo = f"library/{repo}"
-    scheme = "http" if re.match(r"^(localhost|127\.0\.0\.1)(:\d+)?$", host) else "https"
-    return f"{scheme}://{host}/v2", repo, m.group("digest") or m.group("tag") or "latest"
+    try:
+        r = refs.parse(ref)
+    except refs.RefError:
+        raise Unreachable(f"cannot read the image reference {ref[:80]!r}", _SIZE_HINT) from None
+    return refs.api_base(r.host), r.repo, r.reference
 
 
 def base_fact(ref: str, fetch: Fetch = http_get) -> BaseFact:

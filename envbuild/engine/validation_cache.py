@@ -14,12 +14,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from envbuild.common.files import write_atomic
 
 FORMAT = 1
 
@@ -155,14 +156,7 @@ def store(key: str, report: Mapping[str, Any], exit_code: int, note: str, gpus_p
                        "report": dict(report)}, indent=1)
     try:
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key[:12]}-", suffix=".tmp", dir=d)
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(body)
-            os.replace(tmp, d / f"{key}.json")
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(d / f"{key}.json", body, 0o600)
     except OSError:
         return False
     return True

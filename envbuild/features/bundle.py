@@ -39,6 +39,8 @@ from typing import IO, TYPE_CHECKING, Any
 from envbuild.common import boundedio
 from envbuild.common.echo import shown
 from envbuild.common.errors import EnvbuildError, UsageError
+from envbuild.common.files import atomic_file
+from envbuild.core.refs import base_digest as base_digest  # bundle.json's base image
 from envbuild.render.context import VENV, WHEELHOUSE_MOUNT
 
 if TYPE_CHECKING:
@@ -526,10 +528,9 @@ def to_oci_archive(src: Path, dst: Path, ref: str) -> OciImage:
     exit 1); a member name outside the archive or a stray link is refused (exit 2). Nothing is
     left at dst on failure."""
     what = f"docker archive {src.name}"
-    tmp = dst.with_name(dst.name + ".partial")
     try:
-        with tarfile.open(src, "r:") as tf, tarfile.open(tmp, "w:",
-                                                         format=tarfile.PAX_FORMAT) as out:
+        with tarfile.open(src, "r:") as tf, atomic_file(dst) as fh, \
+                tarfile.open(fileobj=fh, mode="w:", format=tarfile.PAX_FORMAT) as out:
             members = archive_members(tf, what)
             if "manifest.json" not in members or not members["manifest.json"].isreg():
                 raise _bad(what, "no manifest.json (not a docker archive)")
@@ -598,37 +599,10 @@ def to_oci_archive(src: Path, dst: Path, ref: str) -> OciImage:
                 info = tarfile.TarInfo(fname)
                 info.size, info.mode, info.mtime = len(data), 0o644, 0
                 out.addfile(info, _bytes(data))
-        tmp.replace(dst)
     except (tarfile.TarError, EOFError) as exc:
         raise _bad(what, f"not a readable tar ({str(exc)[:80]})") from None
-    finally:
-        tmp.unlink(missing_ok=True)
     return OciImage(manifest_digest, config_digest, tuple(la["digest"] for la in layers), name)
 
 
 def _bytes(data: bytes) -> IO[bytes]:
     return io.BytesIO(data)
-
-
-def base_digest(ref: str, local: dict[str, Any] | None) -> dict[str, Any]:
-    """What bundle.json says about the base image a system image was built FROM: a digest the
-    reference pins; else the local image's registry digest (RepoDigests, of the same repository
-    when it has several); else its image id (a base made or loaded locally has no registry
-    digest); `kind` says which. None (kind "unknown") when the engine's image store does not hold
-    it (BuildKit pulled it into its own cache)."""
-    if "@" in ref:
-        return {"ref": ref, "digest": ref.split("@", 1)[1], "kind": "pinned_in_ref"}
-    if local is None:
-        return {"ref": ref, "digest": None, "kind": "unknown"}
-    repo_digests = [str(x) for x in local.get("repo_digests") or [] if "@" in str(x)]
-    if repo_digests:
-        try:
-            want = containerd_name(ref).rsplit(":", 1)[0]
-            same = [x for x in repo_digests
-                    if containerd_name(x.split("@")[0]).rsplit(":", 1)[0] == want]
-        except UsageError:
-            same = []
-        chosen = (same or repo_digests)[0]
-        return {"ref": ref, "digest": chosen.split("@", 1)[1], "kind": "repo_digest",
-                "repo_digest": chosen}
-    return {"ref": ref, "digest": str(local["id"]), "kind": "image_id"}

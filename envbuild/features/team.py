@@ -12,8 +12,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -182,40 +180,19 @@ def plan_json(planned: list[Planned], changes: Mapping[str, list[str]],
 
 
 # -- the lock ---------------------------------------------------------------------------------
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return json.dumps(v)
-    if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
-    if isinstance(v, list | tuple):
-        if not v:
-            return "[]"
-        return "[\n" + "".join(f"    {_toml_value(x)},\n" for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{_key(k)} = {_toml_value(x)}" for k, x in sorted(v.items())) \
-            + " }"
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
-
-
-def _key(k: str) -> str:
-    import re
-
-    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k)
-
-
 def dump_lock(lock: Mapping[str, Any]) -> str:
     """The lock as TOML: sorted keys, one value per line, lists one item per line (pure)."""
+    from envbuild.common.tomlwrite import key, value
+
     lines = ["# envbuild.lock: written by `envbuild team build`; do not edit by hand.", ""]
     for k in sorted(lock):
         if k != "image":
-            lines.append(f"{_key(k)} = {_toml_value(lock[k])}")
+            lines.append(f"{key(k)} = {value(lock[k], multiline=True)}")
     for name in sorted(lock.get("image", {})):
         entry = lock["image"][name]
-        lines += ["", f"[image.{_key(name)}]"]
+        lines += ["", f"[image.{key(name)}]"]
         for k in sorted(entry):
-            lines.append(f"{_key(k)} = {_toml_value(entry[k])}")
+            lines.append(f"{key(k)} = {value(entry[k], multiline=True)}")
     return "\n".join(lines) + "\n"
 
 
@@ -240,16 +217,9 @@ def read_lock(path: Path) -> dict[str, Any] | None:
 
 def write_lock(path: Path, lock: Mapping[str, Any]) -> None:
     """Atomically: a temporary file next to it, then renamed over it."""
-    text = dump_lock(lock)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from envbuild.common.files import write_atomic
+
+    write_atomic(path, dump_lock(lock), 0o644)
 
 
 # -- build ------------------------------------------------------------------------------------
@@ -299,12 +269,13 @@ class Built:
 
 
 def base_digest(ref: str) -> str:
-    """The digest the base image reference resolves to now: from its registry, else the local
-    engine's repo digest of it ('' when neither knows)."""
+    """The digest the base image reference resolves to now: the one it pins, else its
+    registry's, else the local engine's repo digest of it ('' when none knows)."""
+    from envbuild.core import refs
     from envbuild.engine import docker, registry
 
-    if "@" in ref:
-        return ref.split("@", 1)[1]
+    if refs.pinned_digest(ref):
+        return refs.pinned_digest(ref)
     try:
         digest = registry.resolve_digest(ref)
         if digest:
@@ -315,9 +286,8 @@ def base_digest(ref: str) -> str:
         local = docker.local_image(ref)
     except EnvbuildError:
         return ""
-    for rd in (local or {}).get("repo_digests", []):
-        return str(rd).split("@", 1)[1]
-    return ""
+    known = refs.base_digest(ref, local)
+    return str(known["digest"]) if known["kind"] == "repo_digest" else ""
 
 
 def freeze(tag: str) -> list[str]:

@@ -24,7 +24,7 @@ from envbuild import __version__
 from envbuild.common.errors import MatrixError, UsageError
 from envbuild.common.redact import mask_url, shown
 from envbuild.common.resources import matrix_dir, templates_dir
-from envbuild.core import tags, targets
+from envbuild.core import refs, tags, targets
 from envbuild.core.request import COMPONENTS
 from envbuild.core.spec import Spec
 from envbuild.matrix import Matrix, OsInfo
@@ -34,9 +34,6 @@ if TYPE_CHECKING:
 
 VENV = "/opt/venv"
 WHEELHOUSE_MOUNT = "/run/envbuild/wheelhouse"
-_IMAGE_REF = re.compile(
-    r"^(?:[a-z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
-    r"(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$", re.ASCII)
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$", re.ASCII)
 # `FROM scratch` (Docker's empty image) has no shell, no package manager and no libc.
 _NO_SHELL = re.compile(r"^(?:(?:docker\.io/)?library/)?scratch(?::latest)?$")
@@ -74,7 +71,12 @@ class RenderOptions:
 
 
 def image_reference(value: str, flag: str = "--base-image") -> str:
-    if len(value) > 255 or not _IMAGE_REF.fullmatch(value):
+    try:
+        refs.parse(value)
+        ok = len(value) <= 255
+    except refs.RefError:
+        ok = False
+    if not ok:
         raise UsageError(f"{flag} {shown(value, 60)!r} is not an image reference",
                          "e.g. ubuntu:22.04, registry.example.com:5000/mirror/ubuntu:22.04")
     if flag == "--base-image" and _NO_SHELL.fullmatch(value):
@@ -362,12 +364,20 @@ def peaks_json(m: Matrix) -> str:
     return hit[1]
 
 
-@cache
-def validator_source() -> bytes:
-    """The validator package as one deterministic zipapp (envbuild/validator/zipapp.py)."""
-    from envbuild.validator import zipapp
+def validator_source(m: Matrix) -> bytes:
+    """The validator package as one deterministic zipapp (envbuild/validator/zipapp.py), with
+    the matrix facts it reads (matrix/wsl2.toml's Linux driver packages)."""
+    from envbuild.validator import rules
 
-    return zipapp.build()
+    rule = rules.linux_driver_rule(m.extra.get("wsl2"))
+    return _validator_zip(json.dumps(rule, sort_keys=True).encode())
+
+
+@cache
+def _validator_zip(linux_driver: bytes) -> bytes:
+    from envbuild.validator import rules, zipapp
+
+    return zipapp.build(data={rules.LINUX_DRIVER_DATA: linux_driver})
 
 
 @dataclass(frozen=True)
@@ -447,7 +457,7 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
            if opts.team_pip else {}),
         "spec.json": RenderedFile(json.dumps(spec.to_json(), indent=2) + "\n"),
         "peaks.json": RenderedFile(peaks_json(m)),
-        "validator.pyz": RenderedFile(validator_source()),
+        "validator.pyz": RenderedFile(validator_source(m)),
     }
     native = not targets.get(spec.target).container  # mps: a native macOS environment
     conda_platform = "osx-arm64" if native else "linux-64"

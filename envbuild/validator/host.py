@@ -4,9 +4,11 @@ the image, CUDA packages and libraries, NVIDIA_REQUIRE_CUDA, Triton, WSL2)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import importlib.metadata
 import importlib.util
+import json
 import os
 import platform
 import subprocess
@@ -37,8 +39,10 @@ from .judges import (
     wsl2_verdict,
 )
 from .rules import (
+    LINUX_DRIVER_DATA,
     cuda_major_of_dist,
     is_cuda_dist,
+    linux_driver_rule,
 )
 
 
@@ -81,6 +85,27 @@ def h_image_driver(spec: dict[str, Any], opts: Options) -> Outcome:
     return driver_userspace_verdict(scan, os.environ.get("LD_LIBRARY_PATH", ""))
 
 
+@functools.lru_cache(maxsize=1)
+def shipped_linux_driver_rule() -> dict[str, list[str]]:
+    """matrix/wsl2.toml's driver_packages and forbidden_packages: the zipapp carries them (its
+    LINUX_DRIVER_DATA, written by envbuild when it renders the image); run from a source tree,
+    they are read from the matrix beside it."""
+    import pkgutil
+
+    try:
+        data = pkgutil.get_data(__package__ or "envbuild.validator", LINUX_DRIVER_DATA)
+        if data is not None:
+            return dict(json.loads(data))
+    except OSError:
+        pass
+    import tomllib  # a source tree: envbuild's own Python (3.11+)
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "matrix" / "wsl2.toml"
+    with open(path, "rb") as fh:
+        return linux_driver_rule(tomllib.load(fh))
+
+
 def wsl2_facts(run_ldconfig: bool = True) -> dict[str, Any]:
     wsl_lib = None
     with contextlib.suppress(OSError):
@@ -107,7 +132,8 @@ def wsl2_facts(run_ldconfig: bool = True) -> dict[str, Any]:
                 break
     with contextlib.suppress(OSError), open("/var/lib/dpkg/status", encoding="utf-8",
                                             errors="replace") as fh:
-        facts["driver_packages"] = driver_packages(fh.read())
+        facts["driver_packages"] = driver_packages(fh.read(),
+                                                   shipped_linux_driver_rule()["driver_packages"])
     return facts
 
 
@@ -194,4 +220,7 @@ def h_triton(spec: dict[str, Any], opts: Options) -> Outcome:
 
 
 def h_wsl2(spec: dict[str, Any], opts: Options) -> Outcome:
-    return wsl2_verdict(wsl2_facts())
+    facts = wsl2_facts()
+    if not is_wsl2(facts):
+        return wsl2_verdict(facts)
+    return wsl2_verdict(facts, shipped_linux_driver_rule()["forbidden_packages"])

@@ -10,6 +10,29 @@ from collections.abc import Sequence
 from typing import Any
 
 # ---------------------------------------------------------------------------------------------
+# Pure decisions: Linux driver packages (the globs: matrix/wsl2.toml driver_packages)
+
+
+LINUX_DRIVER_DATA = "linux-driver.json"  # linux_driver_rule's answer, in the zipapp
+
+
+def linux_driver_rule(wsl2: Any) -> dict[str, list[str]]:
+    """From matrix/wsl2.toml (parsed) [do_not_install_linux_driver]: driver_packages (dpkg
+    globs of an NVIDIA Linux driver) and forbidden_packages (never to install in WSL 2)."""
+    rule = (wsl2 or {}).get("do_not_install_linux_driver") or {}
+    return {k: [str(x) for x in rule.get(k) or []] for k in ("driver_packages",
+                                                              "forbidden_packages")}
+
+
+def driver_package(name: str, globs: Sequence[str]) -> bool:
+    """Whether a dpkg package name (an ':arch' suffix ignored) is one of the globs."""
+    import fnmatch
+
+    base = name.split(":", 1)[0]
+    return any(fnmatch.fnmatchcase(base, g) for g in globs)
+
+
+# ---------------------------------------------------------------------------------------------
 # Pure decisions: versions
 
 

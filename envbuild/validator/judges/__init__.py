@@ -111,7 +111,6 @@ from .toolchain import (
     toolchain_remediation,
 )
 from .wsl2 import (
-    LINUX_DRIVER_PACKAGES,
     WSL_LIB,
     driver_packages,
     is_wsl2,
@@ -132,7 +131,6 @@ __all__ = [
     "GPU_LIB",
     "GPU_ONLY_CHECKS",
     "GPU_REMEDIATION",
-    "LINUX_DRIVER_PACKAGES",
     "LOSS_FACTOR",
     "NO_GPU_REASON",
     "NO_MPS_REASON",

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from typing import Any
 
+from ..rules import driver_package
 from .results import Outcome, failed, passed, skipped, warned
 
 WSL_LIB = "/usr/lib/wsl/lib"
-LINUX_DRIVER_PACKAGES = re.compile(
-    r"(nvidia-driver|nvidia-dkms|nvidia-kernel-(?:common|source)|libnvidia-compute|"
-    r"nvidia-utils|nvidia-compute-utils|libnvidia-gl|cuda-drivers|xserver-xorg-video-nvidia)"
-    r"(?:-[\w.+]+)*(?::\w+)?")
 
 
 def is_wsl2(facts: dict[str, Any]) -> list[str]:
@@ -39,24 +37,25 @@ def parse_ldconfig(text: str, lib: str = "libcuda.so") -> list[str]:
     return paths
 
 
-def driver_packages(text: str) -> list[str]:
-    """Installed NVIDIA Linux driver packages in `dpkg -l` output or /var/lib/dpkg/status."""
+def driver_packages(text: str, globs: Sequence[str]) -> list[str]:
+    """Installed NVIDIA Linux driver packages (`globs`: matrix/wsl2.toml driver_packages) in
+    `dpkg -l` output or /var/lib/dpkg/status."""
     found: list[str] = []
     if "Package:" in text:
         for block in text.split("\n\n"):
             name = re.search(r"^Package:\s*(\S+)", block, re.M)
             status = re.search(r"^Status:.*\binstalled\b", block, re.M)
-            if name and status and LINUX_DRIVER_PACKAGES.fullmatch(name.group(1)):
+            if name and status and driver_package(name.group(1), globs):
                 found.append(name.group(1))
         return found
     for line in text.splitlines():
         fields = line.split()
-        if len(fields) >= 2 and fields[0] == "ii" and LINUX_DRIVER_PACKAGES.fullmatch(fields[1]):
+        if len(fields) >= 2 and fields[0] == "ii" and driver_package(fields[1], globs):
             found.append(fields[1])
     return found
 
 
-def wsl2_verdict(facts: dict[str, Any]) -> Outcome:
+def wsl2_verdict(facts: dict[str, Any], forbidden: Sequence[str] = ()) -> Outcome:
     """In a WSL2 container (or WSL2 itself): libcuda must come from the Windows driver mounted
     at /usr/lib/wsl/lib; a Linux NVIDIA driver installed in the image breaks it. Pinned memory
     is capped and multi-GPU NCCL is limited there: said as information."""
@@ -74,7 +73,7 @@ def wsl2_verdict(facts: dict[str, Any]) -> Outcome:
             "a Linux NVIDIA driver is installed: on WSL2 the Windows driver is the only one "
             f"(its libcuda is mounted at {WSL_LIB}); remove it (apt-get purge "
             + (" ".join(packages) or "the package that ships " + " ".join(foreign))
-            + ", never install 'cuda' / 'cuda-drivers' / nvidia-driver-*: use the "
+            + ", never install " + (" / ".join(forbidden) or "a Linux driver") + ": use the "
             "cuda-toolkit-1X-Y meta package or the WSL-Ubuntu CUDA repository)",
             f"WSL2 with a Linux NVIDIA driver: {what}", ev)
     names = facts.get("wsl_lib")
