@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from envbuild.core.request import COMPONENTS, Request, check_given
-from envbuild.render.pipeline import ContextInputs
+
+if TYPE_CHECKING:
+    from envbuild.render.pipeline import ContextInputs
 
 Target = Annotated[str | None, typer.Option(
     "--target", help="cuda | rocm | cpu | mps (inferred: --cuda implies cuda, --rocm rocm).")]
@@ -107,6 +109,8 @@ def context_inputs(pip: list[str] | None, apt: list[str] | None, conda: list[str
                 torch_index_kind=torch_index_kind, cuda_redist_url=cuda_redist_url)
     for url in pip_extra_index_url or ():
         check_given(pip_extra_index_url=url)
+    from envbuild.render.pipeline import ContextInputs  # not on `envbuild resolve`'s path
+
     return ContextInputs(pip=tuple(pip or ()), apt=tuple(apt or ()), conda=tuple(conda or ()),
                          allow_url=allow_url, user=user, pip_index_url=pip_index_url,
                          pip_extra_index_urls=tuple(pip_extra_index_url or ()),
