@@ -4,6 +4,7 @@ traceback. Everything runs through the real CLI."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pickle
@@ -432,6 +433,21 @@ def _cache_file(cache: Path) -> Path:
     return files[0]
 
 
+def _cache_doc(path: Path) -> dict[str, Any]:
+    """The cache file as one object: its header line's fields and "docs", the JSON after it."""
+    head, _, body = path.read_bytes().partition(b"\n")
+    return {**json.loads(head), "docs": json.loads(body)}
+
+
+def _cache_bytes(doc: dict[str, Any], *, reseal: bool = False) -> bytes:
+    """The file form of _cache_doc's object; `reseal` gives the edited documents a matching
+    digest, so only what the test is about can reject them."""
+    body = json.dumps(doc["docs"], separators=(",", ":")).encode()
+    sha = hashlib.sha256(body).hexdigest() if reseal else doc["sha256"]
+    head = json.dumps({"format": doc["format"], "key": doc["key"], "sha256": sha}).encode()
+    return head + b"\n" + body
+
+
 def _garbage(good: bytes) -> list[bytes]:
     return [b"garbage", b"", good[: len(good) // 2], b"\x80\x05\x95garbage",
             pickle.dumps({"not": "a matrix"}), b"\x80\x04K\x01.", os.urandom(256),
@@ -451,7 +467,7 @@ def test_a_corrupt_matrix_cache_is_ignored_and_rebuilt(tmp_path: Path, index: in
         assert r.returncode == 0, r.stderr
         assert "Traceback" not in r.stderr
         assert json.loads(r.stdout) == json.loads(clean.stdout)
-    assert json.loads(_cache_file(cache).read_bytes())  # rebuilt: valid again
+    assert _cache_doc(_cache_file(cache))["docs"]  # rebuilt: valid again
 
 
 def _wrong_typed_docs(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -474,7 +490,7 @@ def test_a_wrong_typed_matrix_cache_is_ignored(tmp_path: Path, index: int) -> No
     clean = _resolve(cache)
     path = _cache_file(cache)
     assert path.suffix == ".json", "the cache is JSON, never a pickle"
-    path.write_text(json.dumps(_wrong_typed_docs(json.loads(path.read_text()))[index]))
+    path.write_bytes(_cache_bytes(_wrong_typed_docs(_cache_doc(path))[index]))
     r = _resolve(cache)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == json.loads(clean.stdout)
@@ -487,19 +503,18 @@ def test_a_cache_someone_else_could_write_is_not_read(tmp_path: Path, how: str) 
     clean = _resolve(cache)
     path = _cache_file(cache)
     assert path.suffix == ".json", "the cache is JSON, never a pickle"
-    forged = path.read_text().replace('"torch": "2.5.1"', '"torch": "2.5.1" ', 1)
-    doc = json.loads(forged)
+    doc = _cache_doc(path)
     for row in doc["docs"]["torch"]["patch"]:
         if row["torch"] == "2.5.1":
             row["torchvision"] = "6.6.6"
-    forged = json.dumps(doc)
+    forged = _cache_bytes(doc, reseal=True)  # a well-formed cache: only its owner can refuse it
     if how == "symlink":
         elsewhere = tmp_path / "forged.json"
-        elsewhere.write_text(forged)
+        elsewhere.write_bytes(forged)
         path.unlink()
         path.symlink_to(elsewhere)
     else:
-        path.write_text(forged)
+        path.write_bytes(forged)
     if how == "world-writable file":
         path.chmod(0o666)
     elif how == "group-writable file":

@@ -15,7 +15,7 @@ from typing import Any
 
 from envbuild.matrix.model import FILES
 
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 2  # 2: a header line, then the documents (1: one JSON object)
 
 
 def cache_path(d: Path) -> Path | None:
@@ -55,54 +55,55 @@ def _trusted(path: Path) -> bool:
 
 def read_docs(cache: Path) -> dict[str, Any] | None:
     """The TOML documents a clean check cached (file stem -> document), or None when the cache
-    is missing, damaged, hostile or stale."""
-    from envbuild.common.boundedio import CACHE_BYTES, load_json
+    is missing, damaged, hostile or stale.
+
+    The file is a header line (format, key, the sha256 of the rest) and the documents' JSON: the
+    digest is checked over the bytes as read, before they are parsed."""
+    import hashlib
+    import json
+
+    from envbuild.common.boundedio import CACHE_BYTES, read_bytes
     from envbuild.common.errors import UsageError
 
     if not _trusted(cache):
         return None
     try:
-        doc = load_json(cache, "matrix cache", cap=CACHE_BYTES)
-    except (OSError, ValueError, UsageError):
+        head, _, body = read_bytes(cache, "matrix cache", cap=CACHE_BYTES).partition(b"\n")
+        header = json.loads(head)
+        if not isinstance(header, dict) or header.get("format") != _CACHE_FORMAT \
+                or header.get("key") != cache.stem \
+                or header.get("sha256") != hashlib.sha256(body).hexdigest():
+            return None  # another format, another matrix, or edited after a clean check
+        docs = json.loads(body)
+    except (OSError, ValueError, UsageError, RecursionError):
         return None  # missing, damaged or hostile: rebuilt from the TOML
-    if not isinstance(doc, dict) or doc.get("format") != _CACHE_FORMAT \
-            or doc.get("key") != cache.stem:
-        return None
-    docs = doc.get("docs")
     if not isinstance(docs, dict) or set(docs) != set(FILES) \
             or not all(isinstance(v, dict) for v in docs.values()):
         return None
-    if doc.get("sha256") != _digest(docs):
-        return None  # edited or damaged after a clean check: rebuild (cross_check is not re-run)
     return docs
-
-
-def _digest(docs: Any) -> str:
-    import hashlib
-    import json
-
-    blob = json.dumps(docs, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def write_docs(cache: Path, docs: Mapping[str, Any]) -> None:
     """Cache the documents of a matrix that checked clean; any failure just leaves no cache."""
+    import hashlib
     import json
     import os
     import tempfile
 
     try:
-        text = json.dumps({"format": _CACHE_FORMAT, "key": cache.stem, "docs": docs,
-                           "sha256": _digest(docs)})
+        body = json.dumps(docs, separators=(",", ":")).encode()
     except (TypeError, ValueError):
         return  # a TOML date or time has no JSON form: no cache, same result
+    header = json.dumps({"format": _CACHE_FORMAT, "key": cache.stem,
+                         "sha256": hashlib.sha256(body).hexdigest()}).encode()
+    text = header + b"\n" + body
     try:
         cache.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not _private(cache.parent, True):
             return
         fd, tmp = tempfile.mkstemp(dir=cache.parent, prefix=".matrix-")
         try:
-            with os.fdopen(fd, "w") as fh:
+            with os.fdopen(fd, "wb") as fh:
                 fh.write(text)
             os.replace(tmp, cache)
         except BaseException:
