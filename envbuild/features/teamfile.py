@@ -228,7 +228,7 @@ def parse(text: str, path: Path) -> TeamFile:
                          "lists of strings") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML ({exc})",
-                         "see the example in the README, section Team images") from None
+                         "see the example in docs/guides/team.md (The team file)") from None
     for key in data:
         if key not in ("defaults", "image"):
             raise UsageError(f"{path}: unknown top-level key or table {shown(key)}",
@@ -258,5 +258,5 @@ def load(path: Path | None = None) -> TeamFile:
         text = boundedio.read_text(p, "team file")
     except FileNotFoundError:
         raise UsageError(f"{boundedio.path_text(p)}: no such team file",
-                         "write an envbuild.toml (README: Team images) or pass --file") from None
+                         "write an envbuild.toml (docs/guides/team.md) or pass --file") from None
     return parse(text, p)
