@@ -70,3 +70,16 @@ def docker_engine() -> Iterator[None]:
 
 def work_dir() -> Path:
     return Path(os.environ.get("ENVBUILD_WORK", ROOT / ".work"))
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    """The run order is explicit, not a matter of file names: the `slow` tests (real builds) after
+    the others, and the `leak_check` tests at the very end, after everything that could leak.
+    The sort is stable: inside each group the collection order stays."""
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("leak_check"):
+            return 2
+        return 1 if item.get_closest_marker("slow") else 0
+
+    items.sort(key=rank)

@@ -1,4 +1,5 @@
-"""Runs last (file order): after the whole suite no envbuild-labelled container is left."""
+"""Runs last (the `leak_check` marker, ordered by tests/conftest.py): after the whole suite no
+envbuild-labelled container is left."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import subprocess
 
 import pytest
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.leak_check]
 
 
 def test_no_envbuild_containers_left(docker_engine: None) -> None:
