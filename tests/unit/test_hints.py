@@ -105,7 +105,7 @@ def test_every_error_envbuild_raises_has_a_hint() -> None:
 def test_the_scan_catches_a_missing_hint(tmp_path: Path, source: str, flagged: bool) -> None:
     code = ("class Sub(EnvbuildError): pass\nclass Mine(Sub): pass\n"
             f"def f(x):\n    {source}\n")
-    errors = PACKAGE / "errors.py"  # the real class family, with a module of a test's own
+    errors = PACKAGE / "common" / "errors.py"  # the real class family, and a test module
     count, bad = missing_hints({"errors.py": ast.parse(errors.read_text()),
                                 "m.py": ast.parse(code)})
     assert count == 1 and bool(bad) == flagged
