@@ -1,12 +1,13 @@
 # envbuild developer targets. `make install` sets up everything on a fresh Debian/Ubuntu machine,
-# `make test` runs the whole suite (it starts the Docker engine it needs).
+# `make test` runs the whole suite (it starts the Docker engine it needs); `make unit` the pure
+# tests (tests/unit, no processes), `make cli` the CLI tests (tests/cli, no Docker).
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 WORK ?= .work
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: install system-deps venv engine fixtures slurm test unit lint typecheck golden bench docs clean
+.PHONY: install system-deps venv engine fixtures slurm test unit cli lint typecheck golden bench docs clean
 
 install: system-deps venv fixtures slurm
 
@@ -28,7 +29,8 @@ engine:
 fixtures: engine
 	bash .ci/fixtures.sh $(WORK)
 
-# a two-node Slurm cluster on this host (munge, slurmctld, slurmd -N n1/n2) for tests/test_cluster*
+# a two-node Slurm cluster on this host (munge, slurmctld, slurmd -N n1/n2) for
+# tests/integration/test_cluster_slurm.py
 slurm:
 	bash .ci/slurm.sh start
 
@@ -39,13 +41,17 @@ lint: venv
 typecheck: lint
 
 unit: venv
-	$(BIN)/pytest -m "not docker" -q
+	$(BIN)/pytest -q tests/unit
+
+cli: venv
+	$(BIN)/pytest -q tests/cli
 
 test: venv engine fixtures slurm lint
 	ENVBUILD_WORK=$(abspath $(WORK)) $(BIN)/pytest -q
 
+# every golden: the rendered contexts (tests/golden/<case>) and the cluster files (tests/golden/cluster)
 golden: venv
-	ENVBUILD_UPDATE_GOLDEN=1 $(BIN)/pytest -q tests/test_render.py -k golden
+	ENVBUILD_UPDATE_GOLDEN=1 $(BIN)/pytest -q tests/cli/test_render.py tests/unit/test_cluster.py -k golden
 
 bench: venv
 	$(BIN)/python tests/bench.py

@@ -4,11 +4,11 @@
 #   - $WORK/wheelhouse: torch==2.13.0 (CPU) and its dependencies for offline builds
 #   - $WORK/cuda-wheelhouse: PyPI's own torch==2.13.0, the CUDA 13.0 build, with its nvidia-* cu13
 #     wheels (about 2.7 GB), plus one CUDA 12 runtime wheel for the mixed-image test
-#     (tests/test_cuda_image.py). pip --isolated: this host's pip config adds a local CPU wheel
+#     (tests/integration/test_cuda_image.py). pip --isolated: this host's pip config adds a local CPU wheel
 #     directory, which must not answer here.
 # Stand-in bases for the real base images (ubuntu:24.04's uid-1000 user, odd uid/gid 1000 states,
-# python3 without venv, the dnf family) are built FROM local/debian:bookworm by tests/test_bases.py
-# itself, with BuildKit so that re-runs come from its cache; they need Debian's mirror like the
+# python3 without venv, the dnf family) are built FROM local/debian:bookworm by
+# tests/integration/test_bases.py itself, with BuildKit so that re-runs come from its cache; they need Debian's mirror like the
 # rendered Dockerfiles do.
 set -euo pipefail
 work=${1:-.work}

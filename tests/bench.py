@@ -371,7 +371,7 @@ def bench_cluster(runs: int) -> None:
     if not conf.is_file() or subprocess.run(["/usr/bin/docker", "image", "inspect", tag],
                                             capture_output=True).returncode != 0:
         print(f"== cluster: skipped (no {conf} or no {tag}: make slurm, then run "
-              "tests/test_cluster_slurm.py once)")
+              "tests/integration/test_cluster_slurm.py once)")
         return
     print("== cluster validate --slurm, 2 nodes (slurmd -N n1/n2 on this host), docker runtime")
     walls, jobs = [], []

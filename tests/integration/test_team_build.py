@@ -1,0 +1,234 @@
+"""A three-image team on the real engine and a real local registry: build, push, lock, check,
+shared torch layer, attached reports, incremental rebuild, --locked, and a moved base tag.
+
+One module-scoped family build (the slow part, ~4 min here) is shared by every test; the tests
+that change the registry run last (file order).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+import tomllib
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import run_cli
+from tests.support.docker_helpers import BASE, SYSTEM_CA, docker
+from tests.support.registry import start_registry
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+
+
+@dataclass
+class Family:
+    registry: str
+    base: str
+    base_digest: str
+    dir: Path
+    data: dict[str, Any]
+    stderr: str
+
+    @property
+    def lock(self) -> dict[str, Any]:
+        return tomllib.loads((self.dir / "envbuild.lock").read_text())
+
+
+def team_file(registry: str, base: str, wheelhouse: Path, extra: str = "") -> str:
+    return f"""
+[defaults]
+registry = "{registry}/team-test"
+target = "cpu"
+torch = "2.13.0"
+python = "3.11"
+os = "debian12"
+without = ["torchvision", "torchaudio"]
+base_image = "{base}"
+wheelhouse = "{wheelhouse}"
+ca_cert = "{SYSTEM_CA}"
+pip = ["six"]
+
+[image.team-a]
+{extra}
+[image.team-b]
+pip = ["idna"]
+
+[image.team-c]
+pip = ["attrs"]
+"""
+
+
+def manifest(registry: str, ref: str) -> dict[str, Any]:
+    repo, _, reference = ref.removeprefix(f"{registry}/").partition("@")
+    if not reference:
+        repo, _, reference = repo.rpartition(":")
+    req = urllib.request.Request(f"http://{registry}/v2/{repo}/manifests/{reference}",
+                                 headers={"Accept": DOCKER_MANIFEST})
+    return dict(json.loads(urllib.request.urlopen(req, timeout=10).read()))
+
+
+def blobs(m: dict[str, Any]) -> dict[str, int]:
+    return {m["config"]["digest"]: m["config"]["size"],
+            **{x["digest"]: x["size"] for x in m["layers"]}}
+
+
+@pytest.fixture(scope="module")
+def family(fixtures: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Family]:
+    proc, reg = start_registry(tmp_path_factory.mktemp("team-registry"))
+    base = f"{reg}/team-test-base/debian:bookworm"
+    made: list[str] = [base]
+    try:
+        docker("tag", BASE, base)
+        pushed = docker("push", base).stdout
+        base_digest = re.findall(r"digest: (sha256:[0-9a-f]{64})", pushed)[0]
+        made.append(f"{base.rpartition(':')[0]}@{base_digest}")  # the repo digest push added
+        d = tmp_path_factory.mktemp("team")
+        (d / "envbuild.toml").write_text(team_file(reg, base, fixtures))
+        r = run_cli("team", "build", "--file", str(d / "envbuild.toml"), "--push", "--json",
+                    timeout=1800)
+        assert r.returncode == 0, r.stderr[-4000:]
+        data = json.loads(r.stdout)
+        for i in data["images"]:
+            made += [i["tag"], i["tag"].removeprefix(f"{reg}/team-test/")]
+        yield Family(reg, base, base_digest, d, data, r.stderr)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        docker("rmi", *made, check=False)
+
+
+def test_family_builds_validates_pushes_and_locks(family: Family) -> None:
+    images = family.data["images"]
+    assert [i["name"] for i in images] == ["team-a", "team-b", "team-c"]
+    for i in images:
+        assert set(i) >= {"name", "tag", "digest", "spec_hash", "base_image", "base_digest",
+                          "validation", "pushed", "seconds"}
+        assert i["validation"]["status"] == "pass" and i["pushed"] is True
+        assert i["digest"].startswith("sha256:") and i["base_digest"] == family.base_digest
+    assert family.data["lock"] == str(family.dir / "envbuild.lock")
+    lock = family.lock
+    assert sorted(lock["image"]) == ["team-a", "team-b", "team-c"]
+    for i in images:
+        e = lock["image"][i["name"]]
+        assert (e["digest"], e["tag"], e["base_digest"]) == (i["digest"], i["tag"],
+                                                              family.base_digest)
+        assert e["validation"]["status"] == "pass"
+        assert any(p.startswith("six==") for p in e["packages"])
+        assert e["pins"] == ["torch==2.13.0+cpu"]
+    assert any(p.startswith("idna==") for p in lock["image"]["team-b"]["packages"])
+    # progress per image on stderr
+    for name in ("team-a", "team-b", "team-c"):
+        assert f"[{name}] pass" in family.stderr
+
+
+def test_the_family_shares_its_torch_layer_in_the_registry(family: Family) -> None:
+    ms = [manifest(family.registry, f"{i['tag'].rpartition(':')[0]}@{i['digest']}")
+          for i in family.data["images"]]
+    one = sum(blobs(ms[0]).values())
+    stored = sum({k: v for m in ms for k, v in blobs(m).items()}.values())
+    assert stored < 1.3 * one, (stored, one)
+    biggest = max(ms[0]["layers"], key=lambda x: x["size"])["digest"]  # the torch stack
+    assert all(biggest in {x["digest"] for x in m["layers"]} for m in ms)
+
+
+def test_attached_reports_read_back_and_check_passes(family: Family) -> None:
+    for i in family.data["images"]:
+        r = run_cli("validate", "--from-registry", i["tag"], "--json")
+        assert r.returncode == 0, r.stderr
+        report = json.loads(r.stdout)
+        assert report["summary"]["fail"] == 0 and report["summary"]["pass"] > 0
+    r = run_cli("team", "check", "--file", str(family.dir / "envbuild.toml"), "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    data = json.loads(r.stdout)
+    assert data["problems"] == []
+    assert [x["report"]["status"] for x in data["images"]] == ["pass"] * 3
+
+
+def test_one_more_package_rebuilds_without_reinstalling_torch(family: Family,
+                                                              fixtures: Path,
+                                                              tmp_path: Path) -> None:
+    d = tmp_path / "changed"
+    shutil.copytree(family.dir, d)
+    fresh = f"packaging; python_version > '0.{time.time_ns()}'"  # never in the build cache
+    (d / "envbuild.toml").write_text(team_file(family.registry, family.base, fixtures,
+                                               f"pip = [{json.dumps(fresh)}]\n"))
+    plan = json.loads(run_cli("team", "plan", "--file", str(d / "envbuild.toml"),
+                              "--json").stdout)
+    assert list(plan["lock_changes"]) == ["team-a"]  # only the changed image
+    assert {"layer": "torch", "images": ["team-a", "team-b", "team-c"]}.items() <= \
+        next(s for s in plan["shared_layers"] if s["layer"] == "torch").items()
+    r = run_cli("team", "build", "--file", str(d / "envbuild.toml"), "--only", "team-a",
+                "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    (a,) = json.loads(r.stdout)["images"]
+    docker("rmi", a["tag"], check=False)
+    log = Path(a["log"]).read_text()
+    step = re.search(r"^#(\d+) \[.*\] RUN .*-r /opt/envbuild/requirements\.txt", log, re.M)
+    assert step is not None
+    assert re.search(rf"^#{step.group(1)} CACHED$", log, re.M), "torch was reinstalled"
+    own = re.search(r"^#(\d+) \[.*\] RUN .*-r /opt/envbuild/user-requirements\.txt", log, re.M)
+    assert own is not None and not re.search(rf"^#{own.group(1)} CACHED$", log, re.M)
+
+
+def test_locked_rebuild_uses_base_digest_and_exact_versions(family: Family) -> None:
+    r = run_cli("team", "build", "--file", str(family.dir / "envbuild.toml"), "--locked",
+                "--only", "team-b", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    data = json.loads(r.stdout)
+    assert data["lock"] is None  # --locked reproduces the lock, never rewrites it
+    (b,) = data["images"]
+    assert b["base_image"] == f"{family.registry}/team-test-base/debian@{family.base_digest}"
+    try:
+        out = docker("run", "--rm", b["tag"], "cat", "/opt/envbuild/team-requirements.txt",
+                     "/opt/envbuild/user-requirements.txt").stdout
+    finally:
+        docker("rmi", b["tag"], check=False)
+    locked = {p.split("==")[0].lower(): p for p in family.lock["image"]["team-b"]["packages"]}
+    assert locked["six"] in out and locked["idna"] in out
+
+
+# -- these change the registry: last ----------------------------------------------------------
+def test_a_moved_base_tag_is_caught(family: Family) -> None:
+    other = family.data["images"][0]["tag"]  # any other image, pushed under the base's tag
+    docker("tag", other, family.base)
+    moved = docker("push", family.base).stdout
+    new = re.findall(r"digest: (sha256:[0-9a-f]{64})", moved)[0]
+    assert new != family.base_digest
+    r = run_cli("team", "check", "--file", str(family.dir / "envbuild.toml"))
+    assert r.returncode == 1
+    for name in ("team-a", "team-b", "team-c"):
+        assert (f"problem: {name}: the base image tag {family.base} moved: locked "
+                f"{family.base_digest}, now {new}") in r.stderr
+    data = json.loads(run_cli("team", "check", "--file", str(family.dir / "envbuild.toml"),
+                              "--json").stdout)
+    assert len(data["problems"]) == 3 and data["images"][0]["base_digest_now"] == new
+
+
+def test_a_vanished_image_and_tag_are_caught(family: Family) -> None:
+    reg = family.registry
+    a = family.data["images"][0]
+    repo = a["tag"].removeprefix(f"{reg}/").rpartition(":")[0]
+    base_now = subprocess.run(["curl", "-sI", "-H", f"Accept: {DOCKER_MANIFEST}",
+                               f"http://{reg}/v2/team-test-base/debian/manifests/bookworm"],
+                              capture_output=True, text=True, check=True).stdout
+    base_digest = re.findall(r"Docker-Content-Digest: (sha256:[0-9a-f]{64})", base_now)[0]
+    for path in (f"{repo}/manifests/{a['digest']}",
+                 f"team-test-base/debian/manifests/{base_digest}"):
+        urllib.request.urlopen(urllib.request.Request(f"http://{reg}/v2/{path}",
+                                                      method="DELETE"), timeout=10)
+    r = run_cli("team", "check", "--file", str(family.dir / "envbuild.toml"), "--json")
+    assert r.returncode == 1
+    problems = json.loads(r.stdout)["problems"]
+    assert f"team-a: {reg}/{repo}@{a['digest']} is gone from the registry" in problems
+    assert any(p.startswith("team-b: the base image tag") and "vanished" in p
+               and family.base_digest in p for p in problems)

@@ -1,0 +1,498 @@
+"""`envbuild explain`: the signature catalogue against real-world logs, versions flowing from the
+text through the matrix into the fix, the catalogue's integrity, and the CLI contract."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import tomllib
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from envbuild.common.echo import escaped
+from envbuild.common.errors import MatrixError
+from envbuild.common.logscan import SCAN_FROM, anchor
+from envbuild.features.explain import (
+    DERIVED,
+    check_catalogue,
+    default_path,
+    explain,
+    extract,
+    load_catalogue,
+    parse_catalogue,
+    read_log,
+)
+from envbuild.matrix import Matrix, load
+from tests.support import TESTS
+from tests.support import explain as shared
+from tests.support.explain import FIXTURES, ISSUE20, LOGS, REQUIRED, _sid, training_log
+
+big_log = shared.big_log  # a fixture, shared with the other kind's test_explain.py
+
+SMALL = TESTS / "fixtures" / "doctor" / "matrix"
+# the GPU errors of issue 8: at least three real wordings each
+GPU_ERRORS = ("cuda_device_side_assert", "tensors_on_different_devices", "nvcc_unsupported_arch",
+              "nccl_duplicate_gpu", "cuda_illegal_memory_access", "extension_no_kernel_image",
+              "inductor_no_cxx_compiler", "python_headers_missing", "triton_no_c_compiler")
+
+
+@pytest.fixture(scope="module")
+def small() -> Matrix:
+    return load(SMALL)
+
+
+@pytest.mark.parametrize("log", LOGS, ids=[p.stem for p in LOGS])
+def test_real_world_log_names_its_signature_first(log: Path, small: Matrix) -> None:
+    matches = explain(log.read_text(), small)
+    if _sid(log) == "no_match":
+        assert matches == []
+        return
+    assert matches, f"{log.name}: nothing matched"
+    assert matches[0].id == _sid(log), [(m.id, m.confidence) for m in matches]
+    assert matches[0].fix and "{" not in matches[0].fix
+    assert matches[0].line  # the log line that matched is shown to the user
+
+
+def test_every_signature_has_two_real_world_variants() -> None:
+    counts = Counter(_sid(p) for p in LOGS)
+    ids = [s.id for s in load_catalogue().signatures]
+    assert len(ids) >= 30
+    assert set(ids) >= REQUIRED
+    thin = {i: counts[i] for i in ids if counts[i] < 2}
+    assert thin == {}
+    assert {i: counts[i] for i in GPU_ERRORS if counts[i] < 3} == {}
+    assert {i: counts[i] for i in ISSUE20 if counts[i] < 3} == {}
+
+
+def test_catalogue_integrity(matrix: Matrix) -> None:
+    cat = load_catalogue()
+    assert len({s.id for s in cat.signatures}) == len(cat.signatures)
+    assert check_catalogue(cat, set(matrix.sources)) == []
+    for s in cat.signatures:
+        assert re.fullmatch(r"[a-z][a-z0-9_]*", s.id)
+        for src in s.source:
+            entry = cat.sources.get(src) or matrix.sources.get(src)
+            assert entry and entry.get("url"), src
+
+
+def test_catalogue_checks_catch_mistakes() -> None:
+    doc = tomllib.loads(default_path().read_text())
+    doc["signature"].append(dict(doc["signature"][0]))  # duplicate id
+    doc["signature"][1] = {**doc["signature"][1], "source": ["nowhere"],
+                           "fix": ["needs {no_such_field}"]}
+    problems = check_catalogue(parse_catalogue(doc), set())
+    assert any("duplicate id" in p for p in problems)
+    assert any("'nowhere' is not defined" in p for p in problems)
+    assert any("no_such_field" in p for p in problems)
+    assert any("last fix template" in p for p in problems)
+    assert "cuda_floor" in DERIVED
+
+
+def test_bad_regex_is_reported() -> None:
+    from envbuild.common.errors import MatrixError
+
+    with pytest.raises(MatrixError, match="bad regex"):
+        parse_catalogue({"signature": [{"id": "x", "title": "t", "patterns": ["("],
+                                        "cause": "c", "fix": "f", "source": ["s"]}]})
+
+
+# ---------------------------------------------------------------- versions into the fix
+
+
+def _fix(text: str, m: Matrix, sid: str) -> str:
+    return next(x.fix for x in explain(text, m) if x.id == sid)
+
+
+def test_driver_numbers_flow_into_the_fix(small: Matrix) -> None:
+    fix = _fix((FIXTURES / "driver_too_old__1.txt").read_text(), small, "driver_too_old")
+    assert fix == ("driver 470.182.03 supports CUDA <= 11.4, and this CUDA 12 wheel needs >= "
+                   "525.60.13: install a driver >= 525, or use a CUDA 11.8 wheel (torch <= 2.7, "
+                   "cu118), which runs on 470 through minor-version compatibility")
+
+
+def test_driver_numbers_come_from_the_real_matrix(matrix: Matrix) -> None:
+    fix = _fix((FIXTURES / "driver_too_old__1.txt").read_text(), matrix, "driver_too_old")
+    floor = matrix.compat_floor(12)
+    assert floor is not None and f">= {floor.min_driver_linux}" in fix
+    newest_cu118 = max((v.release for v in matrix.variants if v.tag == "cu118"),
+                       key=lambda r: tuple(int(x) for x in r.split(".")))
+    assert f"torch <= {newest_cu118}, cu118" in fix
+
+
+def test_driver_api_number_is_decoded(small: Matrix) -> None:
+    text = "The NVIDIA driver on your system is too old (found version 12020).\n+cu130"
+    fix = _fix(text, small, "driver_too_old")
+    assert fix.startswith("this driver supports CUDA <= 12.2, and this CUDA 13 build needs a "
+                          "driver >= 580.65.06")
+
+
+def test_require_cuda_flows(small: Matrix) -> None:
+    fix = _fix((FIXTURES / "nvidia_require_cuda__1.txt").read_text(), small, "nvidia_require_cuda")
+    assert "CUDA 12.8, i.e. a host driver >= 570.26" in fix
+    assert "driver 550.144.03 supports CUDA <= 12.4" in fix
+    assert "`envbuild make --target cuda --driver 550.144.03`" in fix  # the resolver's pick
+
+
+def test_arch_flows(small: Matrix) -> None:
+    fix = _fix((FIXTURES / "no_kernel_image__2.txt").read_text(), small, "no_kernel_image")
+    assert "compute capability 6.1" in fix and "cu126 (torch 2.14)" in fix
+    fix = _fix((FIXTURES / "no_kernel_image__1.txt").read_text(), small, "no_kernel_image")
+    assert "12.0" in fix and "cu130" in fix
+    fix = _fix("GeForce GTX 780 with CUDA capability sm_35 is not compatible with the current "
+               "PyTorch installation.", small, "no_kernel_image")
+    assert "no torch wheel envbuild knows has kernels for compute capability 3.5" in fix
+
+
+def test_library_versions_flow(small: Matrix) -> None:
+    fix = _fix((FIXTURES / "cudnn_version_mismatch__2.txt").read_text(), small,
+               "cudnn_version_mismatch")
+    assert "built with cuDNN 8.5.0 but loaded cuDNN 8.4.1" in fix
+    fix = _fix((FIXTURES / "nvjitlink_undefined_symbol__2.txt").read_text(), small,
+               "nvjitlink_undefined_symbol")
+    assert "nvJitLink >= 12.4" in fix
+
+
+def test_macos_and_rocm_flow(small: Matrix) -> None:
+    fix = _fix((FIXTURES / "mps_unavailable_old_macos__2.txt").read_text(), small,
+               "mps_unavailable_old_macos")
+    assert "on macOS 13.7.4 the newest torch with MPS is 2.7" in fix
+    fix = _fix((FIXTURES / "rocm_no_binary__3.txt").read_text(), small, "rocm_no_binary")
+    assert fix == "gfx942 is in the rocm7.2 wheels (torch 2.14): `envbuild make --target rocm " \
+        "--rocm 7.2`"
+
+
+def test_fix_without_versions_is_generic(small: Matrix) -> None:
+    fix = _fix("CUDA driver version is insufficient for CUDA runtime version", small,
+               "driver_too_old")
+    assert "{" not in fix and "envbuild doctor" in fix
+
+
+def test_matches_are_sorted_by_confidence(small: Matrix) -> None:
+    matches = explain((FIXTURES / "nccl_shm_segment__1.txt").read_text(), small)
+    assert [m.id for m in matches][:2] == ["nccl_shm_segment", "nccl_unhandled_system_error"]
+    assert [m.confidence for m in matches] == sorted((m.confidence for m in matches),
+                                                     reverse=True)
+
+
+def test_no_match(small: Matrix) -> None:
+    assert explain("Epoch 3/10: loss=0.41\nSaved checkpoint", small) == []
+
+
+# ---------------------------------------------------------------- GPU errors (issue 8)
+
+
+@pytest.mark.parametrize(("log", "needles"), [
+    ("cuda_device_side_assert__1", ["num_embeddings", "CUDA_LAUNCH_BLOCKING=1", "on the CPU"]),
+    ("cuda_device_side_assert__2", ["labels.max()", "num_classes", "CUDA_LAUNCH_BLOCKING=1"]),
+    ("cuda_device_side_assert__5", ["BCEWithLogitsLoss"]),
+    ("tensors_on_different_devices__1", ["mat1 of wrapper_CUDA_addmm", "model.to(device)",
+                                         "x.to(device)"]),
+    ("tensors_on_different_devices__3", ["mat1 is on cpu while the other tensors of "
+                                         "wrapper_CUDA_addmm are on cuda:0"]),
+    ("tensors_on_different_devices__4", ["input is a torch.cuda.FloatTensor but its weight a "
+                                         "torch.FloatTensor", "model.to(device)"]),
+    ("nccl_duplicate_gpu__1", ["ranks 3 and 0", "torch.cuda.set_device(int(os.environ"
+                               "['LOCAL_RANK']))", "before `init_process_group`"]),
+    ("cuda_illegal_memory_access__1", ["CUDA_LAUNCH_BLOCKING=1", "compute-sanitizer"]),
+    ("extension_no_kernel_image__3", ["yolo_decode.cu", "TORCH_CUDA_ARCH_LIST"]),
+    ("extension_no_kernel_image__5", ["TORCH_CUDA_ARCH_LIST", "--force-reinstall"]),
+    ("inductor_no_cxx_compiler__2", ["g++", "CXX", "envbuild make"]),
+    ("triton_no_c_compiler__3", ["gcc", "CC", "python3-dev", "envbuild make"]),
+    ("python_headers_missing__1", ["python3-dev", "envbuild make"]),
+])
+def test_gpu_errors_get_their_concrete_fix(log: str, needles: list[str], matrix: Matrix) -> None:
+    first = explain((FIXTURES / f"{log}.txt").read_text(), matrix)[0]
+    for needle in needles:
+        assert needle in first.fix, (needle, first.fix)
+
+
+def test_nvcc_arch_facts_come_from_the_matrix(matrix: Matrix) -> None:
+    """Too new for the toolkit: its first CUDA from gpus.toml (and the nvcc version from the
+    log); dropped by the toolkit: the last CUDA that still had it."""
+    ampere = matrix.arch("8.6")
+    kepler = matrix.arch("3.5")
+    assert ampere is not None and kepler is not None and kepler.last_cuda
+    fix = _fix((FIXTURES / "nvcc_unsupported_arch__2.txt").read_text(), matrix,
+               "nvcc_unsupported_arch")
+    assert fix.startswith(f"nvcc 10.2 cannot compile for {ampere.name} (compute capability 8.6)")
+    assert f"CUDA >= {ampere.min_cuda}" in fix
+    fix = _fix((FIXTURES / "nvcc_unsupported_arch__3.txt").read_text(), matrix,
+               "nvcc_unsupported_arch")
+    assert f"dropped from nvcc after CUDA {kepler.last_cuda}" in fix
+    fix = _fix("nvcc fatal   : Unsupported gpu architecture 'compute_120a'", matrix,
+               "nvcc_unsupported_arch")
+    blackwell = matrix.arch("12.0")
+    assert blackwell is not None and f"CUDA >= {blackwell.min_cuda}" in fix
+
+
+@settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(arch=st.one_of(st.from_regex(r"(?:compute|sm|lto)_[0-9]{1,4}[a-z]?", fullmatch=True),
+                      st.text(alphabet=st.characters(blacklist_characters="'\n\r"),
+                              max_size=30)))
+def test_nvcc_any_arch_name_gets_a_complete_fix(arch: str, matrix: Matrix) -> None:
+    text = f"nvcc fatal   : Unsupported gpu architecture '{arch}'"
+    fix = _fix(text, matrix, "nvcc_unsupported_arch")
+    assert fix and "{" not in fix.replace(escaped(arch), "")  # the log's text comes escaped
+
+
+@pytest.mark.parametrize("text", [
+    # torch itself says it lacks the arch: the wheel, not an extension
+    (FIXTURES / "no_kernel_image__2.txt").read_text(),
+    # a plain torch call from the user's script: nothing points at an extension
+    'Traceback (most recent call last):\n  File "demo.py", line 12, in <module>\n'
+    '    y = torch.ones(3, device="cuda") * 2\n'
+    "RuntimeError: CUDA error: no kernel image is available for execution on the device\n",
+    "THCudaCheck FAIL file=/pytorch/aten/src/THC/THCGeneral.cpp line=383 error=209 : "
+    "no kernel image is available for execution on the device\n",
+    # an extension in the log, but torch's own warning says torch lacks sm_61
+    (FIXTURES / "no_kernel_image__2.txt").read_text()
+    + (FIXTURES / "extension_no_kernel_image__3.txt").read_text(),
+])
+def test_torch_lacking_the_arch_is_not_blamed_on_an_extension(text: str, matrix: Matrix) -> None:
+    ids = [m.id for m in explain(text, matrix)]
+    assert ids[0] == "no_kernel_image" and "extension_no_kernel_image" not in ids
+
+
+def test_an_extension_lacking_the_arch_is_named_first(matrix: Matrix) -> None:
+    for p in sorted(FIXTURES.glob("extension_no_kernel_image__*.txt")):
+        ids = [m.id for m in explain(p.read_text(), matrix)]
+        assert ids[:2] == ["extension_no_kernel_image", "no_kernel_image"], p.name
+
+
+def test_all_of_and_unless_entries() -> None:
+    doc = {"signature": [{"id": "x", "title": "t", "cause": "c", "fix": ["f {a}", "f"],
+                          "source": ["s"], "unless": ["never here"],
+                          "patterns": [["first part", "second (?P<a>\\w+)"]]}]}
+    cat = parse_catalogue(doc)
+    assert explain("first part only", load(SMALL), cat) == []
+    hit = explain("second half\nand the first part", load(SMALL), cat)
+    assert [h.fix for h in hit] == ["f half"] and hit[0].line == "and the first part"
+    assert explain("first part, second half, never here", load(SMALL), cat) == []
+    with pytest.raises(MatrixError, match="empty"):
+        parse_catalogue({"signature": [{**doc["signature"][0], "patterns": [[]]}]})
+
+
+class _Pipe(io.RawIOBase):
+    """A non-seekable stream, as stdin is when a log is piped in."""
+
+    def __init__(self, data: bytes, chunk: int) -> None:
+        self._data, self._pos, self._chunk = data, 0, chunk
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = min(len(b), self._chunk, len(self._data) - self._pos)
+        b[:n] = self._data[self._pos:self._pos + n]
+        self._pos += n
+        return n
+
+
+@settings(max_examples=150, deadline=None)
+@given(size=st.integers(0, 3000), limit=st.integers(1, 1200), head=st.integers(0, 1200),
+       chunk=st.integers(1, 700), seekable=st.booleans())
+def test_read_log_keeps_head_and_tail(size: int, limit: int, head: int, chunk: int,
+                                      seekable: bool) -> None:
+    data = "".join(f"{i:05d}\n" for i in range(size // 6 + 1)).encode()[:size]
+    stream: Any = io.BytesIO(data) if seekable else io.BufferedReader(_Pipe(data, chunk), 64)
+    got = read_log(stream, limit=limit, head=head)
+    assert got.total_bytes == size
+    if size <= limit:
+        assert not got.cut and got.text == data.decode()
+        return
+    assert got.cut and got.head_bytes + got.tail_bytes <= limit
+    assert data.startswith(got.text[:got.head_bytes].encode())
+    assert data.endswith(got.text[len(got.text) - got.tail_bytes:].encode())
+    if got.tail_bytes:
+        assert got.text.endswith(data.decode()[-got.tail_bytes:])
+    assert f"[... envbuild explain: {size - got.head_bytes - got.tail_bytes} bytes" in got.text
+    assert json.loads(json.dumps(got.to_json()))["cut"] is True
+
+
+def test_read_log_never_splits_a_line_or_a_character() -> None:
+    data = ("é" * 50 + "\n").encode() * 400
+    for stream in (io.BytesIO(data), io.BufferedReader(_Pipe(data, 97), 64)):
+        got = read_log(stream, limit=4000, head=1000)
+        kept = got.text.split("\n[... envbuild explain:")
+        assert "\ufffd" not in got.text
+        assert all(line in ("é" * 50, "") for line in kept[0].split("\n"))
+
+
+def test_the_head_of_a_big_log_still_feeds_versions(big_log: Path, small: Matrix) -> None:
+    with big_log.open("rb") as fh:
+        log = read_log(fh)
+    assert "Driver Version: 470.182.03" in log.text
+    fields = extract(log.text, load_catalogue())
+    assert fields["driver"] == "470.182.03"
+
+
+def test_big_texts_match_exactly_as_a_whole_text_search(matrix: Matrix,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The anchor scan only skips work: every fixture, buried in a log or all stacked
+    together, gives the same matches, lines and fixes as searching the whole text (the scan
+    threshold is lowered so the whole-text reference search stays quick)."""
+    from envbuild.common import logscan
+
+    monkeypatch.setattr(logscan, "SCAN_FROM", 4096)
+    cat = load_catalogue()
+    assert cat.scanner is not None and SCAN_FROM >= 4096
+    whole = replace(cat, scan=False)
+    texts = [training_log(12_000, p.read_text(), start=q.read_text()).decode()
+             for p, q in zip(LOGS, LOGS[1:] + LOGS[:1], strict=True)]
+    texts.append("\n".join(p.read_text() + training_log(700, "").decode() for p in LOGS))
+    multi_line = (">>> torch.cuda.is_available()\nFalse\n>>> torch.__version__\n'2.5.1+cpu'\n",
+                  "GPU0 Tesla K40c which is of cuda capability 3.5.\n    PyTorch no longer "
+                  "supports this GPU because it is too old.\n")
+    texts += [training_log(6000, m).decode() for m in multi_line]
+    for text in texts:
+        assert cat.scanner.haystack(text).lines is not None
+        assert explain(text, matrix, whole)
+        fast = [(m.id, m.fix, m.line, m.confidence) for m in explain(text, matrix, cat)]
+        slow = [(m.id, m.fix, m.line, m.confidence) for m in explain(text, matrix, whole)]
+        assert fast == slow
+
+
+@pytest.mark.parametrize(("pattern", "expected"), [
+    ("CUDA out of memory", {"cuda out of memory"}),
+    (r"\bdriver(?: version)?[ :=]+(?P<d>\d+)", {"driver"}),
+    (r"cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE", {"cudaerrornodevice", "cuda_error_no_device"}),
+    (r"(?:ab|cd)x", None),  # no literal of 3 characters every match has
+    (r"a+b*c?", None),
+    (r"Assertion .(?P<x>t >= 0 && t < n_classes). failed", {"t >= 0 && t < n_classes"}),
+])
+def test_anchor_is_a_literal_every_match_contains(pattern: str,
+                                                  expected: set[str] | None) -> None:
+    rx = re.compile(pattern, re.IGNORECASE | re.MULTILINE)
+    got = anchor(rx)
+    assert got == (frozenset(expected) if expected else None)
+
+
+def test_every_catalogue_regex_has_an_anchor() -> None:
+    doc = tomllib.loads(default_path().read_text())
+    doc["signature"][0] = {**doc["signature"][0], "patterns": [r"\d+\.\d+"]}
+    problems = check_catalogue(parse_catalogue(doc), set())
+    assert any("needs a literal" in p for p in problems)
+
+
+def test_invalid_usage_without_the_reason_points_to_the_duplicate_gpu(matrix: Matrix) -> None:
+    first = explain((FIXTURES / "nccl_invalid_usage__2.txt").read_text(), matrix)[0]
+    assert first.id == "nccl_invalid_usage" and "NCCL_DEBUG=WARN" in first.fix
+    assert "torch.cuda.set_device(int(os.environ['LOCAL_RANK']))" in first.fix
+    ids = [m.id for m in explain((FIXTURES / "nccl_duplicate_gpu__1.txt").read_text(), matrix)]
+    assert ids == ["nccl_duplicate_gpu"]
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(noise=st.lists(st.text(alphabet=st.sampled_from(
+    [*"aZ09 _-:.()[]{}*+?\\|^$'\"\t\r\x00", "ß", "İ", "ﬁ", "ſ", "K", "é", "\n", "…"]),
+    max_size=60), min_size=1, max_size=40),
+       picks=st.lists(st.sampled_from(LOGS), min_size=1, max_size=4))
+def test_hostile_big_logs_match_as_a_whole_text_search(noise: list[str], picks: list[Path],
+                                                       matrix: Matrix,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unicode that folds to several characters, control characters and regex syntax in
+    the noise: the scan never crashes, never loses a match and never invents one."""
+    from envbuild.common import logscan
+
+    monkeypatch.setattr(logscan, "SCAN_FROM", 1024)
+    cat = load_catalogue()
+    whole = replace(cat, scan=False)
+    parts = [p.read_text() for p in picks]
+    text = "\n".join(n + "\n" + parts[i % len(parts)] for i, n in enumerate(noise)) * 3
+    text = text if len(text) >= 1024 else text + "x\n" * 600
+    fast = [(m.id, m.fix, m.line) for m in explain(text, matrix, cat)]
+    slow = [(m.id, m.fix, m.line) for m in explain(text, matrix, whole)]
+    assert fast == slow
+
+
+def test_a_character_that_folds_to_two_keeps_the_scan(matrix: Matrix) -> None:
+    cat = load_catalogue()
+    assert cat.scanner is not None
+    text = training_log(SCAN_FROM + 1000, "Straße: CUDA out of memory. Tried to allocate 2 GiB",
+                        start="İstanbul\n").decode()
+    hay = cat.scanner.haystack(text)
+    assert hay.lines is not None
+    assert explain(text, matrix)[0].id == "cuda_out_of_memory"
+
+
+def test_extension_fix_names_the_gpus_arch_when_the_log_has_it(matrix: Matrix) -> None:
+    text = ("GPU 0: NVIDIA GeForce RTX 4090, compute capability: 8.9\n"
+            + (FIXTURES / "extension_no_kernel_image__3.txt").read_text())
+    fix = _fix(text, matrix, "extension_no_kernel_image")
+    assert fix.startswith("the kernel in yolo_decode.cu has no code for compute capability 8.9")
+    assert 'TORCH_CUDA_ARCH_LIST="8.9" pip install' in fix
+
+
+@pytest.mark.parametrize(("compiled", "runtime", "want"), [
+    ("8902", "8700", "built with cuDNN 8.9.2 but loaded cuDNN 8.7.0"),
+    ("90100", "8902", "built with cuDNN 9.1.0 but loaded cuDNN 8.9.2"),
+    ("91900", "90100", "built with cuDNN 9.19.0 but loaded cuDNN 9.1.0"),
+])
+def test_cudnn_version_codes_decode(compiled: str, runtime: str, want: str,
+                                    small: Matrix) -> None:
+    text = (f"RuntimeError: cuDNN version incompatibility: PyTorch was compiled against "
+            f"{compiled} but linked against {runtime}")
+    assert want in _fix(text, small, "cudnn_version_mismatch")
+
+
+# ---------------------------------------------------------------- issue 20: four real messages
+
+
+def test_issue20_fixtures_cite_where_they_were_copied_from(matrix: Matrix) -> None:
+    """Every log of the issue-20 signatures names its thread (provenance.toml): a source id with
+    a URL in matrix/sources.toml that its signature cites too."""
+    provenance = tomllib.loads((FIXTURES / "provenance.toml").read_text())
+    sigs = {s.id: s for s in load_catalogue().signatures}
+    logs = [p.name for p in LOGS if _sid(p) in ISSUE20]
+    assert len(logs) >= 3 * len(ISSUE20)
+    assert sorted(provenance) == sorted(logs)
+    for name, source in provenance.items():
+        assert (FIXTURES / name).is_file(), name
+        assert matrix.sources[source]["url"].startswith("https://"), source
+        assert source in sigs[name.split("__")[0]].source, (name, source)
+
+
+@pytest.mark.parametrize(("log", "needles", "absent"), [
+    ("cuda_error_out_of_memory__1", ["nvidia-smi", "set_device", "CUDA_LAUNCH_BLOCKING=1"],
+     ["Tried to allocate 2"]),
+    ("nccl_unhandled_cuda_error__1", ["failed with 'invalid argument'", "NCCL_P2P_DISABLE=1",
+                                      "set_device"], []),
+    ("nccl_unhandled_cuda_error__2", ["NCCL_DEBUG=WARN", "NCCL_P2P_DISABLE=1"], []),
+    ("nccl_unhandled_cuda_error__3", ["failed with 'unknown error'", "nvidia_uvm"], []),
+    ("extension_torch_abi_mismatch__1", ["flash_attn_2_cuda was built", "cxx11abi",
+                                         "--no-build-isolation"], []),
+    ("extension_torch_abi_mismatch__3", ["transformer_engine_extensions was built"], []),
+    ("xformers_torch_mismatch__1", ["built for torch 2.1.0+cu121, this is torch 2.1.0+cu118",
+                                    "`envbuild make --torch 2.1.0+cu121`"], []),
+    ("xformers_torch_mismatch__2", ["torch 2.2.0+cpu is a CPU-only build",
+                                    "`envbuild make --torch 2.2.0+cu121`"], []),
+    ("xformers_torch_mismatch__3", ["built for this torch (2.6.0+cu118)",
+                                    "XFORMERS_MORE_DETAILS=1"], ["envbuild make"]),
+])
+def test_issue20_messages_get_their_concrete_fix(log: str, needles: list[str],
+                                                 absent: list[str], matrix: Matrix) -> None:
+    first = explain((FIXTURES / f"{log}.txt").read_text(), matrix)[0]
+    assert first.id == log.split("__")[0]
+    for needle in needles:
+        assert needle in first.fix, (needle, first.fix)
+    for needle in absent:
+        assert needle not in first.fix, (needle, first.fix)
+
+
+def test_the_two_cuda_oom_messages_stay_apart(matrix: Matrix) -> None:
+    """PyTorch's caching allocator says 'CUDA out of memory. Tried to allocate'; the CUDA
+    runtime's own cudaErrorMemoryAllocation comes as 'CUDA error: out of memory'."""
+    for path in LOGS:
+        if _sid(path) in ("cuda_out_of_memory", "cuda_error_out_of_memory"):
+            ids = [m.id for m in explain(path.read_text(), matrix)]
+            assert ids[0] == _sid(path)
+            other = ({"cuda_out_of_memory", "cuda_error_out_of_memory"} - {_sid(path)}).pop()
+            assert other not in ids, (path.name, ids)

@@ -1,0 +1,611 @@
+"""`envbuild matrix refresh` against recorded answers served from 127.0.0.1 (never the network)."""
+
+from __future__ import annotations
+
+import json
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from envbuild.common.errors import EXIT_CANNOT_RUN, EnvironmentProblem, MatrixError
+from envbuild.common.http import Http
+from envbuild.features.refresh import (
+    Change,
+    apply_changes,
+    diff_index,
+    diff_pypi,
+    diff_tags,
+    fetch_index,
+    fetch_pypi,
+    fetch_tags,
+    run_refresh,
+)
+from envbuild.features.refresh.diff import parse_index_page, split_tag
+from envbuild.features.refresh.facts import (
+    parse_metadata,
+    parse_simple_files,
+    pins_from_requires,
+    torch_pin,
+)
+from envbuild.matrix import Matrix, check, load
+from envbuild.validator import rules
+from tests.support import refresh as shared
+from tests.support.refresh import FIX, MUTATIONS, PYPI, Handler, Route, Server, _mutate, _status
+
+_server = shared._server  # a fixture, shared with the other kind's test_refresh.py
+mdir = shared.mdir  # a fixture, shared with the other kind's test_refresh.py
+server = shared.server  # a fixture, shared with the other kind's test_refresh.py
+
+
+def fast_http() -> Http:
+    return Http(timeout=5, retries=2, backoff=0)
+
+
+def refresh(d: Path, server: Server, source: str = "pypi", write: bool = False,
+            **kw: Any) -> Any:
+    opts: dict[str, Any] = {"pypi_url": server.url, "index_url": f"{server.url}/whl",
+                            "registry_url": server.url, "timeout": 5.0, "retries": 2, **kw}
+    return run_refresh(source, d, write=write, today="2026-11-22", **opts)
+
+
+# ------------------------------------------------------------------------------ pure parsers
+
+
+def _recorded_metadata() -> list[Path]:
+    return sorted((PYPI / "metadata").glob("torch-*.metadata"))
+
+
+@pytest.mark.parametrize("path", _recorded_metadata(), ids=lambda p: p.name.split("-")[1])
+def test_recorded_torch_pins_equal_the_matrix_default_variant(path: Path, matrix: Matrix) -> None:
+    """Every recorded torch metadata file pins the cuDNN / NCCL / CUDA the matrix gives its
+    release's PyPI default variant (old `name (==v)` and new `cuda-toolkit[...]==` forms)."""
+    _, reqs = parse_metadata(path.read_text())
+    pins = pins_from_requires(reqs)
+    release = ".".join(path.name.split("-")[1].split(".")[:2])
+    row = next(r for r in matrix.torch if r.version == release)
+    assert rules.cuda_tag(pins.cuda) == row.default_variant
+    var = next(v for v in matrix.variants if v.release == release and v.tag == row.default_variant)
+    assert (pins.cuda, pins.cudnn, pins.nccl) == (var.version, var.cudnn, var.nccl)
+
+
+def test_latest_release_pins_come_from_the_project_json() -> None:
+    info = json.loads((PYPI / "project-torch.json").read_text())["info"]
+    pins = pins_from_requires(info["requires_dist"])
+    assert (info["version"], pins.cuda, pins.cuda_full, pins.cudnn, pins.nccl) == (
+        "2.15.0", "13.2", "13.2.2", "9.26.0.51", "2.30.7")
+
+
+@pytest.mark.parametrize(("reqs", "expected"), [
+    (["torch (==2.0.0)"], "2.0.0"),
+    (["numpy", "torch==2.6.0"], "2.6.0"),
+    (["torch>=2.14.0"], ""),
+    (["torch==2.*"], ""),
+    (["torch>=2.1,==2.1.0"], "2.1.0"),
+    (["torchvision==0.1"], ""),
+    ([], ""),
+    (["not a requirement ((", "torch==2.5.1"], "2.5.1"),
+])
+def test_torch_pin(reqs: list[str], expected: str) -> None:
+    assert torch_pin(reqs)[0] == expected
+
+
+@pytest.mark.parametrize("reqs", [
+    ["nvidia-cudnn-cu12>=9", "nvidia-nccl-cu12"],  # no exact pin: nothing claimed
+    ["nvidia-cudnn-cu12==9.*"],
+    ["cudnn==9.1.0.70", "nccl==2.20.5"],  # look-alike names
+    ["(((", "nvidia-nccl-cu12 @ https://x/y.whl"],
+])
+def test_pins_ignore_anything_but_exact_pins_of_the_real_names(reqs: list[str]) -> None:
+    p = pins_from_requires(reqs)
+    assert (p.cuda, p.cudnn, p.nccl) == ("", "", "")
+
+
+def test_simple_page_python_tags_and_filters() -> None:
+    doc = json.loads((PYPI / "simple-torch.json").read_text())
+    files = parse_simple_files(doc, "http://h/simple/torch/", "torch")
+    f213 = [f for f in files if f.version == "2.13.0" and f.linux_x86_64]
+    assert sorted({p for f in f213 for p in f.pythons}) == ["3.10", "3.11", "3.12", "3.13", "3.14"]
+    assert all(f.url.startswith("http://h/packages/") for f in files)  # relative URLs joined
+    assert {f.build for f in files if f.version == "2.10.0"} == {0, 3}
+
+
+@pytest.mark.parametrize("payload", [[], {}, {"files": 3}, "x", None, {"files": None}])
+def test_simple_page_that_is_not_pep691_is_a_clear_error(payload: Any) -> None:
+    with pytest.raises(EnvironmentProblem, match="not a PEP 691"):
+        parse_simple_files(payload, "http://h/simple/torch/", "torch")
+
+
+@pytest.mark.parametrize("text", ["", "garbage", "<html><body>proxy login</body></html>",
+                                  "Requires-Dist: torch==2.0.0\n"])
+def test_metadata_without_headers_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_metadata(text)
+
+
+# ---------------------------------------------------------------------- PyPI end to end
+
+
+def test_recorded_pypi_agrees_with_the_shipped_matrix(server: Server, matrix: Matrix) -> None:
+    http = fast_http()
+    facts = fetch_pypi(http, server.url, matrix)
+    assert diff_pypi(matrix, facts) == []
+    assert facts.latest == "2.15.0"
+    # two torch releases have no .metadata file on this index for their first wheels, and the
+    # range reads of those 500 MB wheels are not recorded
+    assert len(facts.torch) == 26
+    assert [u for u in facts.unread if u.startswith("torch ")] == ["torch 2.7.0", "torch 2.14.1"]
+    assert (len(facts.companions["torchvision"]), len(facts.companions["torchaudio"])) == (7, 2)
+    # bounded: one project JSON, three simple pages, the .metadata tries (6 per release at most)
+    assert http.requests == sum(server.hits.values()) < 6 * 90
+
+
+@pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: m[4][1])
+def test_refresh_finds_a_corrupted_pin_and_write_restores_it(
+        mutation: Any, mdir: Path, server: Server) -> None:
+    file, anchor, old, new, expected = mutation
+    original = _mutate(mdir, file, anchor, old, new)
+    result = refresh(mdir, server)
+    got = [(c.kind, c.field, c.old, c.new) for c in result.changes]
+    assert got == [expected]
+    assert result.changes[0].applicable and result.remaining
+    written = refresh(mdir, server, write=True)
+    assert written.written == ["sources.toml", file] and not written.remaining
+    after = (mdir / file).read_text()
+    # only the corrupted line and that row's source list differ from the original text
+    diff = [(a, b) for a, b in zip(original.splitlines(), after.splitlines(), strict=True)
+            if a != b]
+    assert len(diff) == 1 and diff[0][1].startswith("source = [")
+    assert diff[0][1].endswith(', "S-REFRESH-PYPI-2026-11-22"]')
+    assert check(mdir) == []
+    assert '[source."S-REFRESH-PYPI-2026-11-22"]' in (mdir / "sources.toml").read_text()
+    assert refresh(mdir, server).changes == []  # idempotent: the matrix now agrees
+
+
+def _drop_patch(d: Path, torch: str) -> str:
+    text = (d / "torch.toml").read_text()
+    start = text.index(f'[[patch]]\ntorch = "{torch}"')
+    end = text.index("[[patch]]", start + 5)
+    (d / "torch.toml").write_text(text[:start] + text[end:])
+    return text
+
+
+def test_missing_patch_row_is_added_back_from_exact_companion_pins(
+        mdir: Path, server: Server) -> None:
+    original = tomllib.loads(_drop_patch(mdir, "2.2.1"))
+    result = refresh(mdir, server)
+    (ch,) = result.changes
+    assert (ch.kind, ch.label, ch.applicable) == ("new-patch", "2.2.1", True)
+    refresh(mdir, server, write=True)
+    doc = tomllib.loads((mdir / "torch.toml").read_text())
+    assert [p["torch"] for p in doc["patch"]] == [p["torch"] for p in original["patch"]]
+    row = next(p for p in doc["patch"] if p["torch"] == "2.2.1")
+    old = next(p for p in original["patch"] if p["torch"] == "2.2.1")
+    assert {k: row[k] for k in ("torchvision", "torchaudio", "torchaudio_pinned")} == {
+        k: old[k] for k in ("torchvision", "torchaudio", "torchaudio_pinned")}
+    assert row["verified"] is True and row["source"] == ["S-REFRESH-PYPI-2026-11-22"]
+    assert check(mdir) == []
+
+
+def test_missing_patch_without_readable_companions_is_for_review(
+        mdir: Path, server: Server) -> None:
+    _drop_patch(mdir, "2.12.1")
+    (ch,) = refresh(mdir, server).changes
+    # the index serves no .metadata for torchvision 0.27.1, and torchaudio 2.11.0 has no pin
+    assert (ch.kind, ch.label, ch.applicable) == ("new-patch", "2.12.1", False)
+
+
+def test_vanished_release_and_patch_are_reported_never_written(mdir: Path, server: Server) -> None:
+    torch_toml = mdir / "torch.toml"
+    text = torch_toml.read_text()
+    at = text.index("# One row per torch patch release")
+    extra_patch = ('[[patch]]\ntorch = "2.15.1"\ntorchvision = "0.29.2"\ntorchaudio = "2.11.0"\n'
+                   'torchaudio_pinned = false\nverified = false\nsource = ["S-PYPI-TORCH"]\n\n')
+    end = text.index("# One row per (release, wheel variant)")
+    torch_toml.write_text(text[:end] + extra_patch + text[end:])
+    assert check(mdir) == []
+    result = refresh(mdir, server, write=True)
+    assert [(c.kind, c.label) for c in result.changes] == [("vanished-patch", "2.15.1")]
+    assert result.written == [] and result.remaining
+    assert at > 0 and "2.15.1" in torch_toml.read_text()
+
+
+def test_a_write_that_would_break_the_matrix_writes_nothing(mdir: Path) -> None:
+    from envbuild.features.refresh import write_changes
+
+    before = {p.name: p.read_bytes() for p in mdir.glob("*.toml")}
+    bad = Change("pypi", "new-patch", "torch.toml", "patch", (("torch", "9.9.0"),),
+                 applicable=True, row={"torch": "9.9.0", "torchvision": "1.0.0",
+                                       "torchaudio": "9.9.0", "torchaudio_pinned": True})
+    with pytest.raises(MatrixError, match="nothing was written"):
+        write_changes(mdir, [bad], {"pypi": "S-REFRESH-PYPI-2026-11-22"}, "http://x", "2026-11-22")
+    assert {p.name: p.read_bytes() for p in mdir.glob("*.toml")} == before
+    assert not list(mdir.glob(".*"))
+
+
+# ------------------------------------------------------------------------- TOML line edits
+
+
+@settings(max_examples=60, deadline=None)
+@given(value=st.text(min_size=0, max_size=40))
+def test_any_string_value_round_trips_through_the_line_edit(value: str) -> None:
+    text = ('# a comment that must stay\n[[variant]]\nrelease = "2.1"\ntag = "cu121"\n'
+            'cudnn = "8.9.2.26" # trailing note\nsource = ["S-X"]\n\n# tail comment\n'
+            '[[variant]]\nrelease = "2.2"\ntag = "cu121"\ncudnn = "1"\n')
+    ch = Change("pypi", "changed", "torch.toml", "variant", (("release", "2.1"), ("tag", "cu121")),
+                "cudnn", "8.9.2.26", value, applicable=True)
+    out = apply_changes(text, [ch], "S-NEW")
+    doc = tomllib.loads(out)
+    assert doc["variant"][0]["cudnn"] == value
+    assert doc["variant"][0]["source"] == ["S-X", "S-NEW"]
+    assert doc["variant"][1] == {"release": "2.2", "tag": "cu121", "cudnn": "1"}
+    assert "# a comment that must stay" in out and "# tail comment" in out
+
+
+def test_new_patch_row_goes_in_version_order() -> None:
+    text = ('[[patch]]\ntorch = "2.9.1"\ntorchvision = "0.24.1"\n\n'
+            '[[patch]]\ntorch = "2.11.0"\ntorchvision = "0.26.0"\n')
+    row = {"torch": "2.10.0", "torchvision": "0.25.0", "torchaudio": "2.10.0",
+           "torchaudio_pinned": True}
+    ch = Change("pypi", "new-patch", "torch.toml", "patch", (("torch", "2.10.0"),),
+                applicable=True, row=row, evidence="e")
+    doc = tomllib.loads(apply_changes(text, [ch], "S-NEW"))
+    assert [p["torch"] for p in doc["patch"]] == ["2.9.1", "2.10.0", "2.11.0"]
+    assert doc["patch"][1]["verified"] is True and doc["patch"][1]["source"] == ["S-NEW"]
+
+
+@pytest.mark.parametrize("code", [400, 401, 403, 404, 410, 500, 502, 503, 429])
+def test_http_error_status_is_one_clear_error(code: int, server: Server) -> None:
+    server.routes["/pypi/torch/json"] = _status(code)
+    with pytest.raises(EnvironmentProblem) as exc:
+        fetch_pypi(fast_http(), server.url, load())
+    assert exc.value.exit_code == EXIT_CANNOT_RUN
+    assert f"HTTP {code}" in exc.value.message and "\n" not in exc.value.message
+    retried = code >= 500 or code == 429
+    assert server.hits["/pypi/torch/json"] == (2 if retried else 1)
+
+
+@pytest.mark.parametrize("body", [b"", b"{", b"<html>proxy login</html>", b"\xff\xfe\x00",
+                                  b"null", b"[]", b'{"info": 3}', b'{"info": {"version": 2}}'])
+def test_malformed_project_json_is_one_clear_error(body: bytes, server: Server) -> None:
+    server.routes["/pypi/torch/json"] = (200, {"Content-Type": "application/json"}, body)
+    with pytest.raises(EnvironmentProblem) as exc:
+        fetch_pypi(fast_http(), server.url, load())
+    assert exc.value.exit_code == EXIT_CANNOT_RUN
+    assert "JSON" in exc.value.message or "info.version" in exc.value.message
+
+
+def test_retries_back_off_then_succeed(server: Server) -> None:
+    answers = iter([_status(503), _status(500)])
+
+    def flaky(_: Handler) -> tuple[int, dict[str, str], bytes]:
+        nxt = next(answers, None)
+        return nxt if isinstance(nxt, tuple) else (200, {}, b'{"ok": 1}')
+
+    server.routes["/flaky"] = flaky
+    slept: list[float] = []
+    http = Http(timeout=5, retries=3, backoff=0.5, sleep=slept.append)
+    assert http.get(f"{server.url}/flaky").json() == {"ok": 1}
+    assert slept == [0.5, 1.0] and server.hits["/flaky"] == 3
+
+
+def test_timeout_is_retried_then_one_clear_error(server: Server) -> None:
+    def slow(_: Handler) -> tuple[int, dict[str, str], bytes]:
+        time.sleep(1.0)
+        return (200, {}, b"{}")
+
+    server.routes["/pypi/torch/json"] = slow
+    with pytest.raises(EnvironmentProblem, match=r"no answer within 0.2 s \(2 tries"):
+        fetch_pypi(Http(timeout=0.2, retries=2, backoff=0), server.url, load())
+
+
+def test_nothing_listening_is_one_clear_error() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(EnvironmentProblem, match="unreachable: cannot connect"):
+        Http(timeout=1, retries=2, backoff=0).get(f"http://127.0.0.1:{port}/pypi/torch/json")
+
+
+def test_metadata_that_is_not_metadata_is_one_clear_error(server: Server) -> None:
+    path = next(p for p in server.routes if p.endswith("torch-2.0.0-cp39-cp39-manylinux1_x86_64"
+                                                        ".whl.metadata"))
+    server.routes[path] = (200, {}, b"<html>not metadata</html>")
+    with pytest.raises(EnvironmentProblem, match="is not wheel metadata"):
+        fetch_pypi(fast_http(), server.url, load())
+
+
+# -------------------------------------------------------------------- PyTorch wheel index
+
+
+def test_index_page_parsing() -> None:
+    page = parse_index_page((FIX / "index" / "cu130.html").read_text())
+    assert sorted(page) == ["cu130"]
+    assert "2.15.0" in page["cu130"] and not any("dev" in v for v in page["cu130"])
+
+
+def test_index_diff(server: Server, matrix: Matrix) -> None:
+    cu130 = (FIX / "index" / "cu130.html").read_bytes()
+    server.routes["/whl/cu130/torch/"] = (200, {"Content-Type": "text/html"}, cu130)
+    cu126 = "".join(f'<a href="/whl/cu126/torch-{v.release}.0%2Bcu126-cp311-cp311-manylinux_2_28'
+                    f'_x86_64.whl">torch-{v.release}.0+cu126-cp311-cp311-manylinux_2_28_x86_64.whl'
+                    f"</a><br/>" for v in matrix.variants if v.tag == "cu126"
+                    and v.release != "2.12")
+    server.routes["/whl/cu126/torch/"] = (200, {}, cu126.encode())
+    pages = fetch_index(fast_http(), f"{server.url}/whl", ["cu130", "cu126", "cu117"])
+    assert pages["cu117"] is None  # 404: no index for that tag
+    got = {(c.kind, c.label) for c in diff_index(matrix, pages)}
+    assert ("new-variant", "2.15/cu130") in got
+    assert ("vanished-variant", "2.12/cu126") in got
+    assert ("vanished-variant", "2.0/cu117") in got
+    assert not any(c.applicable for c in diff_index(matrix, pages))
+
+
+def test_index_source_through_cli_api(server: Server, mdir: Path) -> None:
+    result = refresh(mdir, server, source="pytorch-index")
+    # every page 404s on the test server: every variant is reported vanished, none written
+    assert result.changes and {c.kind for c in result.changes} == {"vanished-variant"}
+    assert result.checked["pytorch-index"]["missing_pages"]
+
+
+# ------------------------------------------------------------------- registry v2 tag list
+
+
+def _registry(server: Server, pages: list[list[str]], token: str = "tok") -> None:
+    """Docker Hub's flow: 401 + Bearer challenge, anonymous token, paginated tag list."""
+    realm = f"{server.url}/token"
+
+    def tags(h: Handler) -> tuple[int, dict[str, str], bytes]:
+        if h.headers.get("Authorization") != f"Bearer {token}":
+            return (401, {"Www-Authenticate": f'Bearer realm="{realm}",service="registry.test",'
+                          'scope="repository:nvidia/cuda:pull"'}, b'{"errors":[]}')
+        last = h.path.partition("last=")[2].split("&")[0]
+        i = 0 if not last else next(n + 1 for n, p in enumerate(pages) if p[-1] == last)
+        headers = {"Content-Type": "application/json"}
+        if i + 1 < len(pages):
+            headers["Link"] = f'</v2/nvidia/cuda/tags/list?last={pages[i][-1]}&n=1000>; rel="next"'
+        return (200, headers, json.dumps({"name": "nvidia/cuda", "tags": pages[i]}).encode())
+
+    def tok(h: Handler) -> tuple[int, dict[str, str], bytes]:
+        ok = ("service=registry.test" in h.path
+              and "scope=repository%3Anvidia%2Fcuda%3Apull" in h.path)
+        return (200, {}, json.dumps({"token": token if ok else "wrong"}).encode())
+
+    server.routes["/v2/nvidia/cuda/tags/list"] = tags
+    server.routes["/token"] = tok
+
+
+def test_registry_token_flow_and_pagination(server: Server) -> None:
+    recorded = json.loads((FIX / "registry-tags-distribution-2.8.2.json").read_text())["tags"]
+    _registry(server, [recorded[:3], recorded[3:5], recorded[5:]])
+    tags = fetch_tags(fast_http(), server.url, "nvidia/cuda")
+    assert tags == recorded and server.hits.get(next(p for p in server.hits if "/token" in p)) == 1
+
+
+def test_registry_without_token_flow(server: Server) -> None:
+    body = (FIX / "registry-tags-distribution-2.8.2.json").read_bytes()
+    server.routes["/v2/nvidia/cuda/tags/list"] = (200, {}, body)
+    assert len(fetch_tags(fast_http(), server.url, "nvidia/cuda")) == 7
+
+
+@pytest.mark.parametrize("route", [
+    (404, {}, (FIX / "registry-404-name-unknown.json").read_bytes()),
+    (401, {}, b""),  # no challenge
+    (401, {"Www-Authenticate": 'Basic realm="x"'}, b""),
+    (200, {}, b'{"name": "nvidia/cuda"}'),
+    (200, {}, b"<html>"),
+])
+def test_registry_errors_are_clear(route: Route, server: Server) -> None:
+    server.routes["/v2/nvidia/cuda/tags/list"] = route
+    with pytest.raises(EnvironmentProblem) as exc:
+        fetch_tags(fast_http(), server.url, "nvidia/cuda")
+    assert exc.value.exit_code == EXIT_CANNOT_RUN and "\n" not in exc.value.message
+
+
+def test_tag_diff(matrix: Matrix) -> None:
+    every = {f"{i.cuda}-{f}-{i.os}" for i in matrix.images for f in i.flavors}
+    assert diff_tags(matrix, every) == []
+    gone = "12.2.2-devel-ubuntu22.04"
+    assert gone in every
+    newer = "12.2.3-base-ubuntu22.04"  # a newer update of a listed minor
+    older = "12.2.0-base-ubuntu22.04"  # history, not news
+    changes = diff_tags(matrix, (every - {gone}) | {newer, older, "latest", "13.0.2-base-plan9"})
+    assert [(c.kind, c.label) for c in changes] == [
+        ("vanished-tag", "12.2.2/ubuntu22.04"), ("new-tag", "12.2.3/ubuntu22.04")]
+    assert not any(c.applicable for c in changes)
+
+
+@pytest.mark.parametrize(("tag", "parts"), [
+    ("12.2.2-cudnn8-devel-ubuntu22.04", ("12.2.2", "cudnn8-devel", "ubuntu22.04")),
+    ("13.0.2-cudnn-runtime-ubuntu24.04", ("13.0.2", "cudnn-runtime", "ubuntu24.04")),
+    ("11.8.0-base-ubi8", ("11.8.0", "base", "ubi8")),
+    ("latest", None), ("12.2-base-ubuntu22.04", None), ("12.2.2-base-", None),
+    ("12.2.2-weird-ubuntu22.04", None),
+])
+def test_split_tag(tag: str, parts: tuple[str, str, str] | None, matrix: Matrix) -> None:
+    assert split_tag(tag, matrix.meta["cuda"]["image_flavors"]) == parts
+
+
+def test_nvidia_tags_source_end_to_end(server: Server, mdir: Path) -> None:
+    m = load(mdir)
+    every = sorted(f"{i.cuda}-{f}-{i.os}" for i in m.images for f in i.flavors)
+    _registry(server, [every[:100], every[100:]])
+    result = refresh(mdir, server, source="nvidia-tags")
+    assert result.changes == [] and result.checked["nvidia-tags"]["tags"] == len(every)
+
+
+# ------------------------------------------------- METADATA by HTTP range (no .metadata file)
+
+
+def _wheel_zip(metadata: str, padding: int) -> bytes:
+    import io
+    import random
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("torch-2.14.1.dist-info/METADATA", metadata, zipfile.ZIP_DEFLATED)
+        z.writestr("torch/big.bin", random.Random(0).randbytes(padding), zipfile.ZIP_STORED)
+        z.writestr("torch/x/METADATA", "Name: decoy\n", zipfile.ZIP_DEFLATED)
+        z.writestr("torch-2.14.1.dist-info/RECORD", "", zipfile.ZIP_DEFLATED)
+    return buf.getvalue()
+
+
+def _ranged(blob: bytes) -> Route:
+    def serve(h: Handler) -> tuple[int, dict[str, str], bytes]:
+        import re
+
+        m = re.fullmatch(r"bytes=(\d*)-(\d*)", h.headers.get("Range", ""))
+        if not m:
+            return (200, {}, blob)
+        if not m.group(1):
+            start, end = max(0, len(blob) - int(m.group(2))), len(blob) - 1
+        else:
+            start, end = int(m.group(1)), min(int(m.group(2) or len(blob) - 1), len(blob) - 1)
+        return (206, {"Content-Range": f"bytes {start}-{end}/{len(blob)}"}, blob[start:end + 1])
+    return serve
+
+
+def _wheel_path_2141() -> str:
+    doc = json.loads((PYPI / "simple-torch.json").read_text())
+    return next(f["url"] for f in doc["files"]
+                if f["filename"] == "torch-2.14.1-cp310-cp310-manylinux_2_28_x86_64.whl")
+
+
+REAL_2141 = (PYPI / "metadata" / "torch-2.14.0-cp310-cp310-manylinux_2_28_x86_64.whl.metadata"
+             ).read_text().replace("Version: 2.14.0", "Version: 2.14.1")
+
+
+@pytest.mark.parametrize("padding", [10, 200_000], ids=["directory-in-tail", "directory-apart"])
+def test_metadata_read_by_range_when_the_index_has_no_metadata_file(
+        padding: int, server: Server, matrix: Matrix) -> None:
+    server.routes[_wheel_path_2141()] = _ranged(_wheel_zip(REAL_2141, padding))
+    facts = fetch_pypi(fast_http(), server.url, matrix)
+    t = next(t for t in facts.torch if t.version == "2.14.1")
+    assert t.wheel.endswith("(METADATA read by range)") and "torch 2.14.1" not in facts.unread
+    assert (t.pins.cudnn, t.pins.nccl, t.pins.cuda) == ("9.24.0.43", "2.30.7", "13.0")
+    assert diff_pypi(matrix, facts) == []
+    # the wheel was never downloaded: every request on it was a range
+    assert sum(n for p, n in server.hits.items() if p == _wheel_path_2141()) <= 3
+
+
+def test_range_read_pins_are_compared(server: Server, matrix: Matrix) -> None:
+    changed = REAL_2141.replace("nvidia-nccl-cu13==2.30.7", "nvidia-nccl-cu13==2.31.1")
+    server.routes[_wheel_path_2141()] = _ranged(_wheel_zip(changed, 10))
+    changes = diff_pypi(matrix, fetch_pypi(fast_http(), server.url, matrix))
+    assert [(c.label, c.field, c.new) for c in changes] == [("2.14/cu130", "nccl", "2.31.1")]
+
+
+def test_server_ignoring_range_is_never_downloaded(server: Server, matrix: Matrix) -> None:
+    blob = _wheel_zip(REAL_2141, 10)
+    server.routes[_wheel_path_2141()] = (200, {}, blob)  # ignores Range: answers the whole file
+    facts = fetch_pypi(fast_http(), server.url, matrix)
+    assert "torch 2.14.1" in facts.unread
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(max_size=300), size=st.integers(0, 10**9), csize=st.integers(0, 400),
+       method=st.sampled_from([0, 8, 12, 99]))
+def test_zip_helpers_never_crash_on_garbage(data: bytes, size: int, csize: int,
+                                            method: int) -> None:
+    from envbuild.features.refresh.wheelzip import (
+        zip_directory_span,
+        zip_member,
+        zip_metadata_entry,
+    )
+
+    for blob in (data, b"PK\x05\x06" + data, b"PK\x01\x02" + data, b"PK\x03\x04" + data):
+        span = zip_directory_span(blob, size)
+        assert span is None or span[0] + span[1] <= size
+        zip_metadata_entry(blob)
+        out = zip_member(blob, csize, method)
+        assert out is None or isinstance(out, bytes)
+
+
+def test_unverified_patch_row_fully_confirmed_is_marked_verified(mdir: Path,
+                                                                 server: Server) -> None:
+    _mutate(mdir, "torch.toml", 'torch = "2.2.1"', "verified = true", "verified = false")
+    (ch,) = refresh(mdir, server).changes
+    assert (ch.kind, ch.label, ch.field, ch.applicable) == ("verify", "2.2.1", "verified", True)
+    refresh(mdir, server, write=True)
+    row = next(p for p in tomllib.loads((mdir / "torch.toml").read_text())["patch"]
+               if p["torch"] == "2.2.1")
+    assert row["verified"] is True and row["source"][-1] == "S-REFRESH-PYPI-2026-11-22"
+
+
+def test_unverified_row_not_fully_confirmed_stays_unverified(mdir: Path, server: Server) -> None:
+    # 2.15.0's torchvision 0.29.2 requires torch>=2.14.0: no exact pin confirms the pairing
+    assert not any(c.kind == "verify" for c in refresh(mdir, server).changes)
+
+
+def test_notes_name_patches_whose_pins_differ_from_the_newest() -> None:
+    from envbuild.features.refresh.diff import pypi_notes
+    from envbuild.features.refresh.facts import Pins, PypiFacts, TorchFacts
+
+    def tf(v: str, nccl: str) -> TorchFacts:
+        return TorchFacts(v, ("3.11",), "", Pins("12.1", "12.1.105", "8.9.2.26", nccl), "w")
+
+    facts = PypiFacts("2.2.2", (tf("2.2.0", "2.19.3"), tf("2.2.1", "2.19.3"),
+                                tf("2.2.2", "2.20.5")), {})
+    assert pypi_notes(facts) == [
+        "torch 2.2.0 pins nccl 2.19.3 (newest 2.20.5); the 2.2 rows follow 2.2.2",
+        "torch 2.2.1 pins nccl 2.19.3 (newest 2.20.5); the 2.2 rows follow 2.2.2"]
+
+
+def test_all_sources_together(server: Server, mdir: Path) -> None:
+    m = load(mdir)
+    _registry(server, [sorted(f"{i.cuda}-{f}-{i.os}" for i in m.images for f in i.flavors)])
+    cu130 = (FIX / "index" / "cu130.html").read_bytes()
+    server.routes["/whl/cu130/torch/"] = (200, {}, cu130)
+    result = refresh(mdir, server, source="all", write=True)
+    assert set(result.checked) == {"pypi", "pytorch-index", "nvidia-tags", "requests"}
+    # only the index disagrees (every other page 404s; cu130 lists 2.15), nothing is writable
+    assert {c.source for c in result.changes} == {"pytorch-index"}
+    assert ("new-variant", "2.15/cu130") in {(c.kind, c.label) for c in result.changes}
+    assert result.written == [] and check(mdir) == []
+
+
+def test_all_sources_names_the_one_that_failed(server: Server, mdir: Path) -> None:
+    with pytest.raises(EnvironmentProblem) as exc:
+        refresh(mdir, server, source="all")  # no registry route: 404
+    assert "--source nvidia-tags failed" in exc.value.hint
+    assert "the matrix is unchanged" in exc.value.hint
+    assert not any(p.startswith("/pypi/") for p in server.hits)  # failed before PyPI's reads
+
+
+def test_project_json_without_cuda_pins_is_not_trusted_for_the_latest(
+        server: Server, matrix: Matrix) -> None:
+    """PyPI's JSON shows the metadata of one file of the release (a macOS wheel has no CUDA pins):
+    then the latest release's Linux wheel metadata is read like any other release."""
+    doc = json.loads((PYPI / "project-torch.json").read_text())
+    doc["info"]["requires_dist"] = ["filelock", "sympy>=1.13.3"]
+    server.routes["/pypi/torch/json"] = (200, {}, json.dumps(doc).encode())
+    facts = fetch_pypi(fast_http(), server.url, matrix)
+    assert "torch 2.15.0" in facts.unread  # its wheel metadata was not recorded
+    assert not any(c.label.startswith("2.15") for c in diff_pypi(matrix, facts))
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({"SSL_CERT_FILE": "FILE"}, "FILE"),
+    ({"SSL_CERT_FILE": "FILE", "REQUESTS_CA_BUNDLE": "X"}, True),  # requests reads that itself
+    ({"SSL_CERT_FILE": "FILE", "CURL_CA_BUNDLE": "X"}, True),
+    ({"SSL_CERT_FILE": "/nonexistent/ca.pem"}, True),
+    ({}, True),
+])
+def test_ca_bundle_from_ssl_cert_file(env: dict[str, str], expected: Any, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from envbuild.common.http import ca_bundle
+
+    ca = tmp_path / "ca.pem"
+    ca.write_text("x")
+    for k in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, str(ca) if v == "FILE" else v)
+    assert ca_bundle() == (str(ca) if expected == "FILE" else expected)

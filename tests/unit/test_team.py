@@ -1,0 +1,308 @@
+"""Team files, the lock, shared layers, the lazy CLI and the target registry (no engine)."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from envbuild.common.errors import UsageError
+from envbuild.core import targets
+from envbuild.core.request import TARGETS
+from envbuild.features import team, teamfile
+from envbuild.matrix import Matrix
+from tests.support.team import GOOD
+
+F = Path("/team/envbuild.toml")
+
+
+def test_team_file_merges_lists_and_overrides_scalars() -> None:
+    t = teamfile.parse(GOOD, F)
+    assert [i.name for i in t.images] == ["a", "b", "c"]
+    b = t.image("b")
+    assert b.inputs.team_pip == ("numpy>=1.26", "einops")  # the defaults: the shared layer
+    assert b.inputs.pip == ("bitsandbytes",)  # its own (einops is already the team's)
+    assert b.inputs.apt == ("git",)
+    d = teamfile.parse(GOOD + '[image.d]\napt = ["curl"]\n', F).image("d")
+    assert d.inputs.apt == ("git", "curl")
+    assert t.image("c").request.python == "3.12" and t.image("a").request.python == "3.11"
+    assert b.registry == "registry.example.com/ml"
+    with pytest.raises(UsageError, match="no image 'zz'"):
+        t.image("zz")
+
+
+def _refused(text: str, *names: str) -> UsageError:
+    with pytest.raises(UsageError) as exc:
+        teamfile.parse(text, F)
+    assert exc.value.exit_code == 2
+    for n in (str(F), *names):
+        assert n in exc.value.message, (n, exc.value.message)
+    return exc.value
+
+
+def _toml(v: object) -> str:
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False).replace("\x7f", "\\u007f")
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_toml(x)}" for k, x in v.items()) + "}"
+    return str(v)
+
+
+HOSTILE_STRINGS = st.one_of(
+    st.text(min_size=1, max_size=30).map(lambda s: s + "\n"),  # control characters
+    st.sampled_from(["\x00", "a\rb", "x\x1b[31m", "\x7f"]),
+    st.just("x" * 600),  # too long
+    st.sampled_from(["", "   "]),  # empty
+)
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(key=st.sampled_from(sorted(teamfile.KEYS)), value=HOSTILE_STRINGS,
+       table=st.sampled_from(["defaults", "image.a"]))
+def test_hostile_strings_refused_naming_file_table_key(key: str, value: str, table: str) -> None:
+    v: object = [value] if key in teamfile.LISTS else value
+    _refused(f"[{table}]\n{key} = {_toml(v)}\n" + ("[image.a]\n" if table == "defaults" else ""),
+             f"[{table}]", key)
+
+
+WRONG_TYPES = st.one_of(st.integers(), st.booleans(), st.floats(allow_nan=False,
+                        allow_infinity=False), st.just({"x": "y"}), st.just([1, 2]),
+                        st.just([["nested"]]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(key=st.sampled_from(sorted(teamfile.KEYS)), value=WRONG_TYPES)
+def test_wrong_types_refused(key: str, value: object) -> None:
+    _refused(f"[image.a]\n{key} = {_toml(value)}\n", "[image.a]", key)
+
+
+@settings(max_examples=100, deadline=None)
+@given(key=st.from_regex(r"[a-z][a-z_]{0,20}", fullmatch=True).filter(
+    lambda k: k not in teamfile.KEYS))
+def test_unknown_keys_refused(key: str) -> None:
+    _refused(f"[image.a]\n{key} = \"x\"\n", "[image.a]", key, "unknown key")
+
+
+# Values `make` refuses for the same option are refused here, before anything resolves.
+BAD_VALUES = [
+    ("pip", ["numpy; rm -rf /"]), ("pip", ["--index-url=http://evil"]), ("pip", ["torch==2.0"]),
+    ("pip", ["x @ https://evil.example/x.whl"]), ("apt", ["curl; reboot"]),
+    ("apt", ["$(id)"]), ("conda", ["numpy`id`"]), ("base_image", "UPPER/Case:tag"),
+    ("base_image", "ubuntu:22.04\nRUN id"), ("user", "root; id"), ("user", "-oops"),
+    ("pip_index_url", "ftp://x"), ("torch_index_url", "javascript:alert(1)"),
+    ("pip_extra_index_url", ["http://a b"]), ("registry", "https://registry.example.com"),
+    ("registry", "reg/../../etc"), ("target", "xpu"), ("flavor", "tiny"), ("cuda", "12.x"),
+    ("python", "2.7"), ("driver", "abc"), ("torch", "latest!"), ("python_source", "conda"),
+    ("without", ["torch"]), ("gpu", ["H100; id"]), ("os", "ubuntu$(id)"), ("rocm", "six"),
+]
+
+
+@pytest.mark.parametrize(("key", "value"), BAD_VALUES, ids=lambda v: str(v)[:30])
+def test_bad_values_refused(key: str, value: object) -> None:
+    _refused(f"[defaults]\n{key} = {_toml(value)}\n[image.a]\n", "[defaults]", key)
+
+
+@pytest.mark.parametrize("name", ["UPPER", "a b", "../x", "a/b", "-a", "a" * 70, "é"])
+def test_bad_image_names_refused(name: str) -> None:
+    _refused(f"[image.{json.dumps(name)}]\npython = \"3.11\"\n", "not an image name")
+
+
+@pytest.mark.parametrize("text", ["[image.a\n", "x = 1\n[image.a]\n", "[defaults]\n",
+                                  "image = 3\n", "[image.a]\n[image.a]\n"])
+def test_malformed_team_files_refused(text: str) -> None:
+    _refused(text)
+
+
+# -- plan: layers, tags, the lock ---------------------------------------------------------------
+def test_images_differing_in_packages_share_os_and_torch_layers(matrix: Matrix) -> None:
+    planned = team.plan(teamfile.parse(GOOD, F), matrix)
+    a, b, c = planned
+    assert a.layers["torch"] == b.layers["torch"]  # packages differ: torch layer shared
+    assert a.layers["team"] == b.layers["team"] != c.layers["team"]
+    assert a.layers["image"] != b.layers["image"]
+    assert a.layers["os"] == b.layers["os"]
+    assert c.layers["torch"] != a.layers["torch"]  # another Python: another torch stack
+    assert len({p.tag for p in planned}) == 3
+    assert a.remote is not None and a.remote.startswith("registry.example.com/ml/a:torch2.13.0")
+    shared = team.shared_layers(planned)
+    assert {"layer": "torch", "key": a.layers["torch"], "images": ["a", "b"]} in shared
+    first, rest = team.build_order(planned)
+    assert [p.name for p in first] == ["a", "c"] and [p.name for p in rest] == ["b"]
+
+
+def test_an_image_with_its_own_os_packages_has_its_own_layers(matrix: Matrix) -> None:
+    planned = team.plan(teamfile.parse(GOOD + '[image.d]\napt = ["curl"]\n', F), matrix)
+    a, d = planned[0], planned[3]
+    assert a.layers["os"] != d.layers["os"] and a.layers["torch"] != d.layers["torch"]
+
+
+def test_dockerfile_puts_torch_then_team_then_image_packages(matrix: Matrix) -> None:
+    b = team.plan(teamfile.parse(GOOD, F), matrix)[1]
+    df = b.prepared.files["Dockerfile"].content
+    torch_run = df.index("-r /opt/envbuild/requirements.txt")
+    team_copy = df.index("COPY --chown=1000:1000 team-requirements.txt")
+    team_run = df.index("-r /opt/envbuild/team-requirements.txt")
+    own_run = df.index("-r /opt/envbuild/user-requirements.txt")
+    labels = df.index("LABEL ")
+    assert torch_run < team_copy < team_run < own_run < labels
+    # the torch RUN installs only the pins: nothing image-specific is in it or before it
+    head = df[:torch_run]
+    assert "user-requirements" not in head and "team-requirements" not in head
+    assert b.prepared.files["team-requirements.txt"].content.splitlines()[1:] == \
+        ["numpy>=1.26", "einops"]
+    assert "!team-requirements.txt" in b.prepared.files[".dockerignore"].content
+
+
+def test_lock_is_sorted_stable_toml_and_changes_are_shown(matrix: Matrix) -> None:
+    planned = team.plan(teamfile.parse(GOOD, F), matrix)
+    lock = {"format": 1, "envbuild": "0.1.0", "image": {
+        p.name: {"tag": p.remote, "spec_hash": p.prepared.spec.hash, "base_image": p.base_image,
+                 "torch": p.prepared.spec.torch, "python": p.prepared.spec.python,
+                 "os": p.prepared.spec.os, "variant": p.prepared.spec.variant,
+                 "pip": list(p.prepared.options.team_pip) + list(p.prepared.options.pip),
+                 "validation": {"status": "pass", "fail": 0}, "packages": ["a==1", "b==2"]}
+        for p in reversed(planned)}}
+    text = team.dump_lock(lock)
+    assert tomllib.loads(text) == lock  # round trip
+    assert team.dump_lock(tomllib.loads(text)) == text  # stable
+    assert text.index("[image.a]") < text.index("[image.b]") < text.index("[image.c]")
+    assert team.lock_changes(planned, lock) == {"a": [], "b": [], "c": []}
+    changed = teamfile.parse(GOOD.replace('pip = ["bitsandbytes", "einops"]',
+                                          'pip = ["bitsandbytes", "einops", "rich"]'), F)
+    diff = team.lock_changes(team.plan(changed, matrix), lock)
+    assert diff["a"] == [] and diff["c"] == []
+    assert any(d.startswith("tag:") for d in diff["b"]) and any("rich" in d for d in diff["b"])
+    fewer = teamfile.parse(GOOD.replace("[image.c]\npython = \"3.12\"\n", ""), F)
+    assert team.lock_changes(team.plan(fewer, matrix), lock)["c"] == [
+        "removed from the team file"]
+
+
+@pytest.mark.parametrize("value", ['"\\u0000"', '"a\\nb"', '"\\"]\\n[image.x]"', '"\\u2028"',
+                                   '"quote\\" and \\\\ backslash"'])
+def test_lock_escapes_any_string(value: str) -> None:
+    s = tomllib.loads(f"v = {value}")["v"]
+    lock = {"image": {"a": {"tag": s, "pip": [s]}}}
+    assert tomllib.loads(team.dump_lock(lock)) == lock
+
+
+def test_write_lock_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "envbuild.lock"
+    path.write_text("old\n")
+
+    def boom(_a: object, _b: object) -> None:
+        raise OSError("disk full")
+
+    from envbuild.common import files
+
+    monkeypatch.setattr(files.os, "replace", boom)  # team writes through common.files
+    with pytest.raises(OSError):
+        team.write_lock(path, {"image": {}})
+    assert path.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def test_locked_image_pins_base_digest_and_versions() -> None:
+    t = teamfile.parse(GOOD, F)
+    digest = "sha256:" + "ab" * 32
+    entry = {"base_image": "127.0.0.1:5000/base/debian:bookworm", "base_digest": digest,
+             "torch": "2.13.0", "python": "3.11", "os": "debian12",
+             "packages": ["NumPy==2.1.0", "einops==0.8.0", "bitsandbytes==0.44.1", "x==1"]}
+    b = team.locked_image(t.image("b"), entry, F)
+    assert b.inputs.base_image == f"127.0.0.1:5000/base/debian@{digest}"
+    assert b.inputs.team_pip == ("numpy==2.1.0", "einops==0.8.0")
+    assert b.inputs.pip == ("bitsandbytes==0.44.1",)
+    assert b.request.torch == "2.13.0"
+    with pytest.raises(UsageError, match="not in the lock"):
+        team.locked_image(t.image("b"), {**entry, "packages": []}, F)
+    with pytest.raises(UsageError, match="no base image digest"):
+        team.locked_image(t.image("b"), {**entry, "base_digest": ""}, F)
+
+
+def test_target_registry_is_the_one_list_of_targets() -> None:
+    assert TARGETS == targets.NAMES == ("cuda", "rocm", "cpu", "mps")
+    for t in targets.REGISTRY.values():
+        assert t.wheel_kind in ("cuda", "rocm", "cpu")
+        assert t.container == (t.os_candidates != "none")
+        if t.gpu_vendor:
+            assert targets.for_vendor(t.gpu_vendor) is t
+    assert targets.get("rocm").devices == ("/dev/kfd", "/dev/dri")
+    assert targets.get("cuda").gpu_request and not targets.get("cpu").gpu_request
+
+
+def test_make_refuses_push_without_validation() -> None:
+    from envbuild.core.request import Request
+    from envbuild.features.make import MakeRequest, make
+    from envbuild.render.pipeline import ContextInputs
+
+    with pytest.raises(UsageError, match="nobody validated"):
+        make(MakeRequest(Request(target="cpu"), ContextInputs(), push="r:5000", validate=False))
+
+
+def test_a_failed_rebuild_never_replaces_the_locked_entry(matrix: Matrix) -> None:
+    from datetime import UTC, datetime
+
+    from envbuild.engine.build import BuildResult
+    from envbuild.engine.validate import Validation
+    from envbuild.features.make import Checked, MakeResult
+
+    a, b, _ = team.plan(teamfile.parse(GOOD, F), matrix)
+    old = {"image": {"a": {"digest": "sha256:old-a"}, "b": {"digest": "sha256:old-b"}}}
+
+    def built(p: team.Planned, fail: int) -> team.Built:
+        v = Validation({"summary": {"pass": 3, "fail": fail}, "checks": []}, fail, False, "")
+        r = MakeResult(p.prepared.spec, build=BuildResult(p.tag, "sha256:id", False, 1.0, None,
+                                                          "x"),
+                       checked=Checked(v, False, datetime.now(UTC)), pushed=p.remote,
+                       digest="sha256:new")
+        return team.Built(p, r)
+
+    new = team.updated_lock(old, [built(a, 0), built(b, 1)])
+    assert new["image"]["a"]["digest"] == "sha256:new"
+    assert new["image"]["b"] == {"digest": "sha256:old-b"}  # validation failed: kept
+
+
+def test_build_runs_each_shared_torch_layer_first_then_the_rest_in_parallel(
+        matrix: Matrix, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from envbuild.common.errors import EnvbuildError
+    from envbuild.features import make as make_mod
+
+    planned = team.plan(teamfile.parse(GOOD + "[image.d]\n[image.e]\n", F), matrix)
+    calls: list[str] = []
+    lock = threading.Lock()
+
+    def fake_make(mr: make_mod.MakeRequest, _m: object, _hooks: object) -> object:
+        name = str(mr.tag).split(":")[0]
+        with lock:
+            calls.append(name)
+        assert mr.attach_report is True and mr.recommend is False
+        if name == "e":
+            raise EnvbuildError("boom", "a test failure")
+        return make_mod.MakeResult(planned[0].prepared.spec)
+
+    monkeypatch.setattr(make_mod, "make", fake_make)
+    monkeypatch.setattr(team, "base_digest", lambda _ref: "sha256:x")
+    monkeypatch.setattr(team, "freeze", lambda _tag: [])
+    with pytest.raises(UsageError, match="has no registry"):
+        team.build([dataclasses_replace_registry(planned[0])], matrix, push=True)
+    done = team.build(planned, matrix, push=True, jobs=3)
+    assert calls[:2] == ["a", "c"]  # one image per torch stack first (c: another Python)
+    assert sorted(calls[2:]) == ["b", "d", "e"]
+    assert [b.planned.name for b in done] == ["a", "b", "c", "d", "e"]  # file order
+    failed = [b for b in done if b.error is not None]
+    assert [b.planned.name for b in failed] == ["e"]  # one failure does not stop the others
+    assert done[4].to_json()["error"]["message"] == "boom"
+
+
+def dataclasses_replace_registry(p: team.Planned) -> team.Planned:
+    import dataclasses
+
+    return dataclasses.replace(p, image=dataclasses.replace(p.image, registry=None))

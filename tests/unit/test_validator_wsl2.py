@@ -1,0 +1,119 @@
+"""wsl.environment: the validator inside a container (or a venv) on WSL2, judged on recorded
+WSL2 facts (tests/fixtures/doctor/wsl2-*, the doctor's recordings of real WSL2 hosts)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from envbuild.matrix import load
+from tests.support import FIXTURES
+from tests.support.validator import V
+
+RULE = V.linux_driver_rule(load().extra["wsl2"])
+
+DOCTOR = FIXTURES / "doctor"
+WSL_KERNEL = "Linux version 5.15.167.4-microsoft-standard-WSL2 (root@1a2b) #1 SMP"
+
+
+def facts_from_doctor(name: str) -> dict[str, Any]:
+    """The facts the validator gathers, from a doctor recording of the same machine."""
+    d = DOCTOR / name
+    host = json.loads((d / "host.json").read_text())
+    kernel = (d / "osrelease.txt").read_text().strip()
+    return {"dxg": "/dev/dxg" in host.get("devices", {}),
+            "wsl_lib": host.get("dirs", {}).get(V.WSL_LIB), "kernel": kernel,
+            "mounts": [], "ld_library_path": "",
+            "libcuda": V.parse_ldconfig((d / "ldconfig-p.txt").read_text()),
+            "driver_packages": V.driver_packages((d / "dpkg-l.txt").read_text(),
+                                                 RULE["driver_packages"])}
+
+
+def test_recorded_healthy_wsl2_passes_with_notes() -> None:
+    out = V.wsl2_verdict(facts_from_doctor("wsl2-healthy"))
+    assert out.status == "pass", out.detail
+    assert "/usr/lib/wsl/lib" in out.detail and "pinned" in out.detail
+    notes = " ".join(out.evidence["notes"])
+    assert "NCCL_P2P_DISABLE=1" in notes and "NCCL_SHM_DISABLE=1" in notes
+
+
+def test_recorded_wsl2_with_a_linux_driver_fails() -> None:
+    facts = facts_from_doctor("wsl2-linux-driver")
+    assert "nvidia-driver-535" in facts["driver_packages"]
+    assert "nvidia-container-toolkit" not in facts["driver_packages"]
+    out = V.wsl2_verdict(facts)
+    assert out.status == "fail" and "nvidia-driver-535" in out.detail
+    assert "/lib/x86_64-linux-gnu/libcuda.so.1" in out.detail
+    assert "apt-get purge" in out.remediation
+
+
+@pytest.mark.parametrize("name", ["h100-healthy", "cpu-host-docker", "mi300x", "pascal-gtx1080"])
+def test_not_wsl2_skips(name: str) -> None:
+    d = DOCTOR / name
+    host = json.loads((d / "host.json").read_text())
+    kernel = (d / "osrelease.txt").read_text() if (d / "osrelease.txt").exists() else ""
+    facts = {"dxg": "/dev/dxg" in host.get("devices", {}),
+             "wsl_lib": host.get("dirs", {}).get(V.WSL_LIB), "kernel": kernel, "mounts": []}
+    out = V.wsl2_verdict(facts)
+    assert out.status == "skip" and out.reason
+
+
+@pytest.mark.parametrize(("sign", "value"), [
+    ("dxg", True), ("wsl_lib", ["libcuda.so.1"]), ("mounts", ["/usr/lib/wsl/drivers"]),
+    ("kernel", WSL_KERNEL), ("kernel", "5.10.102.1-Microsoft-standard-WSL2"),
+])
+def test_each_sign_detects_wsl2(sign: str, value: object) -> None:
+    facts: dict[str, Any] = {"dxg": False, "wsl_lib": None, "kernel": "6.1.0-13-amd64",
+                             "mounts": []}
+    assert V.is_wsl2(facts) == []
+    facts[sign] = value
+    assert V.is_wsl2(facts)
+
+
+def _wsl(**kw: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {"dxg": True, "wsl_lib": ["libcuda.so", "libcuda.so.1"],
+                            "kernel": WSL_KERNEL, "mounts": ["/usr/lib/wsl/lib"],
+                            "ld_library_path": "", "libcuda": ["/usr/lib/wsl/lib/libcuda.so.1"],
+                            "driver_packages": []}
+    base.update(kw)
+    return base
+
+
+@pytest.mark.parametrize(("facts", "status", "words"), [
+    (_wsl(), "pass", "libcuda from /usr/lib/wsl/lib"),
+    (_wsl(wsl_lib=None, mounts=[]), "fail", "no libcuda in /usr/lib/wsl/lib"),
+    (_wsl(wsl_lib=["libd3d12.so"]), "fail", "no libcuda"),
+    (_wsl(libcuda=[]), "warn", "not on the loader path"),
+    (_wsl(libcuda=[], ld_library_path="/usr/local/cuda/lib64:/usr/lib/wsl/lib"), "pass", "WSL2"),
+    (_wsl(libcuda=["/usr/lib/wsl/lib/libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"]),
+     "fail", "Linux NVIDIA driver"),
+    (_wsl(libcuda=["/usr/local/cuda/compat/libcuda.so.1", "/usr/lib/wsl/lib/libcuda.so.1"]),
+     "pass", "WSL2"),
+    (_wsl(driver_packages=["libnvidia-compute-550:amd64"]), "fail", "libnvidia-compute-550"),
+])
+def test_wsl2_verdicts(facts: dict[str, Any], status: str, words: str) -> None:
+    out = V.wsl2_verdict(facts)
+    assert out.status == status and words in out.detail, out.detail
+
+
+@pytest.mark.parametrize(("package", "driver"), [
+    ("nvidia-driver-535", True), ("nvidia-driver-580-open", True),
+    ("libnvidia-compute-550:amd64", True), ("nvidia-utils-535", True), ("cuda-drivers", True),
+    ("cuda-drivers-580", True), ("nvidia-dkms-535", True),
+    ("nvidia-container-toolkit", False), ("libnvidia-container1:amd64", False),
+    ("cuda-toolkit-13-0", False), ("nvidia-cuda-runtime-cu12", False), ("libcudnn9-cuda-12", False),
+])
+def test_driver_packages_in_dpkg_formats(package: str, driver: bool) -> None:
+    dpkg_l = f"ii  {package}  1.0-1  amd64  something\nrc  nvidia-driver-470  1  amd64  gone\n"
+    status = (f"Package: {package}\nStatus: install ok installed\nVersion: 1\n\n"
+              "Package: nvidia-driver-470\nStatus: deinstall ok config-files\n")
+    assert V.driver_packages(dpkg_l, RULE["driver_packages"]) == ([package] if driver else [])
+    assert V.driver_packages(status, RULE["driver_packages"]) == ([package] if driver else [])
+
+
+def test_this_host_is_not_wsl2() -> None:
+    facts = V.wsl2_facts(run_ldconfig=False)
+    assert V.wsl2_verdict(facts).status == ("skip" if not V.is_wsl2(facts) else
+                                            V.wsl2_verdict(facts).status)
