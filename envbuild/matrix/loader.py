@@ -152,6 +152,11 @@ def _from_cache(cache_file: Path) -> Matrix | None:
     return None if problems else matrix
 
 
+# Matrices this process loaded, by cache file (whose name is keyed by every file's name, size and
+# mtime, so an edited matrix is another key). A Matrix is frozen: sharing it is safe.
+_LOADED: dict[Path, Matrix] = {}
+
+
 def load(directory: Path | None = None) -> Matrix:
     """Load and fully check the matrix; raise MatrixError naming the first problems.
 
@@ -163,8 +168,11 @@ def load(directory: Path | None = None) -> Matrix:
     d = directory or matrix_dir()
     cache_file = cache_path(d)
     if cache_file is not None:
+        if cache_file in _LOADED:  # this process loaded these very files already
+            return _LOADED[cache_file]
         cached = _from_cache(cache_file)
         if cached is not None:
+            _LOADED[cache_file] = cached
             return cached
     from envbuild.matrix.crosscheck import cross_check
 
@@ -178,4 +186,5 @@ def load(directory: Path | None = None) -> Matrix:
         raise MatrixError(f"the version matrix in {d} is broken: {listed}{more}")
     if cache_file is not None:
         write_docs(cache_file, docs)
+        _LOADED[cache_file] = matrix
     return matrix

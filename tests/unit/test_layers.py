@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-PKG = Path(__file__).resolve().parents[1] / "envbuild"
+from tests.support import ROOT
+
+PKG = ROOT / "envbuild"
 
 # Low -> high. A module may import its own package and any package below it. `envbuild` itself
 # (the package face: __version__) is below all; __main__ is above all.
@@ -226,6 +228,7 @@ def test_architecture_page_names_every_module() -> None:
 
 
 def test_every_module_sits_in_a_layer() -> None:
+    assert len(modules()) > 100  # the scan reads the package (a wrong root would pass vacuously)
     loose = [m for m in modules() if m not in ("envbuild", "envbuild.__main__")
              and layer_of(m) is None]
     assert not loose, f"modules outside the layers {LAYERS}: {loose}"
