@@ -8,7 +8,6 @@ ignored (and replaced), so the worst a bad cache can do is cost one TOML parse.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -88,8 +87,8 @@ def _digest(docs: Any) -> str:
 def write_docs(cache: Path, docs: Mapping[str, Any]) -> None:
     """Cache the documents of a matrix that checked clean; any failure just leaves no cache."""
     import json
-    import os
-    import tempfile
+
+    from envbuild.common.files import write_atomic
 
     try:
         text = json.dumps({"format": _CACHE_FORMAT, "key": cache.stem, "docs": docs,
@@ -100,14 +99,6 @@ def write_docs(cache: Path, docs: Mapping[str, Any]) -> None:
         cache.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not _private(cache.parent, True):
             return
-        fd, tmp = tempfile.mkstemp(dir=cache.parent, prefix=".matrix-")
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(text)
-            os.replace(tmp, cache)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_atomic(cache, text, 0o600)
     except OSError:
         pass  # a read-only home: no cache, same result
