@@ -52,18 +52,11 @@ def first_host(nodelist: str) -> str:
 
 def faults_for_node(text: str | None, node: str) -> str:
     """The comma-separated faults meant for `node`: an item without `@` goes to every node,
-    `kind:check@NAME` only to NAME (the suffix is dropped before it reaches the validator)."""
-    keep = []
-    for item in (text or "").split(","):
-        item = item.strip()
-        if not item:
-            continue
-        body, at, target = item.rpartition("@")
-        if not at:
-            keep.append(item)
-        elif target == node and body:
-            keep.append(body)
-    return ",".join(keep)
+    `kind:check@NAME` only to NAME (the suffix is dropped before it reaches the validator).
+    The rule's one copy is the worker's, which runs on the nodes without envbuild."""
+    from envbuild.cluster.worker import _faults_for
+
+    return _faults_for(text or "", node)
 
 
 def injected_versions(text: str | None, node: str) -> list[str]:

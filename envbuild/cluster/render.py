@@ -17,6 +17,7 @@ from envbuild import __version__
 from envbuild.cluster.hosts import expand
 from envbuild.common.errors import UsageError
 from envbuild.common.resources import templates_dir
+from envbuild.core import refs
 
 RUNTIMES = ("docker", "apptainer", "enroot", "host")
 WORKER_NAME = "envbuild_cluster_worker.py"
@@ -163,7 +164,7 @@ def srun_argv(o: ClusterOptions, step: str) -> list[str]:
 
 
 def k8s_name(image: str) -> str:
-    base = re.sub(r"[^a-z0-9-]+", "-", image.split("/")[-1].split("@")[0].lower()).strip("-")
+    base = re.sub(r"[^a-z0-9-]+", "-", refs.short_name(image).lower()).strip("-")
     return f"envbuild-validate-{base}"[:52].rstrip("-")
 
 

@@ -18,7 +18,6 @@ from typing import Any
 
 from envbuild.cluster import report as rep
 from envbuild.cluster.agent import ROLE, RUN_ENV
-from envbuild.cluster.files import write_file
 from envbuild.cluster.hosts import expand
 from envbuild.cluster.render import (
     WORKER_NAME,
@@ -30,6 +29,7 @@ from envbuild.cluster.render import (
 )
 from envbuild.common import proc
 from envbuild.common.errors import EXIT_CANNOT_RUN, EnvbuildError, EnvironmentProblem, UsageError
+from envbuild.common.files import write_atomic
 
 
 def load_rules() -> rep.ClusterRules:
@@ -155,7 +155,7 @@ def validate(o: ClusterOptions, *, on_event: Callable[[str], None] = lambda s: N
     o.out.mkdir(parents=True, exist_ok=True)
     for old in o.out.glob("*.log"):  # a rerun into the same --out must not read stale lines
         old.unlink()
-    write_file(o.out / WORKER_NAME, worker_source())
+    write_atomic(o.out / WORKER_NAME, worker_source())
     env = {**os.environ, RUN_ENV: run_id}
     deadline = time.monotonic() + o.timeout
     note = None
@@ -163,7 +163,7 @@ def validate(o: ClusterOptions, *, on_event: Callable[[str], None] = lambda s: N
     try:
         if in_allocation:
             nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
-            write_file(o.out / "job.log", json.dumps(
+            write_atomic(o.out / "job.log", json.dumps(
                 {rep.MARK: 1, "kind": "job", "job_id": os.environ.get("SLURM_JOB_ID"),
                  "nodelist": nodelist}) + "\n")
             for step in ("node", "allreduce"):
@@ -187,7 +187,7 @@ def validate(o: ClusterOptions, *, on_event: Callable[[str], None] = lambda s: N
             _require("sbatch")
             script = o.out / "validate.sbatch"
             text = sbatch_script(o, script)
-            write_file(script, text, 0o755)
+            write_atomic(script, text, 0o755)
             job_id = _submit(script, env, o.out)
             on_event(f"sbatch {script}: job {job_id} ({name})")
             _wait(job_id, deadline, rules.never_start_reasons)

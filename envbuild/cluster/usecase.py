@@ -53,7 +53,7 @@ def render(image: str, out: Path, *, k8s: bool, **kw: Any) -> list[Path]:
     sbatch script and its worker. Files of the same names in `out` are replaced; returns the
     paths written."""
     from envbuild.cluster import render as r
-    from envbuild.cluster.files import write_file
+    from envbuild.common.files import write_atomic
 
     o = options(image, out, **kw)
     if k8s:
@@ -64,7 +64,7 @@ def render(image: str, out: Path, *, k8s: bool, **kw: Any) -> list[Path]:
     o.out.mkdir(parents=True, exist_ok=True)
     written = []
     for name, text in files.items():
-        write_file(o.out / name, text)
+        write_atomic(o.out / name, text)
         written.append(o.out / name)
     return written
 

@@ -36,3 +36,13 @@ def minor_of(text: str) -> str:
 def major_of(text: str) -> int:
     """'12.2.2' -> 12; also a driver's branch: '580.95.05' -> 580."""
     return int(text.split(".")[0])
+
+
+def branch_of(driver: str) -> int:
+    """A driver's branch: '580.95.05' -> 580."""
+    return major_of(driver)
+
+
+def minor_number(text: str) -> int:
+    """The second component as a number: '3.11' -> 11 (a Python's minor)."""
+    return int(text.split(".")[1])

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from envbuild.common.errors import ConflictError
-from envbuild.common.versions import major_of, version_key
+from envbuild.common.versions import branch_of, major_of, version_key
 from envbuild.core import compat
 from envbuild.core.candidate import Reject, Trace, check_gpus, make_spec, pick_os, pick_python
-from envbuild.core.gpu_window import FleetWindow, branch_of, fleet, window
+from envbuild.core.gpu_window import FleetWindow, fleet, window
 from envbuild.core.request import GpuRef, Parsed
 from envbuild.core.spec import Spec
 from envbuild.matrix import (

@@ -10,14 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from envbuild.common.versions import major_of, version_key
+from envbuild.common.versions import branch_of, version_key
 from envbuild.core import compat
 from envbuild.matrix import Matrix
-
-
-def branch_of(driver: str) -> int:
-    """'580.95.05' -> 580."""
-    return major_of(driver)
 
 
 @dataclass(frozen=True)

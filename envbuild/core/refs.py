@@ -56,6 +56,15 @@ class ImageRef:
         return self.name + (f":{self.tag}" if self.tag else "") + \
             (f"@{self.digest}" if self.digest else "")
 
+    @property
+    def familiar(self) -> str:
+        """The name as Docker shows it: no docker.io/, and no library/ before a one-component
+        repository (ubuntu, not docker.io/library/ubuntu)."""
+        if self.host != DEFAULT_REGISTRY:
+            return self.name
+        rest = self.repo.removeprefix("library/")
+        return rest if "/" not in rest else self.repo
+
     def with_digest(self, digest: str) -> ImageRef:
         return ImageRef(self.host, self.repo, "", digest)
 
@@ -128,6 +137,15 @@ def split_tag(ref: str) -> tuple[str, str]:
     takes the two apart (docker.io/ is not added)."""
     host, path, tag, _ = _split(ref)
     return (f"{host}/{path}" if host else path), tag or "latest"
+
+
+def short_name(ref: str) -> str:
+    """The last component of the repository with its tag, as written (`bar:1.0` of
+    `host:5000/foo/bar:1.0@sha256:...`), even of a reference that does not parse: a label for
+    things named after an image."""
+    _, path, tag, _ = _split(ref)
+    last = path.rsplit("/", 1)[-1]
+    return f"{last}:{tag}" if tag else last
 
 
 def has_tag(ref: str) -> bool:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from envbuild.common.versions import major_of
+from envbuild.common.versions import branch_of, major_of
 from envbuild.core import compat
 from envbuild.core.compat import HostRules
-from envbuild.core.gpu_window import branch_of, window
+from envbuild.core.gpu_window import window
 from envbuild.doctor import model, parse
 from envbuild.doctor.model import Request
 from envbuild.doctor.view import (

@@ -97,7 +97,7 @@ def build_view(f: HostFacts, m: Matrix) -> View:
     elif v.mismatch:
         v.nvml_driver = next((x for x in lib_versions if x), "") or \
             parse.nvml_library_version(v.smi_text)
-    if v.kernel_driver and v.nvml_driver and not v.wsl and not same_driver(
+    if v.kernel_driver and v.nvml_driver and not v.wsl and not rules.version_prefix_matches(
             v.kernel_driver, v.nvml_driver):
         v.mismatch = True
     csv = f.out(model.NVSMI_CSV)
@@ -150,12 +150,6 @@ def default_flavor(m: Matrix, torch: str) -> str:
     if rel is None:
         return "unknown"
     return "cuda" if rel.default_variant.startswith("cu") else rel.default_variant
-
-
-def same_driver(a: str, b: str) -> bool:
-    pa, pb = a.split("."), b.split(".")
-    n = min(len(pa), len(pb))
-    return pa[:n] == pb[:n]
 
 
 def torch_probe(f: HostFacts) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from envbuild.common import simpleindex, wheelzip
 from envbuild.common.boundedio import parse_json
 from envbuild.common.http import Denied, Http, RegistryAuth, Reply
 from envbuild.common.http import Unreachable as Unreachable
+from envbuild.common.versions import minor_number
 from envbuild.core import refs
 from envbuild.core.size import BaseFact, SizeEstimate, WheelFact, estimate
 from envbuild.core.spec import Spec
@@ -163,7 +164,7 @@ def wheel_fits(filename: str, python: str) -> Version | None:
     except (InvalidWheelFilename, InvalidVersion):
         return None
     cp = "cp" + python.replace(".", "")
-    minor = int(python.split(".")[1])
+    minor = minor_number(python)
     for t in tags:
         plat_ok = t.platform == "any" or ("linux" in t.platform and t.platform.endswith("x86_64"))
         if not plat_ok:

@@ -26,9 +26,8 @@ from envbuild.common import boundedio, logscan
 from envbuild.common.echo import escaped
 from envbuild.common.errors import MatrixError
 from envbuild.common.logscan import MIN_ANCHOR, Haystack, Scanner, anchor
-from envbuild.common.versions import major_of, minor_of
+from envbuild.common.versions import branch_of, major_of, minor_of
 from envbuild.core import compat, gpus
-from envbuild.core.gpu_window import branch_of
 from envbuild.core.spec import Spec
 from envbuild.matrix import Matrix
 from envbuild.validator import rules

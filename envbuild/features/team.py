@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from envbuild import __version__
 from envbuild.common.echo import shown
 from envbuild.common.errors import EnvbuildError, UsageError
+from envbuild.core import refs
 from envbuild.features.teamfile import TeamFile, TeamImage
 
 if TYPE_CHECKING:
@@ -415,10 +416,7 @@ def locked_image(image: TeamImage, entry: Mapping[str, Any], path: Path) -> Team
         raise UsageError(f"{where}: the lock has no base image digest",
                          "the base image was not in a registry when it was locked; push it to "
                          "one, then `envbuild team build` again")
-    base = registry.parse_ref(str(entry["base_image"]))
-    host = "" if base.host == "docker.io" else f"{base.host}/"
-    repo = base.repo.removeprefix("library/") if not host else base.repo
-    pinned_base = f"{host}{repo}@{digest}"
+    pinned_base = f"{registry.parse_ref(str(entry['base_image'])).familiar}@{digest}"
     versions = {}
     for line in entry.get("packages", []):
         name, _, version = str(line).partition("==")
@@ -480,7 +478,7 @@ def check(lock: Mapping[str, Any], lock_path: Path) -> dict[str, Any]:
                 problems.append(f"{name}: {ref.host}/{ref.repo}@{digest} is gone from the "
                                 "registry")
             else:
-                att = registry.fetch_report(f"{ref.host}/{ref.repo}@{digest}")
+                att = registry.fetch_report(str(ref.with_digest(digest)))
                 if att is None:
                     row["report"] = None
                     problems.append(f"{name}: no validation report attached to "
@@ -494,7 +492,7 @@ def check(lock: Mapping[str, Any], lock_path: Path) -> dict[str, Any]:
                         problems.append(f"{name}: the attached validation report does not pass")
         base = str(e.get("base_image", ""))
         old = str(e.get("base_digest", ""))
-        if base and "@" not in base:
+        if base and not refs.pinned_digest(base):
             try:
                 now = registry.resolve_digest(base)
             except EnvbuildError as exc:

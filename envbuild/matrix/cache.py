@@ -8,7 +8,6 @@ ignored (and replaced), so the worst a bad cache can do is cost one TOML parse.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -87,8 +86,8 @@ def write_docs(cache: Path, docs: Mapping[str, Any]) -> None:
     """Cache the documents of a matrix that checked clean; any failure just leaves no cache."""
     import hashlib
     import json
-    import os
-    import tempfile
+
+    from envbuild.common.files import write_atomic
 
     try:
         body = json.dumps(docs, separators=(",", ":")).encode()
@@ -101,14 +100,6 @@ def write_docs(cache: Path, docs: Mapping[str, Any]) -> None:
         cache.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not _private(cache.parent, True):
             return
-        fd, tmp = tempfile.mkstemp(dir=cache.parent, prefix=".matrix-")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(text)
-            os.replace(tmp, cache)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_atomic(cache, text, 0o600)
     except OSError:
         pass  # a read-only home: no cache, same result

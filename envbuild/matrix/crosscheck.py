@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from envbuild.common.echo import shown
-from envbuild.common.versions import parse_version, version_key
+from envbuild.common.versions import major_of, minor_of, parse_version, version_key
 from envbuild.matrix.model import TABLES, Matrix, Problem, Variant, where
 from envbuild.matrix.rules import semantic_check
 from envbuild.validator.rules import cuda_tag
@@ -95,7 +95,7 @@ def _cuda_releases(m: Matrix) -> list[Problem]:
                            ("ga_driver_linux", r.ga_driver_linux)], "cuda.toml", lab)
         if r.latest and not r.latest.startswith(r.version + "."):
             p.append(Problem("cuda.toml", lab, f"latest {r.latest!r} is not a {r.version} update"))
-        if m.compat_floor(int(r.version.split(".")[0])) is None:
+        if m.compat_floor(major_of(r.version)) is None:
             p.append(Problem("cuda.toml", lab, "no [[compat]] floor for this CUDA major"))
         if r.image and not m.images_for(r.image):
             p.append(Problem("cuda.toml", lab, f"image {r.image!r} has no [[image]] rows"))
@@ -106,7 +106,7 @@ def _cuda_images(m: Matrix) -> list[Problem]:
     p: list[Problem] = []
     for i in m.images:
         lab = where("image", i)
-        if m.cuda_release(".".join(i.cuda.split(".")[:2])) is None:
+        if m.cuda_release(minor_of(i.cuda)) is None:
             p.append(Problem("cuda.toml", lab, f"CUDA {i.cuda} is not a known [[release]]"))
         if m.os_info(i.os) is None:
             p.append(Problem("cuda.toml", lab, f"os {i.os!r} is not defined in os.toml"))

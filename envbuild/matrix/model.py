@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from envbuild.common.versions import minor_of
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -90,7 +92,7 @@ class TorchPatch(Row):
 
     @property
     def release(self) -> str:
-        return ".".join(self.torch.split(".")[:2])
+        return minor_of(self.torch)
 
 
 @dataclass(frozen=True)

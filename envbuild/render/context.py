@@ -24,6 +24,7 @@ from envbuild import __version__
 from envbuild.common.errors import MatrixError, UsageError
 from envbuild.common.redact import mask_url, shown
 from envbuild.common.resources import matrix_dir, templates_dir
+from envbuild.common.versions import minor_number
 from envbuild.core import refs, tags, targets
 from envbuild.core.request import COMPONENTS
 from envbuild.core.spec import Spec
@@ -295,10 +296,10 @@ def _python_plan(spec: Spec, os_info: OsInfo, source: str, m: Matrix) -> _Python
     """
     py = spec.python
     apt = os_info.package_manager == "apt"
-    minor = py.split(".")[1]
+    minor = minor_number(py)
     certs: tuple[str, ...] = ("ca-certificates",) if apt else ()
     # The OS's own package for the default python3, and for another version it ships.
-    named = f"python{py}" if apt or int(minor) >= 11 else f"python3{minor}"
+    named = f"python{py}" if apt or minor >= 11 else f"python3{minor}"
 
     def packages(pkg: str, headers: bool) -> tuple[str, ...]:
         out = [pkg]

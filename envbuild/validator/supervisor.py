@@ -15,7 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -26,6 +25,7 @@ from typing import IO, Any, NoReturn
 from .checks import _BY_ID, CheckDef, select_checks
 from .context import Options, TorchContext
 from .dist import dist_child
+from .files import write_atomic
 from .judges import (
     EXIT_CANNOT_RUN,
     SCHEMA_VERSION,
@@ -352,20 +352,9 @@ def validate(spec: dict[str, Any], peaks: dict[str, Any] | None, opts: Options,
 
 
 def write_json_atomic(path: str, data: Any) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".validator-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(_sanitize(data), fh, indent=2, allow_nan=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    text = json.dumps(_sanitize(data), indent=2, allow_nan=False) + "\n"
+    write_atomic(path, text, 0o600)  # the mode the report has always had
 
 
 def format_table(report: dict[str, Any]) -> str:

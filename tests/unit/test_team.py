@@ -200,9 +200,9 @@ def test_write_lock_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     def boom(_a: object, _b: object) -> None:
         raise OSError("disk full")
 
-    from envbuild.common import files
+    from envbuild.validator import files
 
-    monkeypatch.setattr(files.os, "replace", boom)  # team writes through common.files
+    monkeypatch.setattr(files.os, "replace", boom)  # team writes through common.files (its helper)
     with pytest.raises(OSError):
         team.write_lock(path, {"image": {}})
     assert path.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == [path.name]

@@ -4,7 +4,7 @@ Three layers, kept apart (one module each; this package's face is the use case a
 - ``Http`` (envbuild/common/http.py, the one HTTP client: timeouts, retries with backoff, one-line
   errors, the registry token flow);
 - fetchers (``fetch``: ``fetch_pypi``, ``fetch_index``, ``fetch_tags``): I/O only, they turn
-  payloads into facts with the pure parsers (``facts``, ``wheelzip``);
+  payloads into facts with the pure parsers (``facts``, over ``envbuild.common.wheelzip``);
 - pure functions: payload parsers, ``diff_*`` (``diff``: facts + Matrix in, list of ``Change``
   out) and ``apply_changes`` (``tomledit``: TOML text + changes in, TOML text out, editing only
   the affected lines so comments, order and sources stay as they are).

@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from envbuild.common import simpleindex
 from envbuild.common.versions import minor_of, version_key
 from envbuild.features.refresh.facts import COMPANIONS, Change, Pins, PypiFacts, TorchFacts
 from envbuild.validator import rules
@@ -159,12 +160,9 @@ _INDEX_FILE = re.compile(r"^torch-(\d+(?:\.\d+)*)\+([A-Za-z0-9.]+)-")
 def parse_index_page(html: str) -> dict[str, set[str]]:
     """A PEP 503 page of the PyTorch wheel index -> {local tag: {torch versions}} (Linux x86_64
     wheels; the local version `+cu130` names the variant)."""
-    from html import unescape
-    from urllib.parse import unquote
-
     out: dict[str, set[str]] = {}
-    for href, text in re.findall(r"<a\s[^>]*href=\"([^\"]*)\"[^>]*>([^<]*)</a>", html, re.I):
-        name = unescape(text).strip() or unquote(href.split("#")[0].rsplit("/", 1)[-1])
+    for link in simpleindex.links(html, ""):
+        name = link.filename
         if not name.endswith(".whl") or "x86_64" not in name or "linux" not in name:
             continue
         m = _INDEX_FILE.match(name)

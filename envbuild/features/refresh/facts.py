@@ -12,6 +12,7 @@ from email.parser import HeaderParser
 from typing import Any
 from urllib.parse import urljoin
 
+from envbuild.common import wheelzip
 from envbuild.common.errors import EnvironmentProblem
 from envbuild.common.versions import minor_of, version_key
 
@@ -231,3 +232,20 @@ def torch_pin(requires: Iterable[str]) -> tuple[str, str]:
     return ("", "")
 
 
+def zip_directory_span(tail: bytes, size: int) -> tuple[int, int] | None:
+    """(offset, length) of the central directory from the last bytes of a zip of `size` bytes;
+    None when the tail holds no (zip64) end record or the span lies past the end."""
+    try:
+        offset, length = wheelzip.directory_span(tail, size - len(tail))
+    except ValueError:
+        return None
+    return (offset, length) if offset + length <= size else None
+
+
+def zip_metadata_entry(directory: bytes) -> tuple[int, int, int] | None:
+    """(local header offset, compressed size, method) of the top-level `*.dist-info/METADATA`."""
+    for e in wheelzip.entries(directory):
+        parts = e.name.decode("utf-8", "replace").split("/")
+        if len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] == "METADATA":
+            return e.offset, e.compressed, e.method
+    return None

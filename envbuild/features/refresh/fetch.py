@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import quote, urljoin, urlsplit
 
+from envbuild.common import wheelzip
 from envbuild.common.errors import EnvironmentProblem
 from envbuild.common.http import Http, RegistryAuth, Reply
 from envbuild.common.http import first_line as _first_line
@@ -26,8 +27,9 @@ from envbuild.features.refresh.facts import (
     release_versions,
     torch_pin,
     wheel_candidates,
+    zip_directory_span,
+    zip_metadata_entry,
 )
-from envbuild.features.refresh.wheelzip import zip_directory_span, zip_member, zip_metadata_entry
 
 if TYPE_CHECKING:
     from envbuild.matrix import Matrix
@@ -154,7 +156,7 @@ def _metadata_in_wheel(http: Http, wheel: WheelFile) -> str | None:
     end = local_off + 30 + 1024 + csize  # local header, name and extra field, data
     got = http.get(url, headers={"Range": f"bytes={local_off}-{min(end, total) - 1}"},
                    ok=(206,), limit=end - local_off)
-    data = zip_member(got.body, csize, method) if got.status == 206 else None
+    data = wheelzip.member(got.body, csize, method) if got.status == 206 else None
     return data.decode("utf-8", "replace") if data is not None else None
 
 

@@ -170,12 +170,12 @@ def write_changes(d: Any, changes: Sequence[Change], source_ids: Mapping[str, st
                   pypi_url: str, day: str) -> list[str]:
     """Apply to copies, check the copies as a whole, then replace the files (nothing is
     half-written)."""
-    import os
     import tempfile
     from pathlib import Path
 
     from envbuild.common.boundedio import read_bytes, read_text
     from envbuild.common.errors import MatrixError
+    from envbuild.common.files import write_atomic
     from envbuild.matrix import check
 
     d = Path(d)
@@ -209,8 +209,5 @@ def write_changes(d: Any, changes: Sequence[Change], source_ids: Mapping[str, st
             raise MatrixError(f"the refreshed matrix would not check: {problems[0]}; nothing "
                               "was written", "review the changes and edit the TOML by hand")
         for fname, text in new_text.items():
-            fd, part = tempfile.mkstemp(dir=d, prefix=f".{fname}.")
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(part, d / fname)
+            write_atomic(d / fname, text)
     return sorted(new_text)

@@ -3,29 +3,17 @@ so comments, order and sources stay as they are."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from envbuild.common.tomlwrite import value as toml_value
 from envbuild.common.versions import version_key
 from envbuild.features.refresh.facts import Change
 
 _HEADER = re.compile(r"^\s*\[\[?\s*([A-Za-z0-9_.\"-]+)\s*\]\]?\s*(#.*)?$")
 _KEYLINE = re.compile(r"^([A-Za-z0-9_-]+)\s*=\s*(.*)$")
-
-
-def toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    if isinstance(value, str):
-        if any(0xD800 <= ord(c) <= 0xDFFF for c in value):
-            raise ValueError(f"{value!r} is not valid Unicode text")
-        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
-    raise TypeError(f"cannot write {value!r} to TOML")
 
 
 @dataclass
