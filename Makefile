@@ -41,7 +41,7 @@ lint: venv
 typecheck: lint
 
 unit: venv
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q -n auto tests/unit
 
 cli: venv
 	$(BIN)/pytest -q tests/cli

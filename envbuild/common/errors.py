@@ -18,7 +18,7 @@ EXIT_INTERRUPTED = 130  # Ctrl-C
 @dataclass
 class EnvbuildError(Exception):
     message: str
-    hint: str  # required: every error says what to do next (tests/test_hints.py)
+    hint: str  # required: every error says what to do next (tests/{unit,cli}/test_hints.py)
     alternatives: list[str] = field(default_factory=list)
     exit_code: int = EXIT_FAILED
     # each alternative as data: {"text", "requests": [{option: value}, ...]} (what to change)

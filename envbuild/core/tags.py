@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from envbuild.core.spec import Spec
 
-# What `default_tag` returns, for help texts (tests/test_formats.py holds the two together).
+# What `default_tag` returns, for help texts (tests/*/test_formats.py hold the two together).
 DEFAULT_TAG_FORMAT = "envbuild/<target>:torch<X.Y.Z>[-<variant>]-py<X.Y>-<12 hex>"
 WHEELHOUSE = "wheelhouse"
 # Files of a rendered context the image never reads: not build inputs, so not hashed
