@@ -100,39 +100,3 @@ def test_show_json_is_data_without_display_marks(table: str, matrix: Matrix) -> 
 def test_unverified_facts_stay_visible() -> None:
     r = run_cli("matrix", "show", "gpus")
     assert "*" in r.stdout and "not verified" in r.stdout
-
-
-def test_the_package_imports_point_one_way() -> None:
-    """No module of envbuild.matrix imports the package (its __init__ only re-exports), and
-    the imports between its modules, deferred ones included, form no cycle."""
-    import ast
-    import graphlib
-
-    package = ROOT / "envbuild" / "matrix"
-    graph: dict[str, set[str]] = {}
-    for path in package.glob("*.py"):
-        names: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                names |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
-            elif isinstance(node, ast.Import):
-                names |= {a.name for a in node.names}
-        if path.stem != "__init__":
-            assert "envbuild.matrix" not in names, f"{path.name} imports the package"
-        graph[path.stem] = {n.rsplit(".", 1)[1] for n in names
-                            if n.startswith("envbuild.matrix.")} & {p.stem for p in
-                                                                    package.glob("*.py")}
-    graphlib.TopologicalSorter(graph).prepare()  # raises CycleError on a cycle
-
-
-def test_check_stays_the_function_after_a_cold_load(tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """A load that misses the cache imports the checking modules: the package's `check` and
-    `load` are still the functions, not submodules of those names."""
-    import envbuild.matrix
-
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    shutil.copytree(ROOT / "matrix", tmp_path / "matrix")
-    load(tmp_path / "matrix")
-    assert callable(envbuild.matrix.check) and callable(envbuild.matrix.load)
-    assert envbuild.matrix.check(tmp_path / "matrix") == []

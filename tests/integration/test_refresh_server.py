@@ -44,10 +44,6 @@ def refresh(d: Path, server: Server, source: str = "pypi", write: bool = False,
 # ------------------------------------------------------------------------------ pure parsers
 
 
-def _recorded_metadata() -> list[Path]:
-    return sorted((PYPI / "metadata").glob("torch-*.metadata"))
-
-
 # ---------------------------------------------------------------------- PyPI end to end
 
 

@@ -18,7 +18,6 @@ from envbuild.features.refresh import (
     Change,
     apply_changes,
     diff_tags,
-    run_refresh,
 )
 from envbuild.features.refresh.diff import parse_index_page, split_tag
 from envbuild.features.refresh.facts import (
@@ -30,22 +29,9 @@ from envbuild.features.refresh.facts import (
 from envbuild.matrix import Matrix
 from envbuild.validator import rules
 from tests.support import refresh as shared
-from tests.support.refresh import FIX, PYPI, Handler, Route, Server
+from tests.support.refresh import FIX, PYPI
 
-_server = shared._server  # a fixture, shared with the other kind's test_refresh.py
 mdir = shared.mdir  # a fixture, shared with the other kind's test_refresh.py
-server = shared.server  # a fixture, shared with the other kind's test_refresh.py
-
-
-def fast_http() -> Http:
-    return Http(timeout=5, retries=2, backoff=0)
-
-
-def refresh(d: Path, server: Server, source: str = "pypi", write: bool = False,
-            **kw: Any) -> Any:
-    opts: dict[str, Any] = {"pypi_url": server.url, "index_url": f"{server.url}/whl",
-                            "registry_url": server.url, "timeout": 5.0, "retries": 2, **kw}
-    return run_refresh(source, d, write=write, today="2026-11-22", **opts)
 
 
 # ------------------------------------------------------------------------------ pure parsers
@@ -125,14 +111,6 @@ def test_metadata_without_headers_is_refused(text: str) -> None:
 # ---------------------------------------------------------------------- PyPI end to end
 
 
-def _drop_patch(d: Path, torch: str) -> str:
-    text = (d / "torch.toml").read_text()
-    start = text.index(f'[[patch]]\ntorch = "{torch}"')
-    end = text.index("[[patch]]", start + 5)
-    (d / "torch.toml").write_text(text[:start] + text[end:])
-    return text
-
-
 def test_a_write_that_would_break_the_matrix_writes_nothing(mdir: Path) -> None:
     from envbuild.features.refresh import write_changes
 
@@ -199,30 +177,6 @@ def test_index_page_parsing() -> None:
 # ------------------------------------------------------------------- registry v2 tag list
 
 
-def _registry(server: Server, pages: list[list[str]], token: str = "tok") -> None:
-    """Docker Hub's flow: 401 + Bearer challenge, anonymous token, paginated tag list."""
-    realm = f"{server.url}/token"
-
-    def tags(h: Handler) -> tuple[int, dict[str, str], bytes]:
-        if h.headers.get("Authorization") != f"Bearer {token}":
-            return (401, {"Www-Authenticate": f'Bearer realm="{realm}",service="registry.test",'
-                          'scope="repository:nvidia/cuda:pull"'}, b'{"errors":[]}')
-        last = h.path.partition("last=")[2].split("&")[0]
-        i = 0 if not last else next(n + 1 for n, p in enumerate(pages) if p[-1] == last)
-        headers = {"Content-Type": "application/json"}
-        if i + 1 < len(pages):
-            headers["Link"] = f'</v2/nvidia/cuda/tags/list?last={pages[i][-1]}&n=1000>; rel="next"'
-        return (200, headers, json.dumps({"name": "nvidia/cuda", "tags": pages[i]}).encode())
-
-    def tok(h: Handler) -> tuple[int, dict[str, str], bytes]:
-        ok = ("service=registry.test" in h.path
-              and "scope=repository%3Anvidia%2Fcuda%3Apull" in h.path)
-        return (200, {}, json.dumps({"token": token if ok else "wrong"}).encode())
-
-    server.routes["/v2/nvidia/cuda/tags/list"] = tags
-    server.routes["/token"] = tok
-
-
 def test_tag_diff(matrix: Matrix) -> None:
     every = {f"{i.cuda}-{f}-{i.os}" for i in matrix.images for f in i.flavors}
     assert diff_tags(matrix, every) == []
@@ -248,45 +202,6 @@ def test_split_tag(tag: str, parts: tuple[str, str, str] | None, matrix: Matrix)
 
 
 # ------------------------------------------------- METADATA by HTTP range (no .metadata file)
-
-
-def _wheel_zip(metadata: str, padding: int) -> bytes:
-    import io
-    import random
-    import zipfile
-
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as z:
-        z.writestr("torch-2.14.1.dist-info/METADATA", metadata, zipfile.ZIP_DEFLATED)
-        z.writestr("torch/big.bin", random.Random(0).randbytes(padding), zipfile.ZIP_STORED)
-        z.writestr("torch/x/METADATA", "Name: decoy\n", zipfile.ZIP_DEFLATED)
-        z.writestr("torch-2.14.1.dist-info/RECORD", "", zipfile.ZIP_DEFLATED)
-    return buf.getvalue()
-
-
-def _ranged(blob: bytes) -> Route:
-    def serve(h: Handler) -> tuple[int, dict[str, str], bytes]:
-        import re
-
-        m = re.fullmatch(r"bytes=(\d*)-(\d*)", h.headers.get("Range", ""))
-        if not m:
-            return (200, {}, blob)
-        if not m.group(1):
-            start, end = max(0, len(blob) - int(m.group(2))), len(blob) - 1
-        else:
-            start, end = int(m.group(1)), min(int(m.group(2) or len(blob) - 1), len(blob) - 1)
-        return (206, {"Content-Range": f"bytes {start}-{end}/{len(blob)}"}, blob[start:end + 1])
-    return serve
-
-
-def _wheel_path_2141() -> str:
-    doc = json.loads((PYPI / "simple-torch.json").read_text())
-    return next(f["url"] for f in doc["files"]
-                if f["filename"] == "torch-2.14.1-cp310-cp310-manylinux_2_28_x86_64.whl")
-
-
-REAL_2141 = (PYPI / "metadata" / "torch-2.14.0-cp310-cp310-manylinux_2_28_x86_64.whl.metadata"
-             ).read_text().replace("Version: 2.14.0", "Version: 2.14.1")
 
 
 @settings(max_examples=200, deadline=None)
