@@ -3,6 +3,7 @@ path, WSL2, ROCm and macOS (pure functions of the View and the Matrix)."""
 
 from __future__ import annotations
 
+import shlex
 from collections import Counter
 
 from envbuild.common.versions import branch_of, major_of
@@ -49,16 +50,19 @@ def check_wsl(v: View, m: Matrix, o: Out) -> None:
     first = first_resolved(f, "libcuda.so.1")
     outside = first and not first[0].startswith("/usr/lib/wsl/")
     if installed or outside:
+        # the packages found, else the matrix's globs: the command removes what was reported
+        purge = " ".join(shlex.quote(p) for p in (installed or rule["driver_packages"]))
+        forbidden = rule["forbidden_packages"]
+        never = f" (never {', '.join(forbidden)})" if forbidden else ""
         ev = [f"dpkg: {p} installed" for p in installed[:6]]
         if first:
             ev.append(f"libcuda.so.1 -> {first[1]}")
         o.add("wsl.linux_driver_installed", ERROR,
               "a Linux NVIDIA driver is installed inside WSL: it shadows the Windows driver's "
               f"libcuda in {WSL_LIB}",
-              "purge it (`sudo apt-get purge 'nvidia-driver-*' 'libnvidia-compute-*' "
-              "'cuda-drivers*'`, then `sudo ldconfig`); in WSL install only the Windows driver, "
-              "and for a toolkit only cuda-toolkit-X-Y from the wsl-ubuntu repository (never "
-              + ", ".join(rule["forbidden_packages"]) + ")", ev)
+              f"purge it (`sudo apt-get purge {purge}`, then `sudo ldconfig`); in WSL install "
+              "only the Windows driver, and for a toolkit only cuda-toolkit-X-Y from the "
+              "wsl-ubuntu repository" + never, ev)
     elif first:
         o.add("wsl.libcuda", OK, f"libcuda.so.1 comes from the Windows driver ({first[0]})")
     if len(v.gpus) > 1:

@@ -14,6 +14,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any
 
 from .context import Options
@@ -85,25 +86,42 @@ def h_image_driver(spec: dict[str, Any], opts: Options) -> Outcome:
     return driver_userspace_verdict(scan, os.environ.get("LD_LIBRARY_PATH", ""))
 
 
+_NO_DRIVER_RULE: dict[str, list[str]] = {"driver_packages": [], "forbidden_packages": []}
+
+
+def driver_rule_near(validator_dir: Path) -> dict[str, list[str]]:
+    """matrix/wsl2.toml's lists, read from the matrix envbuild ships beside this package: inside
+    an installed wheel (envbuild/_data/matrix) or a checkout (matrix/ at the top), the same rule
+    as envbuild.common.resources. Never raises: without a readable matrix (or a TOML reader,
+    before Python 3.11) the lists are empty."""
+    try:
+        import tomllib
+    except ImportError:
+        return _NO_DRIVER_RULE
+    package = validator_dir.parent
+    for matrix in (package / "_data" / "matrix", package.parent / "matrix"):
+        try:
+            with open(matrix / "wsl2.toml", "rb") as fh:
+                return linux_driver_rule(tomllib.load(fh))
+        except (OSError, ValueError):
+            continue
+    return _NO_DRIVER_RULE
+
+
 @functools.lru_cache(maxsize=1)
 def shipped_linux_driver_rule() -> dict[str, list[str]]:
     """matrix/wsl2.toml's driver_packages and forbidden_packages: the zipapp carries them (its
-    LINUX_DRIVER_DATA, written by envbuild when it renders the image); run from a source tree,
-    they are read from the matrix beside it."""
+    LINUX_DRIVER_DATA, written by envbuild when it renders the image); run from envbuild's own
+    package (`validate --host`), they are read from the matrix it ships."""
     import pkgutil
 
     try:
         data = pkgutil.get_data(__package__ or "envbuild.validator", LINUX_DRIVER_DATA)
         if data is not None:
             return dict(json.loads(data))
-    except OSError:
+    except (OSError, ValueError):
         pass
-    import tomllib  # a source tree: envbuild's own Python (3.11+)
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "matrix" / "wsl2.toml"
-    with open(path, "rb") as fh:
-        return linux_driver_rule(tomllib.load(fh))
+    return driver_rule_near(Path(__file__).resolve().parent)
 
 
 def wsl2_facts(run_ldconfig: bool = True) -> dict[str, Any]:

@@ -129,6 +129,10 @@ def test_wsl_linux_driver_evidence(small: Matrix) -> None:
     f = next(f for f in findings if f.id == "wsl.linux_driver_installed")
     assert any("nvidia-driver-535" in e for e in f.evidence)
     assert not any("container-toolkit" in e for e in f.evidence)
+    # the purge command removes exactly what was found (quoted), and names what never to install
+    found = [e.removeprefix("dpkg: ").removesuffix(" installed") for e in f.evidence
+             if e.startswith("dpkg: ")]
+    assert f"apt-get purge {' '.join(found)}`" in f.remediation and "(never " in f.remediation
 
 
 def test_mismatch_reads_both_versions(small: Matrix) -> None:

@@ -4,12 +4,13 @@ WSL2 facts (tests/fixtures/doctor/wsl2-*, the doctor's recordings of real WSL2 h
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from envbuild.matrix import load
-from tests.support import FIXTURES
+from tests.support import FIXTURES, ROOT
 from tests.support.validator import V
 
 RULE = V.linux_driver_rule(load().extra["wsl2"])
@@ -117,3 +118,26 @@ def test_this_host_is_not_wsl2() -> None:
     facts = V.wsl2_facts(run_ldconfig=False)
     assert V.wsl2_verdict(facts).status == ("skip" if not V.is_wsl2(facts) else
                                             V.wsl2_verdict(facts).status)
+
+
+@pytest.mark.parametrize("layout", ["wheel", "checkout", "none", "broken"])
+def test_validate_host_finds_the_driver_list_wherever_envbuild_is(tmp_path: Path,
+                                                                   layout: str) -> None:
+    """`envbuild validate --host` runs the validator from envbuild's own package: installed, the
+    matrix is envbuild/_data/matrix; in a checkout, matrix/ at the top. Neither there (or a
+    broken file): empty lists, never an exception (the WSL2 check would fail on a clean host)."""
+    from envbuild.validator.host import driver_rule_near
+
+    validator = tmp_path / "envbuild" / "validator"
+    validator.mkdir(parents=True)
+    shipped = (ROOT / "matrix" / "wsl2.toml").read_text()
+    where = {"wheel": tmp_path / "envbuild" / "_data" / "matrix", "checkout": tmp_path / "matrix",
+             "broken": tmp_path / "matrix"}.get(layout)
+    if where is not None:
+        where.mkdir(parents=True)
+        (where / "wsl2.toml").write_text(shipped if layout != "broken" else "[[x\n")
+    rule = driver_rule_near(validator)
+    if layout in ("wheel", "checkout"):
+        assert rule == RULE and rule["driver_packages"] and rule["forbidden_packages"]
+    else:
+        assert rule == {"driver_packages": [], "forbidden_packages": []}
