@@ -10,6 +10,7 @@ import typer
 from envbuild.cli._app import app, emit_json, say
 from envbuild.cli._options import Json
 from envbuild.common.errors import EXIT_FAILED, UsageError
+from envbuild.core.refs import DOCKER_HUB_API
 
 matrix_app = typer.Typer(help="Check and show the version matrix.", no_args_is_help=True)
 app.add_typer(matrix_app, name="matrix")
@@ -98,7 +99,7 @@ def refresh_cmd(
         "--index-url", help="PyTorch wheel index root (default: torch.toml index_base).")] = None,
     registry_url: Annotated[str, typer.Option(
         "--registry-url", help="Registry (HTTP API v2) holding the CUDA images.")
-    ] = "https://registry-1.docker.io",
+    ] = f"https://{DOCKER_HUB_API}",
     timeout: Annotated[float, typer.Option("--timeout", min=0.01, help="Seconds per request.")
                        ] = 20.0,
     retries: Annotated[int, typer.Option("--retries", min=1, max=10,

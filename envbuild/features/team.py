@@ -269,7 +269,7 @@ class Built:
         return out
 
 
-def base_digest(ref: str) -> str:
+def current_base_digest(ref: str) -> str:
     """The digest the base image reference resolves to now: the one it pins, else its
     registry's, else the local engine's repo digest of it ('' when none knows)."""
     from envbuild.core import refs
@@ -339,7 +339,7 @@ def build(planned: list[Planned], m: Matrix, *, push: bool, jobs: int = 1, rebui
         b = Built(p)
         try:
             b.result = make(mr, m, hooks_for(p.name) if hooks_for else None)
-            b.base_digest = base_digest(p.base_image)
+            b.base_digest = current_base_digest(p.base_image)
             if b.result.build is not None:
                 b.freeze = freeze(b.result.build.tag)
         except EnvbuildError as exc:

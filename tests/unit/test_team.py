@@ -289,7 +289,7 @@ def test_build_runs_each_shared_torch_layer_first_then_the_rest_in_parallel(
         return make_mod.MakeResult(planned[0].prepared.spec)
 
     monkeypatch.setattr(make_mod, "make", fake_make)
-    monkeypatch.setattr(team, "base_digest", lambda _ref: "sha256:x")
+    monkeypatch.setattr(team, "current_base_digest", lambda _ref: "sha256:x")
     monkeypatch.setattr(team, "freeze", lambda _tag: [])
     with pytest.raises(UsageError, match="has no registry"):
         team.build([dataclasses_replace_registry(planned[0])], matrix, push=True)

@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from envbuild.matrix import Matrix
 
 PYPI_URL = "https://pypi.org"
-REGISTRY_URL = "https://registry-1.docker.io"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 MAX_TAG_PAGES = 50
 MAX_METADATA_TRIES = 3  # wheels tried per release for a .metadata file (bounds the requests)
