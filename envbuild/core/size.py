@@ -1,7 +1,7 @@
 """Image size before the build: a pure estimate per layer from facts the caller gathers.
 
 The facts (a base image's compressed size, index file sizes, wheel contents) come from
-envbuild/sizefetch.py (network, wheelhouse) or from recordings in the tests; this module only
+envbuild/engine/sizefetch.py (network, wheelhouse) or from recordings in the tests; this module only
 adds them up with the size model in matrix/sizes.toml. Nothing here does I/O.
 
 Model, and why: an image stores installed bytes, not wheel bytes. A wheel is a zip; its central

@@ -10,12 +10,13 @@ no referrers API), artifactType and its one layer `application/vnd.envbuild.vali
 and `subject` pointing at the image (registries with the referrers API index it; older ones keep
 the field and serve the artifact by its tag).
 
-Authentication (envbuild/http.py's RegistryAuth): the token flow Docker Hub, GHCR and NGC use
+Authentication (envbuild/common/http.py's RegistryAuth): the token flow Docker Hub, GHCR and NGC use
 (401 + `WWW-Authenticate: Bearer realm=...,service=...,scope=...` -> GET realm -> a bearer token)
 or Basic (an htpasswd registry), anonymous or with the login of the docker credential store, as
 `docker login` leaves it in $DOCKER_CONFIG/config.json: the host's `credHelpers` entry, else
 `credsStore`, else the `auths` entry (the order of the docker CLI). A helper is asked through
-envbuild/proc.py (`docker-credential-NAME get`, the server on stdin); the secret is never logged.
+envbuild/common/proc.py (`docker-credential-NAME get`, the server on stdin); the secret is never
+logged.
 Plain HTTP only for localhost / 127.0.0.0/8, as the docker engine does.
 """
 

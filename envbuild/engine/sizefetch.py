@@ -1,8 +1,8 @@
 """The facts behind a size estimate: index file sizes, wheel contents, base image manifests.
 
-The edge of envbuild/size.py: everything here may touch the network (through `http_get`, a GET
-of envbuild/http.py's client) or a wheelhouse directory. Nothing here raises for an unreachable
-index or registry: a missing fact becomes "unknown" with its reason, never an error.
+The edge of envbuild/core/size.py: everything here may touch the network (through `http_get`, a
+GET of envbuild/common/http.py's client) or a wheelhouse directory. Nothing here raises for an
+unreachable index or registry: a missing fact becomes "unknown" with its reason, never an error.
 
 - Index: PEP 691 JSON (`Accept: application/vnd.pypi.simple.v1+json`), whose files carry `size`
   (PEP 700); an HTML-only index (PEP 503) gives file names, and the size comes from a one-byte

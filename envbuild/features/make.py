@@ -325,7 +325,7 @@ def recommended(req: Request, m: Matrix, status: StatusHook = _no_status) -> tup
 
 def size_beside(spec: Spec, m: Matrix, ci: ContextInputs, real: int,
                 local_tag: bool = True) -> dict[str, Any]:
-    """The size estimate (envbuild/size.py) next to the real size: one call, for make."""
+    """The size estimate (envbuild/core/size.py) next to the real size: one call, for make."""
     from envbuild.common.errors import EnvbuildError
     from envbuild.engine import docker
     from envbuild.engine.sizefetch import for_make

@@ -4,7 +4,7 @@
 that does not exist or to an anchor a page lacks; a broken copy proves it does. The generated
 reference pages hold every command and every validator check. Every `envbuild ...` command the
 README and the docs show names a real command and only options it takes (that the make/resolve
-commands also resolve is tests/test_one_voice.py's job), the `envbuild resolve` runs they show
+commands also resolve is tests/cli/test_one_voice.py's job), the `envbuild resolve` runs they show
 are what it prints, and the README stays a short door in.
 """
 
@@ -158,7 +158,7 @@ def test_shown_commands_are_real() -> None:
 
 def _resolve_runs() -> list[tuple[str, str, list[str]]]:
     """(page, command, lines shown) for every block that is one `$ envbuild resolve` and what it
-    printed (refusals are tests/test_one_voice.py's)."""
+    printed (refusals are tests/cli/test_one_voice.py's)."""
     runs = []
     for page in PAGES:
         for block in re.findall(r"^```\n(.*?)^```", page.read_text(), re.MULTILINE | re.DOTALL):

@@ -1,5 +1,6 @@
-"""envbuild/http.py, the one HTTP client, against local servers: statuses, retries, the size cap,
-redirects, and no secret of a URL in any error (the token flow: tests/unit/test_registry.py)."""
+"""envbuild/common/http.py, the one HTTP client, against local servers: statuses, retries, the
+size cap, redirects, and no secret of a URL in any error (the token flow:
+tests/unit/test_registry.py)."""
 
 from __future__ import annotations
 

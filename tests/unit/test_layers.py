@@ -303,3 +303,16 @@ def test_door_check_catches(tmp_path: Path) -> None:
                    "envbuild.validator.v:3 imports requests"):
         assert needle in text, text
     assert "validator.v:1 imports subprocess" not in text  # the validator is its own program
+
+
+def test_every_source_path_the_repo_names_exists() -> None:
+    """A module or test named by path in the docs, the matrix, the code or the tests is where
+    it says (a regrouping or a split left 15 such names behind once)."""
+    named = re.compile(r"(?<![\w/.-])((?:envbuild|tests)/[\w/]*\w\.py)\b")
+    texts = [ROOT / "README.md", *ROOT.glob("docs/**/*.md"), *ROOT.glob("matrix/*"),
+             *ROOT.glob("envbuild/**/*.py"), *ROOT.glob("tests/**/*.py"), ROOT / "Makefile"]
+    missing = sorted({f"{path} (named in {text.relative_to(ROOT)})"
+                      for text in texts if text.is_file() and "__pycache__" not in text.parts
+                      for path in named.findall(text.read_text(errors="replace"))
+                      if not (ROOT / path).exists()})
+    assert missing == []
