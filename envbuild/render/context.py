@@ -296,10 +296,10 @@ def _python_plan(spec: Spec, os_info: OsInfo, source: str, m: Matrix) -> _Python
     """
     py = spec.python
     apt = os_info.package_manager == "apt"
-    minor = minor_number(py)
     certs: tuple[str, ...] = ("ca-certificates",) if apt else ()
-    # The OS's own package for the default python3, and for another version it ships.
-    named = f"python{py}" if apt or minor >= 11 else f"python3{minor}"
+    # The OS's own package for the default python3, and for another version it ships (apt names
+    # it by the whole version; dnf by the minor, read only there)
+    named = f"python{py}" if apt or minor_number(py) >= 11 else f"python3{minor_number(py)}"
 
     def packages(pkg: str, headers: bool) -> tuple[str, ...]:
         out = [pkg]
