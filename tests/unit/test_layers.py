@@ -36,8 +36,11 @@ DOORS = {
     "Docker": ({"envbuild.engine.docker"}, {"docker"}),
     "the command line": ({"envbuild.cli"}, {"typer", "click"}),
 }
-PROCESS_CALLS = {("os", "system"), ("os", "popen"), ("os", "execv"), ("os", "execvp"),
-                 ("os", "execve"), ("os", "spawnv"), ("os", "posix_spawn"), ("os", "fork")}
+PROCESS_CALLS = {("os", name) for name in (
+    "system", "popen", "fork", "forkpty", "posix_spawn", "posix_spawnp", "execl", "execle",
+    "execlp", "execlpe", "execv", "execve", "execvp", "execvpe", "spawnl", "spawnle", "spawnlp",
+    "spawnlpe", "spawnv", "spawnve", "spawnvp", "spawnvpe")} | {
+    ("asyncio", "create_subprocess_exec"), ("asyncio", "create_subprocess_shell")}
 
 
 @dataclass(frozen=True)
@@ -168,10 +171,18 @@ def door_breaches(imports: list[Import], calls: list[tuple[str, int, str]]) -> l
 
 
 def process_calls(mod: str, path: Path) -> Iterator[tuple[str, int, str]]:
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    """`os.system(...)` and the like, also as `import os as o` / `from os import system`."""
+    tree = ast.parse(path.read_text(), str(path))
+    aliases = {a.asname or a.name: a.name for node in ast.walk(tree)
+               if isinstance(node, ast.Import) for a in node.names}
+    for node in ast.walk(tree):
         if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                and (node.value.id, node.attr) in PROCESS_CALLS):
-            yield mod, node.lineno, f"{node.value.id}.{node.attr}"
+                and (aliases.get(node.value.id, node.value.id), node.attr) in PROCESS_CALLS):
+            yield mod, node.lineno, f"{aliases.get(node.value.id, node.value.id)}.{node.attr}"
+        elif isinstance(node, ast.ImportFrom) and node.module in ("os", "asyncio"):
+            for a in node.names:
+                if (node.module, a.name) in PROCESS_CALLS:
+                    yield mod, node.lineno, f"{node.module}.{a.name}"
 
 
 def standalone_breaches(imports: list[Import]) -> list[str]:
@@ -291,6 +302,7 @@ def test_cycle_check_catches(tmp_path: Path) -> None:
 
 def test_door_check_catches(tmp_path: Path) -> None:
     root = _tree(tmp_path, {"core/a.py": "import subprocess\nimport os\nos.system('x')\n",
+                            "core/d.py": "from os import execvp\nimport os as o\no.posix_spawn()\n",
                             "features/b.py": "def f():\n    import docker.errors\n",
                             "core/c.py": "from typer import Option\n",
                             "validator/v.py": "import subprocess\nfrom envbuild.core import a\n"
@@ -300,7 +312,8 @@ def test_door_check_catches(tmp_path: Path) -> None:
     for needle in ("envbuild.core.a:1 imports subprocess", "envbuild.core.a:3 calls os.system",
                    "envbuild.features.b:2 imports docker.errors", "envbuild.core.c:1 imports typer",
                    "envbuild.validator.v:2 imports envbuild.core.a",
-                   "envbuild.validator.v:3 imports requests"):
+                   "envbuild.validator.v:3 imports requests", "envbuild.core.d:1 calls os.execvp",
+                   "envbuild.core.d:3 calls os.posix_spawn"):
         assert needle in text, text
     assert "validator.v:1 imports subprocess" not in text  # the validator is its own program
 
