@@ -21,7 +21,7 @@ from envbuild.common.errors import EXIT_CANNOT_RUN, EnvbuildError, EnvironmentPr
 from envbuild.core import refs
 
 LABEL_ROLE = "io.envbuild.role"
-LABEL_SPEC_HASH = "io.envbuild.core.spec-hash"
+LABEL_SPEC_HASH = "io.envbuild.spec-hash"
 LABEL_CONTEXT_HASH = "io.envbuild.context-hash"
 
 # What a registry answers when the docker credential store has no login for it, or a wrong one.

@@ -58,9 +58,9 @@ def cpu_image(fixtures: Path) -> Iterator[str]:
 def test_make_builds_and_validates(cpu_image: str, fixtures: Path) -> None:
     labels = json.loads(docker("image", "inspect", cpu_image, "--format",
                                "{{json .Config.Labels}}").stdout)
-    spec = json.loads(labels["io.envbuild.core.spec"])
+    spec = json.loads(labels["io.envbuild.spec"])
     assert spec["torch"] == "2.13.0" and spec["variant"] == "cpu"
-    assert labels["io.envbuild.core.spec-hash"]
+    assert labels["io.envbuild.spec-hash"]
     assert labels["org.opencontainers.image.version"] == "2.13.0-cpu-py3.11"
     # import torch works in the image, as the non-root default user
     p = docker("run", "--rm", cpu_image, "python", "-c",
@@ -303,7 +303,7 @@ def test_push_to_local_registry(cpu_image: str, fixtures: Path, registry: str,
         "digest"]
     config = json.loads(urllib.request.urlopen(
         f"http://{registry}/v2/{repo}/blobs/{config_digest}", timeout=10).read())
-    assert "io.envbuild.core.spec" in config["config"]["Labels"]
+    assert "io.envbuild.spec" in config["config"]["Labels"]
 
 
 def test_push_to_a_registry_that_is_down(cpu_image: str, fixtures: Path, tmp_path: Path) -> None:

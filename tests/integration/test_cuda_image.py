@@ -227,7 +227,7 @@ def test_plain_base_is_inspected_and_gets_the_runtime_settings(
     assert conf == list(matrix.meta["cuda"]["runtime"]["ld_so_conf"])
     labels = json.loads(docker("image", "inspect", PLAIN, "--format",
                                "{{json .Config.Labels}}").stdout)
-    assert json.loads(labels["io.envbuild.core.spec"])["base_id"] == base_id
+    assert json.loads(labels["io.envbuild.spec"])["base_id"] == base_id
 
 
 def test_nvidia_base_keeps_its_own_settings(built: dict[str, tuple[int, Any, str]]) -> None:
