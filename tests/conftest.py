@@ -6,9 +6,16 @@ tests/support, never in a test module."""
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from envbuild.matrix import Matrix, load
+
+# A run started in the background of a script inherits SIGINT ignored, and an ignored signal stays
+# ignored across exec: every envbuild the Ctrl-C tests start would then never see their Ctrl-C.
+# A handler (not SIG_IGN) resets to the default in a child, so children get Python's own.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
