@@ -15,7 +15,7 @@ from envbuild.common.errors import UsageError
 if TYPE_CHECKING:
     from envbuild.cluster.render import ClusterOptions
 
-_SIZE = re.compile(r"^(\d+)\s*(|k|m|g|kib|mib|gib|b)$", re.IGNORECASE)
+_SIZE = re.compile(r"^(\d{1,18})\s*(|k|m|g|kib|mib|gib|b)$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
           "g": 1 << 30, "gib": 1 << 30}
 MAX_LOG_BYTES = 64 << 20
