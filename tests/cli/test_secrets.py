@@ -1,15 +1,6 @@
-"""Secrets (issue #20, class 3): a login or token in a URL never shows, whatever the URL's shape.
-
-The URLs are generated: with and without a scheme; a userinfo whose password holds ':' '@' '/'
-'?' '#' spaces, quotes or percent-escapes; user-only tokens; tokens in a query or fragment;
-IPv6 hosts and ports; conda `channel::package` specs and conda `/t/<token>/` paths; pip direct
-URLs and pip's own `--extra-index-url` / `-i` option forms. A secret is made of distinctive
-chunks (`Zq...`) joined by those characters: no chunk may show anywhere, in any case (a password
-masked up to its first '/' whose tail still shows fails, and so does a token lower-cased into a
-host name), in stdout, stderr, the JSON error, the files written (Dockerfile, environment.yml,
-requirements, constraints, apptainer.def, spec.json, the team lock) and the build context
-`make --out` keeps.
-"""
+"""Secrets through the CLI (issue #20, class 3): the generated URLs of
+tests/unit/test_secrets.py given to the commands that print, log or
+write them: no login or token shows."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""Size estimate: recorded index and registry payloads served from a local HTTP server.
-
-tests/fixtures/size/ holds real payloads recorded on 2026-11-22: PyPI's PEP 691 JSON for sympy,
-mpmath and filelock (trimmed to a few files), their PEP 658 .metadata files and the tails of the
-wheels from the central directory on (gzip); the torch 2.13.0+cpu wheel's METADATA and central
-directory (from the wheelhouse: the PyTorch index is not reachable here, so its HTML page is
-written below in that index's format, without sizes, as it serves them); the manifest of
-local/debian:bookworm as a local docker-registry returned it after a docker push.
-"""
+"""Size estimate from the CLI (`resolve --size`, `render --size`): the printed estimate and its
+unknowns. Recorded answers over HTTP: tests/integration/test_size_server.py."""
 
 from __future__ import annotations
 

@@ -1,34 +1,5 @@
-"""`--python-source standalone` for real: uv installs CPython into /opt/python in a first stage,
-the final image's venv is made from it; uv's download goes through an HTTP proxy with a login.
-
-The stand-in (tests/support/standalone_python.py,
-tests/fixtures/standalone/make-cpython.sh): no GitHub here, so no python-build-standalone archive
-can be downloaded. The test serves a locally made one:
-Debian's CPython relocated into the "install_only" layout (python/bin/python3.11, python/lib/...,
-python/include/...), self-contained (its shared libraries beside it, $ORIGIN rpaths), ensurepip
-from wheels in the tree. uv gets it through UV_PYTHON_DOWNLOADS_JSON_URL: a download list in uv's
-own format naming the archive and its sha256, which uv checks. How the pinned uv (0.13.8) treats
-the two ways to point it elsewhere (tried on this machine, 2026-11-23):
-- UV_PYTHON_INSTALL_MIRROR replaces only the URL prefix: uv asks for
-  `{mirror}/{release}/cpython-{version}%2B{release}-{triple}-install_only_stripped.tar.gz` of the
-  release built into uv, and checks the sha256 built into uv (a different archive there fails:
-  "Hash mismatch ... Expected ... Computed"). A mirror must be a byte-identical copy: no stand-in
-  can pass through it, so for it the tests prove only that the request leaves with that layout.
-- UV_PYTHON_DOWNLOADS_JSON_URL replaces uv's list (http(s) URL or file); `sha256` may be null
-  (then nothing is checked); an archive with an absolute symlink is refused ("unsafe symbolic-link
-  target"). That is what an internal build of the archives needs, and what the tests use.
-
-What the stand-in cannot prove: that a real python-build-standalone archive works in these images
-(its static OpenSSL and its own certificate lookup, its stripped build, its sysconfig paths that uv
-rewrites on install, its patch release); only that the Dockerfile's stage, uv's download and
-install, the copy into the final image, the venv from it and the validator do. It is Debian's
-3.11 (the only torch wheels here are cp311), so the final image is checked to hold NO Debian
-python at all (/usr/bin/python3*), proving the venv's Python is /opt/python's.
-
-Found by the first real build: the venv was made through a lone symlink /opt/python/python3.11,
-so its pyvenv.cfg `home` was /opt/python, where CPython (getpath) finds no standard library and
-ensurepip died; the venv is now made from /opt/python/3.11/bin (a link to uv's installation).
-"""
+"""`--python-source standalone` from the CLI, no Docker: the refusals and the rendered context.
+The builds, and what the stand-in proves: tests/integration/test_standalone.py."""
 
 from __future__ import annotations
 

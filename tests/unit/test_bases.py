@@ -1,17 +1,5 @@
-"""Real base images: what the Dockerfile depends on in each OS family, proved on stand-in bases.
-
-matrix/os.toml records, per OS, what the rendered Dockerfile depends on in the stock image (a user
-or group that already has uid/gid 1000, whether python3 and its venv are there, the package names
-of the Python headers and the compilers). No image registry is reachable here, so the real bases
-(ubuntu:24.04, nvidia/cuda:*-ubuntu24.04, rockylinux, ubi) cannot be pulled: the engine tests build
-stand-ins FROM the local debootstrap Debian that reproduce those properties, then build the real
-rendered CPU Dockerfile on each and check the image user, `import torch` and `torch.compile`.
-
-What the stand-ins cannot reproduce (said here and in the report): dnf and RPM repositories (Debian
-has a `dnf` package but no RHEL repository is reachable, so the dnf family's package names stay
-matrix facts, checked only by rendering); a system python3 older than the image's Python beside it
-(bookworm ships only CPython 3.11, the only version the offline torch wheelhouse has).
-"""
+"""What the Dockerfile depends on in each OS family, the pure parts: the facts of matrix/os.toml
+and the rendered steps. The stand-in bases built for real: tests/integration/test_bases.py."""
 
 from __future__ import annotations
 
