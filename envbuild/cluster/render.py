@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import shlex
 import sys
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import jinja2
 from envbuild import __version__
 from envbuild.cluster.hosts import expand
 from envbuild.common.errors import UsageError
+from envbuild.common.record import record
 from envbuild.common.resources import templates_dir
 from envbuild.core import refs
 
@@ -28,7 +28,7 @@ _PATH = re.compile(r"^/[A-Za-z0-9._/+-]{0,400}$", re.ASCII)
 _CONSTRAINT = re.compile(r"^[A-Za-z0-9_.&|!*\[\]():-]{1,200}$", re.ASCII)
 
 
-@dataclass(frozen=True)
+@record
 class ClusterOptions:
     image: str
     out: Path

@@ -11,17 +11,18 @@ import re
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from envbuild.cluster.hosts import compress, sort_key
 from envbuild.common.boundedio import parse_json
+from envbuild.common.record import record
 
 MARK = "envbuild_cluster"
 VERSION_KEYS = ("driver", "torch", "cuda", "cudnn", "nccl")
 
 
-@dataclass(frozen=True)
+@record
 class Fabric:
     name: str
     match: str
@@ -31,7 +32,7 @@ class Fabric:
     source: str
 
 
-@dataclass(frozen=True)
+@record
 class ClusterRules:
     straggler_fraction: float = 0.10
     min_nodes_for_median: int = 2

@@ -6,7 +6,9 @@ catches them at the edge and never shows a traceback.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from envbuild.common.record import record
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # unsatisfiable request, a failed check, a failed build
@@ -15,7 +17,7 @@ EXIT_CANNOT_RUN = 3  # the environment is missing something: Docker engine, Buil
 EXIT_INTERRUPTED = 130  # Ctrl-C
 
 
-@dataclass
+@record(frozen=False)
 class EnvbuildError(Exception):
     message: str
     hint: str  # required: every error says what to do next (tests/{unit,cli}/test_hints.py)

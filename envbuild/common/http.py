@@ -18,12 +18,12 @@ import base64
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from envbuild.common.boundedio import parse_json
 from envbuild.common.errors import EnvironmentProblem
+from envbuild.common.record import record
 from envbuild.common.redact import redact, shown
 
 OFFLINE_HINT = "offline or blocked? check the network and HTTPS_PROXY / REQUESTS_CA_BUNDLE"
@@ -47,7 +47,7 @@ class Denied(EnvironmentProblem):
     again after answering it."""
 
 
-@dataclass(frozen=True)
+@record
 class Reply:
     status: int
     headers: Mapping[str, str]  # names in lower case when Http made it

@@ -15,9 +15,10 @@ import importlib
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Any
+
+from envbuild.common.record import record
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 SCAN_FROM = 256 << 10  # smaller texts are searched whole
@@ -105,7 +106,7 @@ def _overlapping(a: str, words: Iterable[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-@dataclass(frozen=True)
+@record
 class Scanner:
     """The literal candidates of a fixed set of regexes; per text, the rarest candidate of
     each regex is looked for, all at once with one compiled trie."""
@@ -202,7 +203,7 @@ def _trie(words: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile(_trie_regex(words))
 
 
-@dataclass
+@record(frozen=False)
 class Haystack:
     """A text to search; a big one is searched only where a regex's chosen literal occurs."""
 

@@ -23,7 +23,6 @@ import os
 import shutil
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
@@ -31,6 +30,7 @@ from envbuild.common import boundedio
 from envbuild.common.boundedio import parse_json
 from envbuild.common.echo import shown
 from envbuild.common.errors import EnvbuildError, EnvironmentProblem, UsageError
+from envbuild.common.record import record
 
 
 class RenderedFile(Protocol):
@@ -43,7 +43,7 @@ class RenderedFile(Protocol):
     def mode(self) -> int: ...
 
 
-@dataclass(frozen=True)
+@record
 class OutFile:
     content: str
     mode: int = 0o644
@@ -54,7 +54,7 @@ _TMP_SUFFIX = ".envbuild-tmp"
 _MAX_MANIFEST_BYTES = 16 << 20
 
 
-@dataclass(frozen=True)
+@record
 class _Entry:
     rel: str
     content: bytes | None  # rendered content, or None for a linked input file

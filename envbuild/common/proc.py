@@ -13,14 +13,14 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from envbuild.common.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EnvbuildError
+from envbuild.common.record import record
 
 
-@dataclass(frozen=True)
+@record
 class Result:
     argv: tuple[str, ...]
     returncode: int

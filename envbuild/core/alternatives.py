@@ -7,9 +7,9 @@ from __future__ import annotations
 import dataclasses
 import shlex
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 from envbuild.common.errors import ConflictError
+from envbuild.common.record import record
 from envbuild.common.versions import major_of, minor_of, version_key
 from envbuild.core.request import TORCH_BARE, GpuRef, Parsed, Request, torch_specifier
 from envbuild.core.spec import Spec
@@ -24,7 +24,7 @@ _RELAX = ("torch", "cuda", "rocm", "python", "driver", "gpus", "os", "flavor")
 _TRIES = 24  # values tried per option, nearest first (it stops at the first that fits)
 
 
-@dataclass(frozen=True)
+@record
 class Alternative:
     """A request near the refused one that resolves: `changes` are Request fields to set (None
     drops the option; a fleet split into one image per generation has one change set per image),

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from envbuild.common.errors import UsageError
+from envbuild.common.record import record
 from envbuild.matrix import Matrix, OsInfo
 from envbuild.validator.rules import parse_require_cuda, version_parts
 
@@ -51,7 +51,7 @@ def _clean(text: str) -> str:
     return _UNPRINTABLE.sub("?", text)[:80]
 
 
-@dataclass(frozen=True)
+@record
 class BaseFacts:
     ref: str
     image_id: str  # sha256:... of the local image: what the spec records

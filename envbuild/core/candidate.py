@@ -3,9 +3,10 @@ shares (the trace, the rejection, Python and OS picks, GPU coverage, glibc, the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
+from envbuild.common.record import record
 from envbuild.common.versions import version_key
 from envbuild.core import compat
 from envbuild.core.request import GpuRef, Parsed
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from envbuild.core.base_facts import BaseFacts
 
 
-@dataclass
+@record(frozen=False)
 class Trace:
     lines: list[str] = field(default_factory=list)
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from envbuild.common.errors import MatrixError
+from envbuild.common.record import record
 from envbuild.common.versions import major_of, version_key
 from envbuild.matrix import Matrix, TorchRelease, Variant
 from envbuild.validator import rules
@@ -102,7 +102,7 @@ def wheel_cudas(m: Matrix) -> list[str]:
                   key=version_key)
 
 
-@dataclass(frozen=True)
+@record
 class CudaChoice:
     cuda: str
     torch: str
@@ -155,7 +155,7 @@ def gfx_of_variant(m: Matrix, v: Variant) -> tuple[str, ...]:
     return rel.gfx if rel is not None else ()
 
 
-@dataclass(frozen=True)
+@record
 class RocmChoice:
     rocm: str
     torch: str
@@ -181,7 +181,7 @@ def mps_torch(m: Matrix, macos: str) -> TorchRelease | None:
     return None
 
 
-@dataclass(frozen=True)
+@record
 class HostRules:
     """Host facts that are not in the version matrix (matrix/signatures.toml [doctor])."""
 

@@ -8,14 +8,14 @@ still supports it (`last_driver_branch`: R470 for Kepler, R580 for Maxwell, Pasc
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
+from envbuild.common.record import record
 from envbuild.common.versions import branch_of, version_key
 from envbuild.core import compat
 from envbuild.matrix import Matrix
 
 
-@dataclass(frozen=True)
+@record
 class DriverWindow:
     label: str  # "NVIDIA GeForce RTX 5090 (sm_120)"
     cc: str
@@ -58,7 +58,7 @@ def window(m: Matrix, cc: str, label: str) -> DriverWindow | None:
         last_branch=int(arch.last_driver_branch) if arch.last_driver_branch else None)
 
 
-@dataclass(frozen=True)
+@record
 class FleetWindow:
     """The intersection of several GPUs' windows."""
 

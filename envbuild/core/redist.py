@@ -5,17 +5,17 @@ envbuild.common.http."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from envbuild.common.errors import ConflictError, EnvironmentProblem
+from envbuild.common.record import record
 from envbuild.matrix import CompatPackage, Matrix
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _PATH = re.compile(r"cuda_compat/[A-Za-z0-9_-]+/[A-Za-z0-9._-]+\.tar\.xz")
 
 
-@dataclass(frozen=True)
+@record
 class CompatArchive:
     url: str
     sha256: str

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
+
+from envbuild.common.record import record
 
 DEFAULT_REGISTRY = "docker.io"
 DOCKER_HUB_API = "registry-1.docker.io"
@@ -34,7 +35,7 @@ class RefError(ValueError):
         self.bad_digest = bad_digest
 
 
-@dataclass(frozen=True)
+@record
 class ImageRef:
     """registry host, repository and a tag or digest."""
 

@@ -7,11 +7,12 @@ whether the parts fit together is the resolver's business (ConflictError, exit 1
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 from envbuild.common.echo import shown
 from envbuild.common.errors import UsageError
+from envbuild.common.record import record
 from envbuild.common.versions import major_of, minor_of, version_key
 from envbuild.core import targets
 from envbuild.core.gpus import gpu_index, name_key
@@ -45,7 +46,7 @@ _TORCH_HINT = ("examples: --torch 2.4, --torch 2.4.1, --torch '>=2.3,<2.6', --to
                "(as pip list prints it)")
 
 
-@dataclass(frozen=True)
+@record
 class GpuRef:
     """A GPU the image must run on: a named product or a bare compute capability / gfx target."""
 
@@ -63,7 +64,7 @@ class GpuRef:
         return out
 
 
-@dataclass(frozen=True)
+@record
 class Request:
     target: str | None = None
     cuda: str | None = None
@@ -79,7 +80,7 @@ class Request:
     forward_compat: bool = False  # --forward-compat: a newer CUDA on an older driver branch
 
 
-@dataclass(frozen=True)
+@record
 class Parsed:
     """A request whose every field is well-formed and known to the matrix."""
 

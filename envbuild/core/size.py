@@ -16,15 +16,16 @@ be read. Layers under the base (Python, compilers) are measured data per OS.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from envbuild.common.record import record
 from envbuild.core.spec import Spec
 
 MB = 1_000_000
 
 
-@dataclass(frozen=True)
+@record
 class BaseFact:
     """The base image: its compressed size (registry manifest) or its size on disk (local)."""
 
@@ -34,7 +35,7 @@ class BaseFact:
     how: str = ""  # where the number came from, or why there is none
 
 
-@dataclass(frozen=True)
+@record
 class WheelFact:
     """One file pip would install: its size in the index, and (when read) its zip contents."""
 
@@ -46,7 +47,7 @@ class WheelFact:
     why_unknown: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class Row:
     layer: str
     bytes: int | None  # on disk; None = unknown
@@ -58,7 +59,7 @@ class Row:
                 "how": self.how}
 
 
-@dataclass(frozen=True)
+@record
 class SizeEstimate:
     rows: tuple[Row, ...]
     notes: tuple[str, ...] = field(default=())

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from functools import cached_property
 from typing import Any
+
+from envbuild.common.record import record
 
 SPEC_SCHEMA = 1
 # Left out of the identity and the JSON while None: the hashes of older specs stay stable.
 _OPTIONAL = ("max_driver", "require_cuda", "base_id", "forward_compat")
 
 
-@dataclass(frozen=True)
+@record
 class Spec:
     target: str
     torch: str

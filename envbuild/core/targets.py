@@ -6,10 +6,10 @@ Pure data; no imports beyond the standard library (the CLI's start-up reads it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from envbuild.common.record import record
 
 
-@dataclass(frozen=True)
+@record
 class Target:
     name: str
     wheel_kind: str  # the matrix's variant kind whose wheels it installs: cuda | rocm | cpu

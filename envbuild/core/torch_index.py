@@ -11,10 +11,10 @@ Two layouts exist:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from envbuild.common.errors import ConflictError, UsageError
+from envbuild.common.record import record
 from envbuild.common.versions import minor_of
 from envbuild.core.spec import Spec
 from envbuild.matrix import Matrix
@@ -22,7 +22,7 @@ from envbuild.matrix import Matrix
 KINDS = ("pypi", "pytorch")
 
 
-@dataclass(frozen=True)
+@record
 class TorchIndex:
     kind: str  # pypi | pytorch
     why: str  # how the kind was decided, for the trace and messages

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 from typing import Any
+
+from envbuild.common.record import record
 
 
 class Severity(StrEnum):
@@ -22,7 +24,7 @@ class Severity(StrEnum):
 _RANK = {Severity.OK: 0, Severity.INFO: 1, Severity.WARN: 2, Severity.ERROR: 3}
 
 
-@dataclass(frozen=True)
+@record
 class Finding:
     id: str
     severity: Severity
@@ -35,7 +37,7 @@ class Finding:
                 "remediation": self.remediation, "evidence": list(self.evidence)}
 
 
-@dataclass(frozen=True)
+@record
 class Recommendation:
     """The `envbuild make ...` command this host should run, and why."""
 
@@ -73,14 +75,14 @@ class Recommendation:
                 "reason": self.reason, "alternatives": list(self.alternatives)}
 
 
-@dataclass(frozen=True)
+@record
 class Request:
     """What the user asked the doctor: `--cuda X.Y` = can this host run CUDA X.Y?"""
 
     cuda: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class Cmd:
     """What one probe command printed. returncode None: it could not run (see error)."""
 
@@ -103,21 +105,21 @@ class Cmd:
         return (self.stdout + "\n" + self.stderr).strip()
 
 
-@dataclass(frozen=True)
+@record
 class DevNode:
     gid: int
     mode: int
     rw: bool  # this process can open it read-write
 
 
-@dataclass(frozen=True)
+@record
 class DockerClient:
     path: str
     version: str  # `docker --version` output
     buildx: Cmd  # `docker buildx version`
 
 
-@dataclass(frozen=True)
+@record
 class HostFacts:
     """Raw facts a probe run collected: texts and small observations, nothing judged yet.
 

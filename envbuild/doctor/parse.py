@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
 from typing import Any
+
+from envbuild.common.record import record
 
 _DRIVER_RE = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)")
 
@@ -18,7 +19,7 @@ def proc_driver_version(text: str | None) -> str:
     return m.group(1) if m else ""
 
 
-@dataclass(frozen=True)
+@record
 class NvGpu:
     index: int
     bus_id: str = ""
@@ -34,7 +35,7 @@ class NvGpu:
     remap_failure: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class NvSmi:
     driver: str = ""
     cuda: str = ""
@@ -125,7 +126,7 @@ def dpkg_installed(text: str | None) -> list[str]:
     return out
 
 
-@dataclass(frozen=True)
+@record
 class RocmAgent:
     name: str  # gfx942
     marketing: str = ""

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from envbuild.common.echo import escaped
+from envbuild.common.record import record
 from envbuild.common.versions import minor_of, version_key
 from envbuild.core import compat, gpus
 from envbuild.doctor import model, parse
@@ -17,7 +18,7 @@ OK, INFO, WARN, ERROR = Severity.OK, Severity.INFO, Severity.WARN, Severity.ERRO
 WSL_LIB = "/usr/lib/wsl/lib"
 
 
-@dataclass(frozen=True)
+@record
 class Gpu:
     index: int
     name: str
@@ -25,7 +26,7 @@ class Gpu:
     memory_mib: int = 0
 
 
-@dataclass
+@record(frozen=False)
 class View:
     """What the raw facts say, parsed once (a private working structure)."""
 

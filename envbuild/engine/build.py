@@ -13,7 +13,6 @@ import stat
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 from urllib.parse import urlsplit
@@ -21,6 +20,7 @@ from urllib.parse import urlsplit
 from envbuild.common.boundedio import load_json, read_text
 from envbuild.common.errors import EnvbuildError, EnvironmentProblem, UsageError
 from envbuild.common.proxy import describe
+from envbuild.common.record import record
 from envbuild.common.redact import redact, shown
 from envbuild.core import refs
 from envbuild.core.spec import Spec, from_json
@@ -33,7 +33,7 @@ _STEP = re.compile(r"^#(\d+) (\[[^\]]+\] .*)$")
 _ERR = re.compile(r"^#(\d+) ERROR: (.*)$")
 
 
-@dataclass(frozen=True)
+@record
 class BuildResult:
     tag: str
     image_id: str

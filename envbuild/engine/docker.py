@@ -11,13 +11,13 @@ import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from envbuild.common import proc
 from envbuild.common.echo import shown
 from envbuild.common.errors import EXIT_CANNOT_RUN, EnvbuildError, EnvironmentProblem
+from envbuild.common.record import record
 from envbuild.core import refs
 
 LABEL_ROLE = "io.envbuild.role"
@@ -50,7 +50,7 @@ def login_refused(base: str, outcome: str) -> EnvironmentProblem:
                               f"({outcome})", login_hint(reg))
 
 
-@dataclass(frozen=True)
+@record
 class Builder:
     """A docker CLI that can run BuildKit builds, and why it was chosen."""
 
@@ -306,7 +306,7 @@ def run_build(builder: Builder, argv: list[str], on_line: Callable[[str], None],
     return proc.stream(argv, on_line, timeout=timeout, env={**builder.env(), **(extra_env or {})})
 
 
-@dataclass(frozen=True)
+@record
 class RunResult:
     exit_code: int
     output: str

@@ -27,7 +27,7 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from urllib.parse import urlencode, urljoin
 from envbuild.common.boundedio import parse_json
 from envbuild.common.errors import EnvbuildError, EnvironmentProblem, UsageError
 from envbuild.common.http import Http, RegistryAuth, Reply, Unreachable
+from envbuild.common.record import record
 from envbuild.core import refs
 
 REPORT_TYPE = "application/vnd.envbuild.validation.v1+json"
@@ -143,7 +144,7 @@ def _docker_auth(host: str) -> tuple[str, str] | None:
     return None
 
 
-@dataclass
+@record(frozen=False)
 class Client:
     """A registry session for one host; its Authorization is kept per scope."""
 
@@ -312,7 +313,7 @@ def attach_report(image: str, digest: str, report: dict[str, Any]) -> str:
     return f"{ref.host}/{ref.repo}:{tag}"
 
 
-@dataclass(frozen=True)
+@record
 class Attached:
     image: str  # host/repo@digest
     report: dict[str, Any]

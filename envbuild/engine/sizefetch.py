@@ -22,7 +22,6 @@ import re
 import struct
 import zipfile
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from envbuild.common import simpleindex, wheelzip
 from envbuild.common.boundedio import parse_json
 from envbuild.common.http import Denied, Http, RegistryAuth, Reply
 from envbuild.common.http import Unreachable as Unreachable
+from envbuild.common.record import record
 from envbuild.common.versions import minor_number
 from envbuild.core import refs
 from envbuild.core.size import BaseFact, SizeEstimate, WheelFact, estimate
@@ -117,7 +117,7 @@ def _remote_size(fetch: Fetch, url: str) -> int:
 
 # ---------------------------------------------------------------- index pages
 
-@dataclass(frozen=True)
+@record
 class IndexFile:
     project: str
     filename: str

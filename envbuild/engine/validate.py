@@ -5,20 +5,20 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from envbuild.common import proc
 from envbuild.common.boundedio import CACHE_BYTES, load_json, parse_json, path_text
 from envbuild.common.errors import EXIT_CANNOT_RUN, EnvbuildError, UsageError
+from envbuild.common.record import record
 from envbuild.engine import docker
 from envbuild.validator import rules
 
 VALIDATE_LABEL = {docker.LABEL_ROLE: "validate"}
 
 
-@dataclass(frozen=True)
+@record
 class Validation:
     report: dict[str, Any]
     exit_code: int

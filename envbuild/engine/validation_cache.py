@@ -15,12 +15,12 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from envbuild.common.files import write_atomic
+from envbuild.common.record import record
 
 FORMAT = 1
 
@@ -29,7 +29,7 @@ NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
 KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")
 
 
-@dataclass(frozen=True)
+@record
 class Cached:
     report: dict[str, Any]
     note: str

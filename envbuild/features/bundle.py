@@ -32,7 +32,6 @@ import re
 import shlex
 import shutil
 import tarfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -40,6 +39,7 @@ from envbuild.common import boundedio
 from envbuild.common.echo import shown
 from envbuild.common.errors import EnvbuildError, UsageError
 from envbuild.common.files import atomic_file
+from envbuild.common.record import record
 from envbuild.core.refs import base_digest as base_digest  # bundle.json's base image
 from envbuild.render.context import VENV, WHEELHOUSE_MOUNT
 
@@ -116,7 +116,7 @@ def offline_dockerfile(rest: str, system_ref: str) -> str:
             f"FROM {system_ref}\n{offline}")
 
 
-@dataclass(frozen=True)
+@record
 class CollectPlan:
     """How a pip layer of the rendered Dockerfile is collected as wheels: the image's
     interpreter, and the exact pip options of that layer (its index, extra indexes, trusted
@@ -326,7 +326,7 @@ def merge_wheels(torch: dict[str, str], user: dict[str, str]) -> dict[str, str]:
     return new
 
 
-@dataclass(frozen=True)
+@record
 class Bundle:
     root: Path
     meta: dict[str, Any]
@@ -412,7 +412,7 @@ _MAX_JSON = 16 << 20  # manifest.json and the image config: read whole, so bound
 _DIFF_ID = re.compile(r"sha256:[0-9a-f]{64}", re.ASCII)
 
 
-@dataclass(frozen=True)
+@record
 class OciImage:
     """What to_oci_archive wrote: the digests of the OCI manifest, the config (the image id) and
     every layer (uncompressed tars: each equals its diff_id), and the image's name."""

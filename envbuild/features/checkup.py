@@ -3,18 +3,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envbuild.common.errors import UsageError
+from envbuild.common.record import record
 
 if TYPE_CHECKING:
     from envbuild.doctor.model import Finding, HostFacts, Recommendation
     from envbuild.matrix import Problem
 
 
-@dataclass(frozen=True)
+@record
 class Diagnosis:
     findings: list[Finding]
     recommendation: Recommendation
@@ -42,7 +42,7 @@ def doctor(*, cuda: str = "", facts_dir: Path | None = None, save: Path | None =
     return Diagnosis(findings, rec, facts)
 
 
-@dataclass(frozen=True)
+@record
 class MatrixCheck:
     directory: Path
     problems: list[Problem]

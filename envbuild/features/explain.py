@@ -17,7 +17,6 @@ import re
 import string
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -26,6 +25,7 @@ from envbuild.common import boundedio, logscan
 from envbuild.common.echo import escaped
 from envbuild.common.errors import MatrixError
 from envbuild.common.logscan import MIN_ANCHOR, Haystack, Scanner, anchor
+from envbuild.common.record import record
 from envbuild.common.versions import branch_of, major_of, minor_of
 from envbuild.core import compat, gpus
 from envbuild.core.spec import Spec
@@ -44,7 +44,7 @@ DERIVED = frozenset({
     "arch_unknown", "xf_same", "xf_cpu_over", "xf_envbuild_torch"})
 
 
-@dataclass(frozen=True)
+@record
 class Signature:
     id: str
     title: str
@@ -60,7 +60,7 @@ class Signature:
         return tuple(rx for entry in self.patterns for rx in entry)
 
 
-@dataclass(frozen=True)
+@record
 class Catalogue:
     signatures: tuple[Signature, ...]
     extractors: tuple[re.Pattern[str], ...]
@@ -79,7 +79,7 @@ class Catalogue:
                                     for rx in (*sig.regexes(), *sig.unless)))
 
 
-@dataclass(frozen=True)
+@record
 class Match:
     id: str
     title: str
@@ -352,7 +352,7 @@ HEAD_BYTES = 1 << 20  # of which the start (versions printed at start-up); the r
 CHUNK = 1 << 20
 
 
-@dataclass(frozen=True)
+@record
 class LogText:
     text: str
     total_bytes: int  # the size of the whole input

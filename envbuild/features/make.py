@@ -13,12 +13,13 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envbuild.common.errors import EXIT_FAILED, UsageError
+from envbuild.common.record import record
 
 if TYPE_CHECKING:
     from envbuild.core.base_facts import BaseFacts
@@ -44,7 +45,7 @@ def _no_progress() -> Iterator[Callable[[str], None]]:
     yield lambda _line: None
 
 
-@dataclass(frozen=True)
+@record
 class Hooks:
     """How the caller shows progress: a status (spinner) around waits, a sink for build lines."""
 
@@ -52,7 +53,7 @@ class Hooks:
     progress: ProgressHook = _no_progress
 
 
-@dataclass(frozen=True)
+@record
 class MakeRequest:
     request: Request
     inputs: ContextInputs
@@ -72,7 +73,7 @@ class MakeRequest:
     push_requires_gpu: bool = False  # a team file's push_requires = "gpu"
 
 
-@dataclass(frozen=True)
+@record
 class Checked:
     """A validation outcome, run now or reused from the cache (created: when it ran)."""
 
@@ -89,7 +90,7 @@ class Checked:
                 "validated_at": self.created.isoformat(timespec="seconds")}
 
 
-@dataclass
+@record(frozen=False)
 class MakeResult:
     spec: Spec
     target_reason: str = ""
@@ -201,7 +202,7 @@ def gate(push_to: str | None, checked: Checked | None, push_unvalidated: bool,
     return ""
 
 
-@dataclass(frozen=True)
+@record
 class Shipping:
     """What happens to a built image: validated (or a cached pass reused), then pushed only when
     gate() lets it through."""
@@ -216,7 +217,7 @@ class Shipping:
     attach_report: bool = False
 
 
-@dataclass
+@record(frozen=False)
 class Shipped:
     checked: Checked | None = None
     push_skipped: str = ""  # why the image was not pushed ('' = pushed or no push asked)
@@ -250,7 +251,7 @@ def ship(result: BuildResult, how: Shipping, status: StatusHook = _no_status,
     return out
 
 
-@dataclass(frozen=True)
+@record
 class BuildRequest:
     """`envbuild build`: a rendered context, built; with a push, validated first."""
 
@@ -265,7 +266,7 @@ class BuildRequest:
     proxy: str | None = None
 
 
-@dataclass
+@record(frozen=False)
 class ContextBuild:
     build: BuildResult
     shipped: Shipped

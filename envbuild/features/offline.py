@@ -11,12 +11,12 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from os import environ, getgid, getuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envbuild.common.errors import EnvbuildError, UsageError
+from envbuild.common.record import record
 
 if TYPE_CHECKING:
     from envbuild.core.request import Request
@@ -35,7 +35,7 @@ def check_out(out: Path) -> None:
                          "give a new directory")
 
 
-@dataclass(frozen=True)
+@record
 class Collected:
     """What `collect` put into the bundle directory."""
 
@@ -243,7 +243,7 @@ def run_collect(plan: CollectPlan, image: str, prepared: Prepared, proxies: dict
     return b.wheels_in(wheels, f"pip {plan.command()[4]}", strict=True)
 
 
-@dataclass(frozen=True)
+@record
 class FromBundle:
     """The outcome of an offline build: `summary` is its JSON, `exit_code` the validation's."""
 

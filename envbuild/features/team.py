@@ -15,13 +15,14 @@ import json
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envbuild import __version__
 from envbuild.common.echo import shown
 from envbuild.common.errors import EnvbuildError, UsageError
+from envbuild.common.record import record
 from envbuild.core import refs
 from envbuild.features.teamfile import TeamFile, TeamImage
 
@@ -36,7 +37,7 @@ LAYERS = ("os", "torch", "team", "image")  # the image's layer groups, bottom up
 
 
 # -- plan -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@record
 class Planned:
     image: TeamImage
     prepared: Prepared
@@ -224,7 +225,7 @@ def write_lock(path: Path, lock: Mapping[str, Any]) -> None:
 
 
 # -- build ------------------------------------------------------------------------------------
-@dataclass
+@record(frozen=False)
 class Built:
     planned: Planned
     result: MakeResult | None = None

@@ -6,11 +6,11 @@ one. Nothing here prints: progress goes through the hooks and callbacks the call
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envbuild.common.errors import UsageError
+from envbuild.common.record import record
 
 if TYPE_CHECKING:
     from envbuild.features.make import Hooks
@@ -25,7 +25,7 @@ def lock_path(team_file: Path) -> Path:
     return team_file.parent / LOCK_FILE
 
 
-@dataclass(frozen=True)
+@record
 class TeamPlan:
     lock: Path
     data: dict[str, Any]  # team.plan_json: images, shared layers, lock changes
@@ -48,7 +48,7 @@ def plan(file: Path | None, only: Iterable[str] = ()) -> TeamPlan:
     return TeamPlan(path, plan_json(planned, changes, states))
 
 
-@dataclass(frozen=True)
+@record
 class TeamBuild:
     built: list[Built]
     lock: Path | None  # the lock written; None with --locked (it was the input)

@@ -19,13 +19,13 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from envbuild.common import boundedio
 from envbuild.common.echo import shown
 from envbuild.common.errors import UsageError
+from envbuild.common.record import record
 from envbuild.core.request import COMPONENTS, Request
 from envbuild.render.pipeline import ContextInputs
 
@@ -47,7 +47,7 @@ KEYS = frozenset(SCALARS + LISTS)
 PUSH_REQUIRES = ("validation", "gpu")
 
 
-@dataclass(frozen=True)
+@record
 class TeamImage:
     """One image of the family: what `make` needs, and where its packages go."""
 
@@ -59,7 +59,7 @@ class TeamImage:
     push_requires_gpu: bool = False  # push_requires = "gpu"
 
 
-@dataclass(frozen=True)
+@record
 class TeamFile:
     path: Path
     images: tuple[TeamImage, ...]

@@ -4,14 +4,15 @@ where each kind lives in the TOML files (TABLES). Data only, no I/O."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 from typing import Any
 
+from envbuild.common.record import record
 from envbuild.common.versions import minor_of
 
 
-@dataclass(frozen=True)
+@record
 class Problem:
     file: str
     row: str
@@ -21,7 +22,7 @@ class Problem:
         return f"{self.file}: {self.row}: {self.message}"
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class Row:
     """What every matrix row carries: whether a primary source confirmed it, its sources
     (ids in sources.toml) and a free note."""
@@ -31,14 +32,14 @@ class Row:
     note: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class CudaCompat(Row):
     major: int
     min_driver_linux: str
     min_driver_windows: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class CompatPackage(Row):
     """NVIDIA's forward-compatibility libraries (cuda_compat in redistrib_<latest>.json): a newer
     libcuda that lets an older driver branch run CUDA `cuda` (and older minors of its major)
@@ -54,7 +55,7 @@ class CompatPackage(Row):
     host_branches: tuple[str, ...]  # driver branches it runs on
 
 
-@dataclass(frozen=True)
+@record
 class CudaRelease(Row):
     version: str
     latest: str
@@ -66,14 +67,14 @@ class CudaRelease(Row):
     eol: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class CudaImage(Row):
     cuda: str
     os: str
     flavors: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@record
 class TorchRelease(Row):
     version: str
     released: str
@@ -83,7 +84,7 @@ class TorchRelease(Row):
     macos_arm64: bool = True
 
 
-@dataclass(frozen=True)
+@record
 class TorchPatch(Row):
     torch: str
     torchvision: str
@@ -95,7 +96,7 @@ class TorchPatch(Row):
         return minor_of(self.torch)
 
 
-@dataclass(frozen=True)
+@record
 class Variant(Row):
     release: str
     tag: str
@@ -109,7 +110,7 @@ class Variant(Row):
     status: str = "stable"
 
 
-@dataclass(frozen=True)
+@record
 class Arch(Row):
     cc: str
     name: str
@@ -118,7 +119,7 @@ class Arch(Row):
     last_driver_branch: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class Gpu(Row):
     name: str
     vendor: str
@@ -128,7 +129,7 @@ class Gpu(Row):
     memory_gb: float = 0.0
 
 
-@dataclass(frozen=True)
+@record
 class RocmRelease(Row):
     version: str
     base_image: str
@@ -136,7 +137,7 @@ class RocmRelease(Row):
     gfx: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class OsInfo(Row):
     id: str
     family: str
@@ -162,7 +163,7 @@ class OsInfo(Row):
         return version == self.python or version in self.extra_python
 
 
-@dataclass(frozen=True)
+@record
 class Matrix:
     cuda_compat: tuple[CudaCompat, ...]
     cuda: tuple[CudaRelease, ...]

@@ -12,7 +12,7 @@ import json
 import re
 import shlex
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +22,7 @@ import jinja2
 
 from envbuild import __version__
 from envbuild.common.errors import MatrixError, UsageError
+from envbuild.common.record import record
 from envbuild.common.redact import mask_url, shown
 from envbuild.common.resources import matrix_dir, templates_dir
 from envbuild.common.versions import minor_number
@@ -40,13 +41,13 @@ _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$", re.ASCII)
 _NO_SHELL = re.compile(r"^(?:(?:docker\.io/)?library/)?scratch(?::latest)?$")
 
 
-@dataclass(frozen=True)
+@record
 class RenderedFile:
     content: str | bytes
     mode: int = 0o644
 
 
-@dataclass(frozen=True)
+@record
 class RenderOptions:
     user: str = "envbuild"
     uid: int = 1000
@@ -278,7 +279,7 @@ def _template(name: str, **ctx: Any) -> str:
     return _env().get_template(name).render(**ctx)
 
 
-@dataclass(frozen=True)
+@record
 class _Python:
     source: str
     packages: tuple[str, ...]
@@ -381,7 +382,7 @@ def _validator_zip(linux_driver: bytes) -> bytes:
     return zipapp.build(data={rules.LINUX_DRIVER_DATA: linux_driver})
 
 
-@dataclass(frozen=True)
+@record
 class Indexes:
     """Which index serves what: the one rule every format follows (Dockerfile, environment.yml,
     setup-macos.sh, the requirements.txt note).

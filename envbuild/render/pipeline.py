@@ -7,12 +7,13 @@ docker) are imported only when a stage runs.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from envbuild.common.errors import ConflictError, UsageError
+from envbuild.common.record import record
 
 if TYPE_CHECKING:
     from envbuild.core.request import Request
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from envbuild.render.context import RenderedFile, RenderOptions
 
 
-@dataclass(frozen=True)
+@record
 class ContextInputs:
     pip: tuple[str, ...] = ()
     team_pip: tuple[str, ...] = ()  # a team's shared packages: their own layer, before pip
@@ -41,7 +42,7 @@ class ContextInputs:
     apptainer: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class Secrets:
     """BuildKit secrets: id -> file path (given) or content (made here, written 0600 at build)."""
 
@@ -56,7 +57,7 @@ class Secrets:
         return text
 
 
-@dataclass(frozen=True)
+@record
 class Prepared:
     spec: Spec
     options: RenderOptions

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from dataclasses import field as dc_field
 from email.parser import HeaderParser
 from typing import Any
@@ -14,12 +13,13 @@ from urllib.parse import urljoin
 
 from envbuild.common import wheelzip
 from envbuild.common.errors import EnvironmentProblem
+from envbuild.common.record import record
 from envbuild.common.versions import minor_of, version_key
 
 COMPANIONS = ("torchvision", "torchaudio")
 
 
-@dataclass(frozen=True)
+@record
 class WheelFile:
     filename: str
     url: str
@@ -31,7 +31,7 @@ class WheelFile:
     yanked: bool
 
 
-@dataclass(frozen=True)
+@record
 class Pins:
     cuda: str = ""  # "13.0"
     cuda_full: str = ""  # "13.0.3" or the cudart wheel version
@@ -40,7 +40,7 @@ class Pins:
     evidence: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class TorchFacts:
     version: str
     python: tuple[str, ...]
@@ -49,7 +49,7 @@ class TorchFacts:
     wheel: str
 
 
-@dataclass(frozen=True)
+@record
 class PypiFacts:
     latest: str
     torch: tuple[TorchFacts, ...]
@@ -60,7 +60,7 @@ class PypiFacts:
     versions: tuple[str, ...] = ()  # every torch release on the index (read or not)
 
 
-@dataclass(frozen=True)
+@record
 class Change:
     source: str  # pypi | pytorch-index | nvidia-tags
     kind: str  # changed | verify | new-release | new-patch | vanished-release |

@@ -4,12 +4,12 @@ changes (with their sources) when asked."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from dataclasses import field as dc_field
 from typing import TYPE_CHECKING, Any
 
 from envbuild.common.errors import EnvironmentProblem
 from envbuild.common.http import Http
+from envbuild.common.record import record
 from envbuild.common.versions import minor_of
 from envbuild.features.refresh.diff import diff_index, diff_pypi, diff_tags, pypi_notes
 from envbuild.features.refresh.facts import COMPANIONS, Change
@@ -27,7 +27,7 @@ SOURCE_IDS = {"pypi": "S-REFRESH-PYPI", "pytorch-index": "S-REFRESH-TORCH-INDEX"
               "nvidia-tags": "S-REFRESH-NV-TAGS"}
 
 
-@dataclass
+@record(frozen=False)
 class RefreshResult:
     directory: str
     sources: tuple[str, ...]

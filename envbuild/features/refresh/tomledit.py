@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from envbuild.common.record import record
 from envbuild.common.tomlwrite import value as toml_value
 from envbuild.common.versions import version_key
 from envbuild.features.refresh.facts import Change
@@ -16,7 +16,7 @@ _HEADER = re.compile(r"^\s*\[\[?\s*([A-Za-z0-9_.\"-]+)\s*\]\]?\s*(#.*)?$")
 _KEYLINE = re.compile(r"^([A-Za-z0-9_-]+)\s*=\s*(.*)$")
 
 
-@dataclass
+@record(frozen=False)
 class _Block:
     table: str
     start: int  # header line index
