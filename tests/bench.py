@@ -449,6 +449,9 @@ def main() -> None:
     if "--only" in sys.argv and sys.argv[sys.argv.index("--only") + 1:][:1] == ["team"]:
         bench_team()
         return
+    if "--only" in sys.argv and sys.argv[sys.argv.index("--only") + 1:][:1] == ["startup"]:
+        bench_startup(5 if quick else 20)
+        return
     if "--cluster-only" in sys.argv:
         bench_cluster(3)
         return

@@ -29,7 +29,6 @@ import json
 import os
 import re
 import stat
-import tomllib
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -238,6 +237,8 @@ def _value_depth_ok(value: Any, limit: int) -> None:
 def parse_toml(text: str, limit: int = MAX_DEPTH) -> dict[str, Any]:
     """tomllib.loads, nesting bounded: TooDeep (a ValueError) past `limit`; any other error is a
     TOMLDecodeError (an integer of more than 4300 digits included)."""
+    import tomllib  # here, not at the top: a cached matrix needs no TOML parser
+
     _too_deep_text(text, limit, toml=True)
     try:
         doc = tomllib.loads(text)

@@ -8,7 +8,6 @@ row instead of stopping at the first, so a maintainer fixes a broken matrix in o
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 import typing
 from collections.abc import Mapping
 from functools import cache
@@ -96,6 +95,8 @@ def _parse_rows(cls: type, rows: Any, file: str, table: str,
 def _read_toml(path: Path, problems: list[Problem]) -> dict[str, Any]:
     """A matrix file through the bounded reader: a FIFO, device, a file over CONFIG_BYTES, one
     nested too deep or not UTF-8 is refused (UsageError, exit 2), not listed as a problem."""
+    import tomllib
+
     from envbuild.common.boundedio import load_toml
 
     try:
@@ -113,12 +114,24 @@ def _read_docs(directory: Path, problems: list[Problem]) -> dict[str, dict[str, 
     return {stem: _read_toml(directory / f"{stem}.toml", problems) for stem in FILES}
 
 
-def _from_docs(docs: Mapping[str, Any], problems: list[Problem]) -> Matrix:
+def _clean_rows(cls: type, rows: list[dict[str, Any]]) -> list[Any]:
+    """Rows of documents that checked clean when cached: only the coercions _type_ok makes
+    (a list to a tuple, an integer to a float), not its checks. A cache written by another
+    version, or bitten by a bad disk, fails the cache's key or sha256 before it gets here."""
+    floats = {f.name for f in dataclasses.fields(cls) if f.type in ("float", float)}
+    return [cls(**{k: tuple(v) if type(v) is list else float(v) if k in floats else v
+                   for k, v in raw.items()}) for raw in rows]
+
+
+def _from_docs(docs: Mapping[str, Any], problems: list[Problem], *,
+               clean: bool = False) -> Matrix:
     built: dict[str, Any] = {}
     meta: dict[str, Mapping[str, Any]] = {}
     for stem, table, cls, attr in TABLES:
         doc = docs[stem]
-        built[attr] = tuple(_parse_rows(cls, doc.get(table, []), f"{stem}.toml", table, problems))
+        rows = doc.get(table, [])
+        built[attr] = tuple(_clean_rows(cls, rows) if clean else
+                            _parse_rows(cls, rows, f"{stem}.toml", table, problems))
         meta[stem] = doc.get("meta", {})
     sources = docs["sources"].get("source", {})
     extra = {stem: docs[stem] for stem in EXTRA_FILES}
@@ -146,7 +159,7 @@ def _from_cache(cache_file: Path) -> Matrix | None:
         return None
     problems: list[Problem] = []
     try:
-        matrix = _from_docs(docs, problems)
+        matrix = _from_docs(docs, problems, clean=True)
     except (TypeError, ValueError, AttributeError, KeyError, IndexError):
         return None
     return None if problems else matrix
