@@ -211,6 +211,12 @@ class Haystack:
     chosen: Mapping[re.Pattern[str], frozenset[str]] | None = None  # regex -> its literals
     lines: dict[str, list[int]] | None = None  # literal -> starts of lines that may hold it
 
+    @cached_property
+    def folded(self) -> str:
+        """The text casefolded, as anchors are: a regex whose every anchor is missing here
+        cannot match."""
+        return self.text.casefold()
+
     def _windows(self, rx: re.Pattern[str]) -> list[tuple[int, int]] | None:
         if self.chosen is None or self.lines is None or rx not in self.chosen:
             return None

@@ -15,8 +15,7 @@ from __future__ import annotations
 import os
 import re
 import string
-import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -45,25 +44,50 @@ DERIVED = frozenset({
 
 
 @record
+class Rx:
+    """A catalogue regex, compiled at its first search (~250 compiles were most of explain's
+    start-up). `anchor`: casefolded literals one of which every match holds (logscan.anchor),
+    None when it has none; a text holding none of them is not searched, nor the regex
+    compiled."""
+
+    pattern: str
+    where: str  # where signatures.toml has it, for a bad regex's message
+    anchor: frozenset[str] | None
+
+    @cached_property
+    def compiled(self) -> re.Pattern[str]:
+        return _compile(self.pattern, self.where)
+
+    def search(self, hay: Haystack) -> re.Match[str] | None:
+        return hay.search(self.compiled) if self._may_match(hay) else None
+
+    def finditer(self, hay: Haystack) -> Iterator[re.Match[str]]:
+        return hay.finditer(self.compiled) if self._may_match(hay) else iter(())
+
+    def _may_match(self, hay: Haystack) -> bool:
+        return self.anchor is None or any(a in hay.folded for a in self.anchor)
+
+
+@record
 class Signature:
     id: str
     title: str
     # any entry matching is a hit; an entry is one regex or several that must all match
-    patterns: tuple[tuple[re.Pattern[str], ...], ...]
+    patterns: tuple[tuple[Rx, ...], ...]
     cause: str
     fix: tuple[str, ...]  # templates, most specific first; the first whose fields are known wins
     source: tuple[str, ...]
     confidence: float
-    unless: tuple[re.Pattern[str], ...] = ()  # any of these in the text: not this signature
+    unless: tuple[Rx, ...] = ()  # any of these in the text: not this signature
 
     def regexes(self) -> tuple[re.Pattern[str], ...]:
-        return tuple(rx for entry in self.patterns for rx in entry)
+        return tuple(rx.compiled for entry in self.patterns for rx in entry)
 
 
 @record
 class Catalogue:
     signatures: tuple[Signature, ...]
-    extractors: tuple[re.Pattern[str], ...]
+    extractors: tuple[Rx, ...]
     sources: Mapping[str, Mapping[str, Any]]
     doctor: Mapping[str, Any]
 
@@ -75,8 +99,9 @@ class Catalogue:
         return Scanner.of(self.regexes()) if self.scan else None
 
     def regexes(self) -> tuple[re.Pattern[str], ...]:
-        return (*self.extractors, *(rx for sig in self.signatures
-                                    for rx in (*sig.regexes(), *sig.unless)))
+        return (*(rx.compiled for rx in self.extractors),
+                *(rx for sig in self.signatures
+                  for rx in (*sig.regexes(), *(u.compiled for u in sig.unless))))
 
 
 @record
@@ -106,15 +131,29 @@ def _compile(pattern: str, where: str) -> re.Pattern[str]:
         raise MatrixError(f"signatures.toml: {where}: bad regex {pattern!r}: {exc}") from exc
 
 
-def _entry(pattern: str | list[str], where: str) -> tuple[re.Pattern[str], ...]:
+# pattern -> its anchor as a sorted list (None: no anchor): what a catalogue cache keeps
+Anchors = Mapping[str, list[str] | None]
+
+
+def _rx(pattern: str, where: str, anchors: Anchors | None) -> Rx:
+    if anchors is not None and pattern in anchors:
+        found = anchors[pattern]
+        return Rx(pattern, where, None if found is None else frozenset(found))
+    return Rx(pattern, where, anchor(_compile(pattern, where)))
+
+
+def _entry(pattern: str | list[str], where: str, anchors: Anchors | None) -> tuple[Rx, ...]:
     if isinstance(pattern, list):
         if not pattern:
             raise MatrixError(f"signatures.toml: {where}: an all-of pattern list is empty")
-        return tuple(_compile(str(p), where) for p in pattern)
-    return (_compile(pattern, where),)
+        return tuple(_rx(str(p), where, anchors) for p in pattern)
+    return (_rx(pattern, where, anchors),)
 
 
-def parse_catalogue(doc: Mapping[str, Any]) -> Catalogue:
+def parse_catalogue(doc: Mapping[str, Any], anchors: Anchors | None = None) -> Catalogue:
+    """The catalogue of a signatures document. Without `anchors` every regex is compiled here
+    (a bad one is a MatrixError now); with the anchors a cache kept for this very document,
+    each is compiled at its first search."""
     sigs = []
     for i, raw in enumerate(doc.get("signature", [])):
         sid = str(raw.get("id", f"#{i + 1}"))
@@ -122,27 +161,48 @@ def parse_catalogue(doc: Mapping[str, Any]) -> Catalogue:
             fix = raw["fix"]
             sigs.append(Signature(
                 id=sid, title=str(raw["title"]),
-                patterns=tuple(_entry(p, sid) for p in raw["patterns"]),
+                patterns=tuple(_entry(p, sid, anchors) for p in raw["patterns"]),
                 cause=str(raw["cause"]),
                 fix=tuple(fix) if isinstance(fix, list) else (str(fix),),
                 source=tuple(raw.get("source", ())),
                 confidence=float(raw.get("confidence", 0.9)),
-                unless=tuple(_compile(p, sid) for p in raw.get("unless", ())),
+                unless=tuple(_rx(p, sid, anchors) for p in raw.get("unless", ())),
             ))
         except KeyError as exc:
             raise MatrixError(f"signatures.toml: signature {sid}: missing key {exc}") from exc
-    extractors = tuple(_compile(p, "[extract]") for ps in doc.get("extract", {}).values()
+    extractors = tuple(_rx(p, "[extract]", anchors) for ps in doc.get("extract", {}).values()
                        for p in ps)
     return Catalogue(tuple(sigs), extractors, doc.get("source", {}), doc.get("doctor", {}))
 
 
+def _anchors(cat: Catalogue) -> dict[str, list[str] | None]:
+    every = (*cat.extractors, *(rx for sig in cat.signatures
+                                for rx in (*(r for e in sig.patterns for r in e), *sig.unless)))
+    return {rx.pattern: None if rx.anchor is None else sorted(rx.anchor) for rx in every}
+
+
 @cache
 def _load(path: Path) -> Catalogue:
+    from envbuild.matrix.cache import file_cache_path, read_cached, write_cached
+
+    cache_file = file_cache_path("signatures", path)
+    cached = read_cached(cache_file) if cache_file is not None else None
+    if isinstance(cached, dict) and isinstance(cached.get("doc"), dict) \
+            and isinstance(cached.get("anchors"), dict):
+        try:
+            return parse_catalogue(cached["doc"], cached["anchors"])
+        except (MatrixError, TypeError, ValueError, AttributeError):
+            pass  # a cache of another shape: parsed again from the TOML
+    import tomllib
+
     try:
         doc = boundedio.load_toml(path, "signature catalogue")
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise MatrixError(f"cannot read the error-signature catalogue {path}: {exc}") from exc
-    return parse_catalogue(doc)
+    cat = parse_catalogue(doc)
+    if cache_file is not None:
+        write_cached(cache_file, {"doc": doc, "anchors": _anchors(cat)})
+    return cat
 
 
 def load_catalogue(path: Path | None = None) -> Catalogue:
@@ -157,7 +217,7 @@ def extract(text: str | Haystack, catalogue: Catalogue) -> dict[str, str]:
     hay = _haystack(text, catalogue)
     out: dict[str, str] = {}
     for rx in catalogue.extractors:
-        for m in hay.finditer(rx):
+        for m in rx.finditer(hay):
             for k, v in m.groupdict().items():
                 if v and k not in out:
                     out[k] = v.strip()
@@ -471,11 +531,11 @@ def explain(text: str, matrix: Matrix, catalogue: Catalogue | None = None) -> li
     base = extract(hay, cat)
     found: list[tuple[float, int, Match]] = []
     for order, sig in enumerate(cat.signatures):
-        if any(hay.search(rx) for rx in sig.unless):
+        if any(rx.search(hay) for rx in sig.unless):
             continue
         hits = []
         for entry in sig.patterns:
-            found_all = [m for rx in entry if (m := hay.search(rx)) is not None]
+            found_all = [m for rx in entry if (m := rx.search(hay)) is not None]
             if len(found_all) == len(entry):
                 hits.append(found_all)
         if not hits:
@@ -509,7 +569,8 @@ def check_catalogue(cat: Catalogue, known_sources: set[str]) -> list[str]:
                 problems.append(f"{sig.id}: source {s!r} is not defined")
         if _fields_of(sig.fix[-1]):
             problems.append(f"{sig.id}: the last fix template must need no fields")
-        groups = {g for rx in (*cat.extractors, *sig.regexes()) for g in rx.groupindex}
+        groups = {g for rx in (*(x.compiled for x in cat.extractors), *sig.regexes())
+                  for g in rx.groupindex}
         for template in sig.fix:
             unknown = _fields_of(template) - groups - DERIVED
             if unknown:
@@ -518,7 +579,8 @@ def check_catalogue(cat: Catalogue, known_sources: set[str]) -> list[str]:
             problems.append(f"{sig.id}: confidence must be in (0, 1]")
         problems += [f"{sig.id}: regex {rx.pattern!r} needs a literal of >= {MIN_ANCHOR} "
                      "characters (big logs are searched by it)"
-                     for rx in (*sig.regexes(), *sig.unless) if anchor(rx) is None]
+                     for rx in (*(r for e in sig.patterns for r in e), *sig.unless)
+                     if rx.anchor is None]
     problems += [f"[extract]: regex {rx.pattern!r} needs a literal of >= {MIN_ANCHOR} characters"
-                 for rx in cat.extractors if anchor(rx) is None]
+                 for rx in cat.extractors if rx.anchor is None]
     return problems

@@ -1,5 +1,5 @@
-"""A per-user cache of a matrix that checked clean: parsing TOML is most of the start-up time
-of `envbuild resolve`.
+"""A per-user cache of what start-up would otherwise parse again: the matrix that checked clean
+(parsing TOML was most of `envbuild resolve`'s start-up) and explain's signature catalogue.
 
 The cache holds the parsed TOML documents as JSON, never a pickle: a cache file that is
 corrupt, truncated, of the wrong shape, not owned by this user or writable by others is
@@ -17,20 +17,37 @@ from envbuild.matrix.model import FILES
 _CACHE_FORMAT = 2  # 2: a header line, then the documents (1: one JSON object)
 
 
-def cache_path(d: Path) -> Path | None:
-    """The cache file of the matrix in `d`, keyed by every file's name, size and mtime."""
-    import hashlib
+def _cache_dir() -> Path:
     import os
+
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envbuild"
+
+
+def _key(*parts: object) -> str:
+    import hashlib
 
     from envbuild import __version__
 
+    return hashlib.sha256(repr((__version__, *parts)).encode()).hexdigest()[:20]
+
+
+def cache_path(d: Path) -> Path | None:
+    """The cache file of the matrix in `d`, keyed by every file's name, size and mtime."""
     try:
         stats = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in d.glob("*.toml"))
     except OSError:
         return None
-    key = hashlib.sha256(repr((__version__, str(d.resolve()), stats)).encode()).hexdigest()[:20]
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envbuild"
-    return base / f"matrix-{key}.json"
+    return _cache_dir() / f"matrix-{_key(str(d.resolve()), stats)}.json"
+
+
+def file_cache_path(kind: str, source: Path) -> Path | None:
+    """The cache file of what is derived from one file (kind: its name's prefix), keyed by the
+    file's path, size and mtime."""
+    try:
+        st = source.stat()
+    except OSError:
+        return None
+    return _cache_dir() / f"{kind}-{_key(str(source.resolve()), st.st_size, st.st_mtime_ns)}.json"
 
 
 def _private(path: Path, want_dir: bool) -> bool:
@@ -52,12 +69,12 @@ def _trusted(path: Path) -> bool:
     return _private(path.parent, True) and _private(path, False)
 
 
-def read_docs(cache: Path) -> dict[str, Any] | None:
-    """The TOML documents a clean check cached (file stem -> document), or None when the cache
-    is missing, damaged, hostile or stale.
+def read_cached(cache: Path) -> Any:
+    """What write_cached stored in `cache`, or None when it is missing, damaged, hostile or
+    stale.
 
-    The file is a header line (format, key, the sha256 of the rest) and the documents' JSON: the
-    digest is checked over the bytes as read, before they are parsed."""
+    The file is a header line (format, key, the sha256 of the rest) and the JSON: the digest is
+    checked over the bytes as read, before they are parsed."""
     import hashlib
     import json
 
@@ -67,30 +84,26 @@ def read_docs(cache: Path) -> dict[str, Any] | None:
     if not _trusted(cache):
         return None
     try:
-        head, _, body = read_bytes(cache, "matrix cache", cap=CACHE_BYTES).partition(b"\n")
+        head, _, body = read_bytes(cache, "envbuild cache", cap=CACHE_BYTES).partition(b"\n")
         header = json.loads(head)
         if not isinstance(header, dict) or header.get("format") != _CACHE_FORMAT \
                 or header.get("key") != cache.stem \
                 or header.get("sha256") != hashlib.sha256(body).hexdigest():
-            return None  # another format, another matrix, or edited after a clean check
-        docs = json.loads(body)
+            return None  # another format, another source, or edited after it was written
+        return json.loads(body)
     except (OSError, ValueError, UsageError, RecursionError):
-        return None  # missing, damaged or hostile: rebuilt from the TOML
-    if not isinstance(docs, dict) or set(docs) != set(FILES) \
-            or not all(isinstance(v, dict) for v in docs.values()):
-        return None
-    return docs
+        return None  # missing, damaged or hostile: rebuilt from the source
 
 
-def write_docs(cache: Path, docs: Mapping[str, Any]) -> None:
-    """Cache the documents of a matrix that checked clean; any failure just leaves no cache."""
+def write_cached(cache: Path, payload: Any) -> None:
+    """Cache what was derived from sources that checked clean; any failure leaves no cache."""
     import hashlib
     import json
 
     from envbuild.common.files import write_atomic
 
     try:
-        body = json.dumps(docs, separators=(",", ":")).encode()
+        body = json.dumps(payload, separators=(",", ":")).encode()
     except (TypeError, ValueError):
         return  # a TOML date or time has no JSON form: no cache, same result
     header = json.dumps({"format": _CACHE_FORMAT, "key": cache.stem,
@@ -103,3 +116,17 @@ def write_docs(cache: Path, docs: Mapping[str, Any]) -> None:
         write_atomic(cache, text, 0o600)
     except OSError:
         pass  # a read-only home: no cache, same result
+
+
+def read_docs(cache: Path) -> dict[str, Any] | None:
+    """The TOML documents a clean check cached (file stem -> document), or None."""
+    docs = read_cached(cache)
+    if not isinstance(docs, dict) or set(docs) != set(FILES) \
+            or not all(isinstance(v, dict) for v in docs.values()):
+        return None
+    return docs
+
+
+def write_docs(cache: Path, docs: Mapping[str, Any]) -> None:
+    """Cache the documents of a matrix that checked clean."""
+    write_cached(cache, docs)
