@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -14,6 +13,7 @@ import typer
 
 from envbuild.cli import _options as o
 from envbuild.cli._app import app, emit_json, say, warn
+from envbuild.common.buildkit import step_title
 from envbuild.common.errors import EXIT_FAILED, UsageError
 from envbuild.core.tags import DEFAULT_TAG_FORMAT
 
@@ -65,9 +65,9 @@ def _progress(mode: str, as_json: bool) -> Iterator[Callable[[str], None]]:
     start = time.monotonic()
     with console.status("starting build") as status:
         def sink(line: str) -> None:
-            m = re.match(r"^#\d+ (\[[^\]]+\] .*)", line)
-            if m:
-                status.update(f"[{time.monotonic() - start:4.0f} s] {m.group(1)[:100]}")
+            title = step_title(line)
+            if title:
+                status.update(f"[{time.monotonic() - start:4.0f} s] {title[:100]}")
         yield sink
 
 
