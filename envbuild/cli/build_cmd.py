@@ -230,11 +230,9 @@ def validate(
 
 
 @app.command()
+@o.request_options()
 def make(
-    target: o.Target = None, cuda: o.Cuda = None, rocm: o.Rocm = None, torch: o.Torch = None,
-    python: o.Python = None, driver: o.Driver = None, gpu: o.Gpu = None, os: o.Os = None,
-    flavor: o.Flavor = None, without: o.Without = None,
-    forward_compat: o.ForwardCompat = False, cuda_redist_url: o.CudaRedist = None,
+    request: o.RequestMaker, cuda_redist_url: o.CudaRedist = None,
     pip: o.Pip = None, apt: o.Apt = None, conda: o.Conda = None, allow_url: o.AllowUrl = False,
     user: o.User = "envbuild", pip_index_url: o.PipIndex = None,
     pip_extra_index_url: o.PipExtraIndex = None, torch_index_url: o.TorchIndex = None,
@@ -269,8 +267,7 @@ def make(
         _make_from_bundle(from_bundle, tag=tag, require_gpu=require_gpu, timeout=timeout,
                           no_validate=no_validate, json=json, quiet=quiet, rebuild=rebuild)
         return
-    req = o.make_request(target, cuda, rocm, torch, python, driver, gpu, os, flavor, without,
-                         forward_compat)
+    req = request()
     ci = o.context_inputs(pip, apt, conda, allow_url, user, pip_index_url, pip_extra_index_url,
                           torch_index_url, ca_cert, wheelhouse, base_image, python_source,
                           torch_index_kind=torch_index_kind,
