@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -55,6 +58,43 @@ def make_request(target: str | None, cuda: str | None, rocm: str | None, torch: 
                    flavor=flavor, forward_compat=forward_compat,
                    components=tuple(c for c in COMPONENTS if c not in left_out)
                    + tuple(sorted(left_out - set(COMPONENTS))))
+
+
+RequestMaker = Callable[[], Request]  # what a command with request_options() gets
+
+_REQUEST_OPTIONS: tuple[tuple[str, Any, bool | None], ...] = (
+    ("target", Target, None), ("cuda", Cuda, None), ("rocm", Rocm, None), ("torch", Torch, None),
+    ("python", Python, None), ("driver", Driver, None), ("gpu", Gpu, None), ("os", Os, None),
+    ("flavor", Flavor, None), ("without", Without, None), ("forward_compat", ForwardCompat, False))
+
+
+def request_options(*, forward_compat: bool = True) -> Callable[[Callable[..., None]],
+                                                                 Callable[..., None]]:
+    """A command's request options (--target ... --without, and --forward-compat unless told
+    not), declared once: they stand in the command's signature where its parameter `request`
+    stands, and the command gets `request`, a function that makes the Request from them (called
+    where the command checks them)."""
+    names = [n for n, _, _ in _REQUEST_OPTIONS if forward_compat or n != "forward_compat"]
+
+    def wrap(command: Callable[..., None]) -> Callable[..., None]:
+        sig = inspect.signature(command, eval_str=True)
+        params = list(sig.parameters.values())
+        at = [p.name for p in params].index("request")
+        options = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default,
+                                     annotation=annotation)
+                   for n, annotation, default in _REQUEST_OPTIONS if n in names]
+        params[at:at + 1] = options
+
+        @functools.wraps(command)
+        def run(**kwargs: Any) -> None:
+            given = {n: kwargs.pop(n) for n in names}
+            command(request=functools.partial(make_request, **given), **kwargs)
+
+        run.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
+        return run
+
+    return wrap
 
 
 # Options of the rendered build context, shared by render, build and make.

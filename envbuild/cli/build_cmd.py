@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -14,6 +13,7 @@ import typer
 
 from envbuild.cli import _options as o
 from envbuild.cli._app import app, emit_json, say, warn
+from envbuild.common.buildkit import step_title
 from envbuild.common.errors import EXIT_FAILED, UsageError
 from envbuild.core.tags import DEFAULT_TAG_FORMAT
 
@@ -65,9 +65,9 @@ def _progress(mode: str, as_json: bool) -> Iterator[Callable[[str], None]]:
     start = time.monotonic()
     with console.status("starting build") as status:
         def sink(line: str) -> None:
-            m = re.match(r"^#\d+ (\[[^\]]+\] .*)", line)
-            if m:
-                status.update(f"[{time.monotonic() - start:4.0f} s] {m.group(1)[:100]}")
+            title = step_title(line)
+            if title:
+                status.update(f"[{time.monotonic() - start:4.0f} s] {title[:100]}")
         yield sink
 
 
@@ -230,11 +230,9 @@ def validate(
 
 
 @app.command()
+@o.request_options()
 def make(
-    target: o.Target = None, cuda: o.Cuda = None, rocm: o.Rocm = None, torch: o.Torch = None,
-    python: o.Python = None, driver: o.Driver = None, gpu: o.Gpu = None, os: o.Os = None,
-    flavor: o.Flavor = None, without: o.Without = None,
-    forward_compat: o.ForwardCompat = False, cuda_redist_url: o.CudaRedist = None,
+    request: o.RequestMaker, cuda_redist_url: o.CudaRedist = None,
     pip: o.Pip = None, apt: o.Apt = None, conda: o.Conda = None, allow_url: o.AllowUrl = False,
     user: o.User = "envbuild", pip_index_url: o.PipIndex = None,
     pip_extra_index_url: o.PipExtraIndex = None, torch_index_url: o.TorchIndex = None,
@@ -269,8 +267,7 @@ def make(
         _make_from_bundle(from_bundle, tag=tag, require_gpu=require_gpu, timeout=timeout,
                           no_validate=no_validate, json=json, quiet=quiet, rebuild=rebuild)
         return
-    req = o.make_request(target, cuda, rocm, torch, python, driver, gpu, os, flavor, without,
-                         forward_compat)
+    req = request()
     ci = o.context_inputs(pip, apt, conda, allow_url, user, pip_index_url, pip_extra_index_url,
                           torch_index_url, ca_cert, wheelhouse, base_image, python_source,
                           torch_index_kind=torch_index_kind,

@@ -13,13 +13,12 @@ from envbuild.cli._app import app, emit_json, say
 
 
 @app.command()
+@o.request_options(forward_compat=False)
 def bundle(
     out: Annotated[Path, typer.Option(
         "--out", help="Directory to create (new, or empty) with everything the offline build "
         "needs.")],
-    target: o.Target = None, cuda: o.Cuda = None, rocm: o.Rocm = None, torch: o.Torch = None,
-    python: o.Python = None, driver: o.Driver = None, gpu: o.Gpu = None, os: o.Os = None,
-    flavor: o.Flavor = None, without: o.Without = None, pip: o.Pip = None, apt: o.Apt = None,
+    request: o.RequestMaker, pip: o.Pip = None, apt: o.Apt = None,
     allow_url: o.AllowUrl = False, user: o.User = "envbuild",
     pip_index_url: o.PipIndex = None, pip_extra_index_url: o.PipExtraIndex = None,
     torch_index_url: o.TorchIndex = None, torch_index_kind: o.TorchIndexKind = None,
@@ -37,7 +36,7 @@ def bundle(
     from envbuild.features.offline import check_out, collect
 
     check_out(out)
-    req = o.make_request(target, cuda, rocm, torch, python, driver, gpu, os, flavor, without)
+    req = request()
     ci = o.context_inputs(pip, apt, None, allow_url, user, pip_index_url, pip_extra_index_url,
                           torch_index_url, ca_cert, wheelhouse, base_image, python_source,
                           torch_index_kind=torch_index_kind)

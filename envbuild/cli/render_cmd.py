@@ -13,13 +13,11 @@ from envbuild.common.errors import UsageError
 
 
 @app.command()
+@o.request_options()
 def render(
     out: Annotated[Path, typer.Option(
         "--out", help="Directory to write: new or empty (or a previous render, with --force).")],
-    target: o.Target = None, cuda: o.Cuda = None, rocm: o.Rocm = None, torch: o.Torch = None,
-    python: o.Python = None, driver: o.Driver = None, gpu: o.Gpu = None, os: o.Os = None,
-    flavor: o.Flavor = None, without: o.Without = None,
-    forward_compat: o.ForwardCompat = False, cuda_redist_url: o.CudaRedist = None,
+    request: o.RequestMaker, cuda_redist_url: o.CudaRedist = None,
     pip: o.Pip = None, apt: o.Apt = None, conda: o.Conda = None, allow_url: o.AllowUrl = False,
     user: o.User = "envbuild", pip_index_url: o.PipIndex = None,
     pip_extra_index_url: o.PipExtraIndex = None, torch_index_url: o.TorchIndex = None,
@@ -47,8 +45,7 @@ def render(
     if formats - {"apptainer"}:
         raise UsageError(f"--format {sorted(formats - {'apptainer'})[0]!r} is unknown",
                          "available: apptainer")
-    req = o.make_request(target, cuda, rocm, torch, python, driver, gpu, os, flavor, without,
-                         forward_compat)
+    req = request()
     ci = o.context_inputs(pip, apt, conda, allow_url, user, pip_index_url, pip_extra_index_url,
                           torch_index_url, ca_cert, wheelhouse, base_image, python_source,
                           apptainer="apptainer" in formats, torch_index_kind=torch_index_kind,

@@ -7,18 +7,15 @@ from envbuild.cli._app import app, emit_json, say
 
 
 @app.command()
+@o.request_options()
 def resolve(
-    target: o.Target = None, cuda: o.Cuda = None, rocm: o.Rocm = None, torch: o.Torch = None,
-    python: o.Python = None, driver: o.Driver = None, gpu: o.Gpu = None, os: o.Os = None,
-    flavor: o.Flavor = None, without: o.Without = None,
-    forward_compat: o.ForwardCompat = False, python_source: o.PythonSource = None,
+    request: o.RequestMaker, python_source: o.PythonSource = None,
     json: o.Json = False, size: o.Size = False,
 ) -> None:
     """Resolve driver / CUDA / cuDNN / torch / Python / OS into one explained spec."""
     from envbuild.features.resolve_render import resolve as do_resolve
 
-    req = o.make_request(target, cuda, rocm, torch, python, driver, gpu, os, flavor, without,
-                         forward_compat)
+    req = request()
     r = do_resolve(req, python_source, size=size)
     if json:
         emit_json(r.to_json())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -14,6 +13,7 @@ import typer
 
 from envbuild.cli._app import app, emit_json, say, warn
 from envbuild.cli._options import Json
+from envbuild.common.buildkit import step_title
 from envbuild.common.echo import escaped, one_line
 from envbuild.common.errors import EXIT_FAILED
 
@@ -77,8 +77,6 @@ def _hooks(name: str, show: bool) -> Hooks:
     """Per-image progress: the build's step lines and the waits, prefixed with the image name."""
     from envbuild.features.make import Hooks
 
-    step = re.compile(r"^#\d+ (\[[^\]]+\] .*)")
-
     @contextmanager
     def status(text: str) -> Iterator[None]:
         if show:
@@ -89,10 +87,10 @@ def _hooks(name: str, show: bool) -> Hooks:
     @contextmanager
     def progress() -> Iterator[Callable[[str], None]]:
         def sink(line: str) -> None:
-            m = step.match(line)
-            if show and m:
+            title = step_title(line)
+            if show and title:
                 with _lock:
-                    sys.stderr.write(f"[{name}] {escaped(m.group(1)[:110])}\n")
+                    sys.stderr.write(f"[{name}] {escaped(title[:110])}\n")
         yield sink
 
     return Hooks(status=status, progress=progress)

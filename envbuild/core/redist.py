@@ -9,9 +9,9 @@ from typing import Any
 
 from envbuild.common.errors import ConflictError, EnvironmentProblem
 from envbuild.common.record import record
+from envbuild.core.refs import is_sha256
 from envbuild.matrix import CompatPackage, Matrix
 
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 _PATH = re.compile(r"cuda_compat/[A-Za-z0-9_-]+/[A-Za-z0-9._-]+\.tar\.xz")
 
 
@@ -59,7 +59,7 @@ def entry(manifest: Any, arch: str = "linux-x86_64") -> dict[str, Any]:
     out = {"version": str(comp.get("version", "")), "relative_path": plat.get("relative_path"),
            "sha256": plat.get("sha256"), "size": plat.get("size")}
     if not (isinstance(out["relative_path"], str) and _PATH.fullmatch(out["relative_path"])
-            and isinstance(out["sha256"], str) and _SHA256.fullmatch(out["sha256"])
+            and isinstance(out["sha256"], str) and is_sha256(out["sha256"])
             and str(out["size"]).isdigit()):
         raise ValueError("cuda_compat's relative_path, sha256 or size is malformed")
     out["size"] = int(str(out["size"]))

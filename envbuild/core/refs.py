@@ -158,6 +158,11 @@ def is_digest(text: str) -> bool:
     return bool(_DIGEST.fullmatch(text))
 
 
+def is_sha256(text: str) -> bool:
+    """64 lower-case hex digits: a sha256 without its 'sha256:'."""
+    return is_digest("sha256:" + text)
+
+
 def pinned_digest(ref: str) -> str:
     """The digest a reference pins ('' when it names a tag)."""
     return _split(ref)[3]

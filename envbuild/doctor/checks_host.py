@@ -165,15 +165,15 @@ def check_driver_window(v: View, m: Matrix, driver: str, o: Out) -> None:
         w = window(m, g.cc, f"{g.name} ({arch_name(g.cc)})")
         if w is None or w.admits(driver):
             continue
+        given = f"driver {driver} (R{branch_of(driver)})"
+        driven = f"{w.arch_name} GPUs are driven by {w.describe()}"
         if w.too_new(driver):
             o.add("nvidia.driver_too_new_for_gpu", ERROR,
-                  f"driver {driver} (R{branch_of(driver)}) does not drive {w.label}: "
-                  f"{w.arch_name} GPUs are driven by {w.describe()}",
+                  f"{given} does not drive {w.label}: {driven}",
                   f"install an R{w.last_branch} driver (the last branch for {w.arch_name})")
         else:
             o.add("nvidia.driver_too_old_for_gpu", ERROR,
-                  f"driver {driver} (R{branch_of(driver)}) is older than the first branch that "
-                  f"knows {w.label}: {w.arch_name} GPUs are driven by {w.describe()}",
+                  f"{given} is older than the first branch that knows {w.label}: {driven}",
                   f"install a driver >= {w.first_driver}")
 
 

@@ -18,6 +18,7 @@ from typing import TextIO
 from urllib.parse import urlsplit
 
 from envbuild.common.boundedio import load_json, read_text
+from envbuild.common.buildkit import ERROR, STEP
 from envbuild.common.errors import EnvbuildError, EnvironmentProblem, UsageError
 from envbuild.common.proxy import describe
 from envbuild.common.record import record
@@ -28,9 +29,6 @@ from envbuild.core.tags import context_hash, default_tag
 from envbuild.engine import docker
 from envbuild.render.context import image_reference
 from envbuild.render.pipeline import Secrets
-
-_STEP = re.compile(r"^#(\d+) (\[[^\]]+\] .*)$")
-_ERR = re.compile(r"^#(\d+) ERROR: (.*)$")
 
 
 @record
@@ -105,15 +103,15 @@ def failing_step(lines: list[str]) -> tuple[str, list[str]]:
     """(the step that failed, its last output lines) from a --progress plain log."""
     titles: dict[str, str] = {}
     for line in lines:
-        m = _STEP.match(line)
+        m = STEP.match(line)
         if m:
             titles.setdefault(m.group(1), m.group(2))
     for line in reversed(lines):
-        e = _ERR.match(line)
+        e = ERROR.match(line)
         if e:
             step = e.group(1)
             out = [ln.split(" ", 2)[-1] for ln in lines
-                   if ln.startswith(f"#{step} ") and not _STEP.match(ln)
+                   if ln.startswith(f"#{step} ") and not STEP.match(ln)
                    and not ln.startswith(f"#{step} sha256:")]
             return titles.get(step, f"step #{step}"), out[-15:]
     tail = [ln for ln in lines if ln.strip()][-15:]

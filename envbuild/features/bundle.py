@@ -41,6 +41,7 @@ from envbuild.common.errors import EnvbuildError, UsageError
 from envbuild.common.files import atomic_file
 from envbuild.common.record import record
 from envbuild.core.refs import base_digest as base_digest  # bundle.json's base image
+from envbuild.core.refs import is_digest, is_sha256
 from envbuild.render.context import VENV, WHEELHOUSE_MOUNT
 
 if TYPE_CHECKING:
@@ -265,9 +266,6 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-_SHA256 = re.compile(r"[0-9a-f]{64}", re.ASCII)
-
-
 def wheel_pin(filename: str) -> tuple[str, str]:
     """(canonical project name, version) of a wheel file name; exit 2 for anything else."""
     from packaging.utils import InvalidWheelFilename, parse_wheel_filename
@@ -295,7 +293,7 @@ def hashed_requirements(wheels: dict[str, str], what: str = "every wheel of the 
     by_project: dict[str, tuple[str, set[str]]] = {}
     for filename, digest in sorted(wheels.items()):
         project, version = wheel_pin(filename)
-        if not _SHA256.fullmatch(digest):
+        if not is_sha256(digest):
             raise UsageError(f"{filename}: {digest[:80]!r} is not a sha256 hex digest",
                              "a digest is 64 hex digits; download the wheel again")
         seen, digests = by_project.setdefault(project, (version, set()))
@@ -409,7 +407,6 @@ REF_NAME = "org.opencontainers.image.ref.name"
 CONTAINERD_NAME = "io.containerd.image.name"
 OCI_LAYOUT = b'{"imageLayoutVersion":"1.0.0"}'
 _MAX_JSON = 16 << 20  # manifest.json and the image config: read whole, so bounded
-_DIFF_ID = re.compile(r"sha256:[0-9a-f]{64}", re.ASCII)
 
 
 @record
@@ -545,7 +542,7 @@ def to_oci_archive(src: Path, dst: Path, ref: str) -> OciImage:
             layer_paths = images[0]["Layers"]
             if (not isinstance(rootfs, dict) or rootfs.get("type") != "layers"
                     or not isinstance(diff_ids, list)
-                    or not all(isinstance(d, str) and _DIFF_ID.fullmatch(d) for d in diff_ids)
+                    or not all(isinstance(d, str) and is_digest(d) for d in diff_ids)
                     or len(diff_ids) != len(layer_paths)):
                 raise _bad(what, "its config's rootfs.diff_ids do not list its layers")
 

@@ -5,7 +5,7 @@ Matrix -> problems naming the row; `cross_check` runs them in the order they rep
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from envbuild.common.echo import shown
@@ -79,68 +79,66 @@ def _gpu_names(m: Matrix) -> list[Problem]:
     return p
 
 
-def _versions_ok(values: Iterable[tuple[str, str]], file: str, where: str) -> list[Problem]:
-    out = []
-    for name, value in values:
-        if value and parse_version(value) is None:
-            out.append(Problem(file, where, f"{name}: {shown(value)} is not a version"))
-    return out
+def _not_versions(values: Iterable[tuple[str, str]]) -> list[str]:
+    return [f"{name}: {shown(value)} is not a version" for name, value in values
+            if value and parse_version(value) is None]
+
+
+def _each_row(rows: Iterable[Any], file: str, table: str,
+              messages: Callable[[Any], Iterable[str]]) -> list[Problem]:
+    """A Problem naming the row for every message `messages` gives about it, rows in order."""
+    return [Problem(file, where(table, row), msg) for row in rows for msg in messages(row)]
 
 
 def _cuda_releases(m: Matrix) -> list[Problem]:
-    p: list[Problem] = []
-    for r in m.cuda:
-        lab = where("release", r)
-        p += _versions_ok([("version", r.version), ("latest", r.latest),
-                           ("ga_driver_linux", r.ga_driver_linux)], "cuda.toml", lab)
+    def messages(r: Any) -> Iterator[str]:
+        yield from _not_versions([("version", r.version), ("latest", r.latest),
+                                  ("ga_driver_linux", r.ga_driver_linux)])
         if r.latest and not r.latest.startswith(r.version + "."):
-            p.append(Problem("cuda.toml", lab, f"latest {r.latest!r} is not a {r.version} update"))
+            yield f"latest {r.latest!r} is not a {r.version} update"
         if m.compat_floor(major_of(r.version)) is None:
-            p.append(Problem("cuda.toml", lab, "no [[compat]] floor for this CUDA major"))
+            yield "no [[compat]] floor for this CUDA major"
         if r.image and not m.images_for(r.image):
-            p.append(Problem("cuda.toml", lab, f"image {r.image!r} has no [[image]] rows"))
-    return p
+            yield f"image {r.image!r} has no [[image]] rows"
+
+    return _each_row(m.cuda, "cuda.toml", "release", messages)
 
 
 def _cuda_images(m: Matrix) -> list[Problem]:
-    p: list[Problem] = []
-    for i in m.images:
-        lab = where("image", i)
+    def messages(i: Any) -> Iterator[str]:
         if m.cuda_release(minor_of(i.cuda)) is None:
-            p.append(Problem("cuda.toml", lab, f"CUDA {i.cuda} is not a known [[release]]"))
+            yield f"CUDA {i.cuda} is not a known [[release]]"
         if m.os_info(i.os) is None:
-            p.append(Problem("cuda.toml", lab, f"os {i.os!r} is not defined in os.toml"))
+            yield f"os {i.os!r} is not defined in os.toml"
         if not i.flavors:
-            p.append(Problem("cuda.toml", lab, "no flavors"))
-    return p
+            yield "no flavors"
+
+    return _each_row(m.images, "cuda.toml", "image", messages)
 
 
 def _torch_releases(m: Matrix) -> list[Problem]:
-    p: list[Problem] = []
-    for t in m.torch:
-        lab = where("release", t)
+    def messages(t: Any) -> Iterator[str]:
         tags = {v.tag for v in m.variants_of(t.version)}
         if t.default_variant not in tags:
-            p.append(Problem("torch.toml", lab,
-                             f"default_variant {t.default_variant!r} is not one of its variants"))
+            yield f"default_variant {t.default_variant!r} is not one of its variants"
         if not m.patches_of(t.version):
-            p.append(Problem("torch.toml", lab, "no [[patch]] rows for this release"))
+            yield "no [[patch]] rows for this release"
         if "cpu" not in tags:
-            p.append(Problem("torch.toml", lab, "no cpu variant"))
+            yield "no cpu variant"
         if not t.python:
-            p.append(Problem("torch.toml", lab, "no Python versions"))
-    return p
+            yield "no Python versions"
+
+    return _each_row(m.torch, "torch.toml", "release", messages)
 
 
 def _torch_patches(m: Matrix) -> list[Problem]:
-    p: list[Problem] = []
-    for pt in m.patches:
-        lab = where("patch", pt)
+    def messages(pt: Any) -> Iterator[str]:
         if m.torch_release(pt.release) is None:
-            p.append(Problem("torch.toml", lab, f"torch {pt.release} is not a [[release]]"))
-        p += _versions_ok([("torch", pt.torch), ("torchvision", pt.torchvision),
-                           ("torchaudio", pt.torchaudio)], "torch.toml", lab)
-    return p
+            yield f"torch {pt.release} is not a [[release]]"
+        yield from _not_versions([("torch", pt.torch), ("torchvision", pt.torchvision),
+                                  ("torchaudio", pt.torchaudio)])
+
+    return _each_row(m.patches, "torch.toml", "patch", messages)
 
 
 def _cuda_variant(m: Matrix, v: Variant) -> list[str]:
@@ -175,26 +173,23 @@ def _variant_kind(m: Matrix, v: Variant) -> list[str]:
 
 
 def _variants(m: Matrix) -> list[Problem]:
-    p: list[Problem] = []
-    for v in m.variants:
+    def messages(v: Variant) -> list[str]:
         known = m.torch_release(v.release) is not None
-        messages = ([] if known else [f"torch {v.release} is not a [[release]]"])
-        p += [Problem("torch.toml", where("variant", v), msg)
-              for msg in messages + _variant_kind(m, v)]
-    return p
+        return ([] if known else [f"torch {v.release} is not a [[release]]"]) + _variant_kind(m, v)
+
+    return _each_row(m.variants, "torch.toml", "variant", messages)
 
 
 def _gpus(m: Matrix) -> list[Problem]:
-    p: list[Problem] = []
-    for g in m.gpus:
-        lab = where("gpu", g)
+    def messages(g: Any) -> Iterator[str]:
         if g.vendor == "nvidia" and m.arch(g.cc) is None:
-            p.append(Problem("gpus.toml", lab, f"compute capability {g.cc!r} is not an [[arch]]"))
+            yield f"compute capability {g.cc!r} is not an [[arch]]"
         if g.vendor == "amd" and not g.gfx.startswith("gfx"):
-            p.append(Problem("gpus.toml", lab, "an AMD GPU needs its gfx target"))
+            yield "an AMD GPU needs its gfx target"
         if g.vendor not in ("nvidia", "amd"):
-            p.append(Problem("gpus.toml", lab, f"vendor {g.vendor!r} is not nvidia or amd"))
-    return p
+            yield f"vendor {g.vendor!r} is not nvidia or amd"
+
+    return _each_row(m.gpus, "gpus.toml", "gpu", messages)
 
 
 def _rocm_oses(m: Matrix) -> list[Problem]:
@@ -203,11 +198,8 @@ def _rocm_oses(m: Matrix) -> list[Problem]:
 
 
 def _oses(m: Matrix) -> list[Problem]:
-    p: list[Problem] = []
-    for o in m.oses:
-        p += _versions_ok([("python", o.python)] + [("extra_python", x) for x in o.extra_python],
-                          "os.toml", where("os", o))
-    return p
+    return _each_row(m.oses, "os.toml", "os", lambda o: _not_versions(
+        [("python", o.python)] + [("extra_python", x) for x in o.extra_python]))
 
 
 PARTS: tuple[Callable[[Matrix], list[Problem]], ...] = (

@@ -14,8 +14,6 @@ from .facts import (
     spec_judge,
     t_device_kernel,
     t_facts_torch,
-    t_facts_torchaudio,
-    t_facts_torchvision,
     t_libs_origin,
 )
 from .host import (
@@ -44,34 +42,43 @@ class CheckDef:
     torch: Callable[[TorchContext], Outcome] | None = None
 
 
+def _spec_check(check_id: str, title: str,
+                judge: Callable[[dict[str, Any], dict[str, Any]], Outcome],
+                *companions: str, timeout_s: float = 10) -> CheckDef:
+    """A judge of torch's facts (and a companion's: torchvision, torchaudio) with the spec."""
+    return CheckDef(check_id, title, timeout_s, torch=spec_judge(judge, "torch", *companions))
+
+
+def _device_check(check_id: str, title: str, timeout_s: float,
+                  judge: Callable[[dict[str, Any], bool, str | None], Outcome]) -> CheckDef:
+    """A judge of the visible GPUs (device facts, --require-gpu, the spec's target)."""
+    return CheckDef(check_id, title, timeout_s, torch=device_judge(judge))
+
+
 # The report's order; torch checks run in this order in the worker.
 CHECKS: tuple[CheckDef, ...] = (
     CheckDef("facts.python", "Python interpreter", 5, host=h_facts_python),
     CheckDef("expect.python", "Python version matches the spec", 5, host=h_expect_python),
     CheckDef("facts.torch", "torch imports; build facts (CUDA/HIP, cuDNN, NCCL, arch list)", 60,
              torch=t_facts_torch),
-    CheckDef("facts.torchvision", "torchvision imports, pins this torch, runs nms", 60,
-             torch=t_facts_torchvision),
-    CheckDef("facts.torchaudio", "torchaudio imports and pins this torch", 60,
-             torch=t_facts_torchaudio),
-    CheckDef("expect.torch_version", "torch version matches the spec", 10,
-             torch=spec_judge(spec.judge_torch_version, "torch")),
-    CheckDef("expect.torchvision_version", "torchvision version matches the spec", 60,
-             torch=spec_judge(spec.judge_torchvision_version, "torch", "torchvision")),
-    CheckDef("expect.torchaudio_version", "torchaudio version matches the spec", 60,
-             torch=spec_judge(spec.judge_torchaudio_version, "torch", "torchaudio")),
-    CheckDef("expect.flavor", "torch build matches the target (CUDA / ROCm / CPU / MPS)", 10,
-             torch=spec_judge(spec.judge_flavor, "torch")),
-    CheckDef("expect.cuda_version", "torch's CUDA version matches the spec", 10,
-             torch=spec_judge(spec.judge_cuda_version, "torch")),
-    CheckDef("expect.cudnn", "cuDNN version matches the spec", 10,
-             torch=spec_judge(spec.judge_cudnn, "torch")),
-    CheckDef("expect.nccl", "NCCL version matches the spec", 10,
-             torch=spec_judge(spec.judge_nccl, "torch")),
-    CheckDef("expect.rocm_version", "torch's ROCm (HIP) version matches the spec", 10,
-             torch=spec_judge(spec.judge_rocm_version, "torch")),
-    CheckDef("expect.archs", "torch carries the GPU archs the spec promises", 10,
-             torch=spec_judge(spec.judge_archs, "torch")),
+    _spec_check("facts.torchvision", "torchvision imports, pins this torch, runs nms",
+                spec.judge_torchvision, "torchvision", timeout_s=60),
+    _spec_check("facts.torchaudio", "torchaudio imports and pins this torch",
+                spec.judge_torchaudio, "torchaudio", timeout_s=60),
+    _spec_check("expect.torch_version", "torch version matches the spec", spec.judge_torch_version),
+    _spec_check("expect.torchvision_version", "torchvision version matches the spec",
+                spec.judge_torchvision_version, "torchvision", timeout_s=60),
+    _spec_check("expect.torchaudio_version", "torchaudio version matches the spec",
+                spec.judge_torchaudio_version, "torchaudio", timeout_s=60),
+    _spec_check("expect.flavor", "torch build matches the target (CUDA / ROCm / CPU / MPS)",
+                spec.judge_flavor),
+    _spec_check("expect.cuda_version", "torch's CUDA version matches the spec",
+                spec.judge_cuda_version),
+    _spec_check("expect.cudnn", "cuDNN version matches the spec", spec.judge_cudnn),
+    _spec_check("expect.nccl", "NCCL version matches the spec", spec.judge_nccl),
+    _spec_check("expect.rocm_version", "torch's ROCm (HIP) version matches the spec",
+                spec.judge_rocm_version),
+    _spec_check("expect.archs", "torch carries the GPU archs the spec promises", spec.judge_archs),
     CheckDef("cuda.packages", "every nvidia-*/cuda-* package is of the spec's CUDA major", 30,
              host=h_cuda_packages),
     CheckDef("cuda.libs", "libtorch_cuda.so's libraries resolve inside the wheel's directories",
@@ -80,14 +87,13 @@ CHECKS: tuple[CheckDef, ...] = (
              5, host=h_cuda_require),
     CheckDef("cuda.triton", "Triton and its ptxas for torch.compile on NVIDIA GPUs", 30,
              host=h_triton),
-    CheckDef("device.spec_gpus", "the spec's GPUs are covered by torch's arch list (static)", 10,
-             torch=spec_judge(spec.judge_spec_gpus, "torch")),
-    CheckDef("device.count", "GPUs visible to torch", 90,
-             torch=device_judge(spec.judge_device_count)),
-    CheckDef("device.properties", "GPU names, compute capability, memory", 30,
-             torch=device_judge(spec.judge_device_properties)),
-    CheckDef("device.arch_coverage", "every visible GPU is covered by torch's arch list", 30,
-             torch=device_judge(spec.judge_arch_coverage)),
+    _spec_check("device.spec_gpus", "the spec's GPUs are covered by torch's arch list (static)",
+                spec.judge_spec_gpus),
+    _device_check("device.count", "GPUs visible to torch", 90, spec.judge_device_count),
+    _device_check("device.properties", "GPU names, compute capability, memory", 30,
+                  spec.judge_device_properties),
+    _device_check("device.arch_coverage", "every visible GPU is covered by torch's arch list", 30,
+                  spec.judge_arch_coverage),
     CheckDef("device.kernel", "a kernel runs on every GPU", 90, torch=t_device_kernel),
     CheckDef("numerics.matmul", "matmul matches a float64 reference", 60, torch=t_numerics_matmul),
     CheckDef("numerics.conv2d", "conv2d forward/backward match a float64 reference", 60,

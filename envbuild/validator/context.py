@@ -4,6 +4,7 @@ torch helpers the checks share."""
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -78,6 +79,20 @@ class TorchContext:
                 "torch has no kernels for this GPU: see device.arch_coverage",
                 f"{row['name']} not covered by torch's arch list", {"device": row})
         return "cuda:0", None
+
+
+def on_compute_device(
+        check: Callable[[TorchContext, str], Outcome]) -> Callable[[TorchContext], Outcome]:
+    """A check that runs on ctx.compute_device(): it gets that device, or its outcome is the
+    failure compute_device gives (torch has no kernels for the GPU)."""
+    @functools.wraps(check)
+    def run(ctx: TorchContext) -> Outcome:
+        device, bad = ctx.compute_device()
+        if bad:
+            return bad
+        return check(ctx, device)
+
+    return run
 
 
 def synchronize(torch: Any, device: str) -> None:

@@ -19,8 +19,6 @@ from .judges import (
     _gpu_present,
     device_coverage_rows,
     failed,
-    judge_torchaudio,
-    judge_torchvision,
     lib_stem,
     library_origin_verdict,
     no_gpu_outcome,
@@ -37,14 +35,6 @@ def t_facts_torch(ctx: TorchContext) -> Outcome:
     detail = (f"torch {f['version']} (CUDA {f['cuda'] or 'none'}, HIP {f['hip'] or 'none'}, "
               f"{dnn}, NCCL {f['nccl'] or 'none'})")
     return passed(detail, f)
-
-
-def t_facts_torchvision(ctx: TorchContext) -> Outcome:
-    return judge_torchvision(ctx.spec, ctx.all_facts("torch", "torchvision"))
-
-
-def t_facts_torchaudio(ctx: TorchContext) -> Outcome:
-    return judge_torchaudio(ctx.spec, ctx.all_facts("torch", "torchaudio"))
 
 
 def spec_judge(judge: Callable[[dict[str, Any], dict[str, Any]], Outcome],

@@ -8,6 +8,7 @@ from .context import (
     TorchContext,
     allow_tf32,
     low_precision,
+    on_compute_device,
     rel_err,
     supports_tf32,
     synchronize,
@@ -21,11 +22,9 @@ from .judges import (
 )
 
 
-def t_numerics_matmul(ctx: TorchContext) -> Outcome:
+@on_compute_device
+def t_numerics_matmul(ctx: TorchContext, device: str) -> Outcome:
     torch = ctx.torch
-    device, bad = ctx.compute_device()
-    if bad:
-        return bad
     n = 256 if device == "cpu" else 1024
     g = torch.Generator().manual_seed(0)
     a = torch.rand(n, n, generator=g, dtype=torch.float64) * 2 - 1
@@ -46,11 +45,9 @@ def t_numerics_matmul(ctx: TorchContext) -> Outcome:
     return outcome
 
 
-def t_numerics_conv2d(ctx: TorchContext) -> Outcome:
+@on_compute_device
+def t_numerics_conv2d(ctx: TorchContext, device: str) -> Outcome:
     torch = ctx.torch
-    device, bad = ctx.compute_device()
-    if bad:
-        return bad
     fn = torch.nn.functional
     g = torch.Generator().manual_seed(1)
     x = torch.rand(4, 8, 32, 32, generator=g, dtype=torch.float64)
@@ -75,11 +72,9 @@ def t_numerics_conv2d(ctx: TorchContext) -> Outcome:
     return outcome
 
 
-def t_numerics_autocast(ctx: TorchContext) -> Outcome:
+@on_compute_device
+def t_numerics_autocast(ctx: TorchContext, device: str) -> Outcome:
     torch = ctx.torch
-    device, bad = ctx.compute_device()
-    if bad:
-        return bad
     dev = ctx.facts["devices"]
     dtype_name = low_precision(dev["backend"] if device != "cpu" else "cpu",
                                dev["devices"][0]["cc"] if device != "cpu" else None)

@@ -9,7 +9,7 @@ import tempfile
 import time
 from typing import Any
 
-from .context import TorchContext
+from .context import TorchContext, on_compute_device
 from .judges import (
     Outcome,
     _gpu_present,
@@ -42,11 +42,9 @@ def _small_net(torch: Any) -> Any:
         nn.Flatten(), nn.Linear(16 * 4 * 4, 32), nn.ReLU(), nn.Linear(32, 4))
 
 
-def t_train_smoke(ctx: TorchContext) -> Outcome:
+@on_compute_device
+def t_train_smoke(ctx: TorchContext, device: str) -> Outcome:
     torch = ctx.torch
-    device, bad = ctx.compute_device()
-    if bad:
-        return bad
     torch.manual_seed(0)
     x, y = _quadrant_data(torch, 512, 16, seed=3)
     x, y = x.to(device), y.to(device)
@@ -152,14 +150,12 @@ def _torch_load(torch: Any, path: str, map_location: str) -> Any:
         return torch.load(path, map_location=map_location)
 
 
-def t_train_checkpoint(ctx: TorchContext) -> Outcome:
+@on_compute_device
+def t_train_checkpoint(ctx: TorchContext, device: str) -> Outcome:
     """Save model + optimizer state, load it back twice as users do (map_location onto the
     training device, and map_location='cpu' then into a model moved to the device), and compare
     every tensor, optimizer state included, on one device."""
     torch = ctx.torch
-    device, bad = ctx.compute_device()
-    if bad:
-        return bad
     torch.manual_seed(5)
     model = _small_net(torch).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
