@@ -22,7 +22,11 @@ if TYPE_CHECKING:
     from envbuild.features.team import Built
 
 team_app = typer.Typer(help="Team base images: plan, build, lock and check a family of images "
-                       "from a team file (envbuild.toml).", no_args_is_help=True)
+                       "from a team file (envbuild.toml): TOML with an optional [defaults] "
+                       "table and one [image.NAME] table per image, whose keys are the options "
+                       "of `envbuild make` (target, cuda, gpu, python, torch, os, pip, apt, "
+                       "registry, ...), e.g. [image.cpu] with target = \"cpu\".",
+                       no_args_is_help=True)
 app.add_typer(team_app, name="team")
 
 File = Annotated[Path | None, typer.Option(

@@ -228,7 +228,9 @@ def parse(text: str, path: Path) -> TeamFile:
                          "lists of strings") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML ({exc})",
-                         "see the example in docs/guides/team.md (The team file)") from None
+                         "a team file is TOML: an optional [defaults] table, then one [image.NAME] "
+                         "table per image, e.g. [image.cpu] with target = \"cpu\" "
+                         "(`envbuild team --help`)") from None
     for key in data:
         if key not in ("defaults", "image"):
             raise UsageError(f"{path}: unknown top-level key or table {shown(key)}",
@@ -258,5 +260,6 @@ def load(path: Path | None = None) -> TeamFile:
         text = boundedio.read_text(p, "team file")
     except FileNotFoundError:
         raise UsageError(f"{boundedio.path_text(p)}: no such team file",
-                         "write an envbuild.toml (docs/guides/team.md) or pass --file") from None
+                         "write an envbuild.toml ([image.cpu] with target = \"cpu\" is the "
+                         "smallest) or pass --file; `envbuild team --help`") from None
     return parse(text, p)
