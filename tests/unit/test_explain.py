@@ -496,3 +496,49 @@ def test_the_two_cuda_oom_messages_stay_apart(matrix: Matrix) -> None:
             assert ids[0] == _sid(path)
             other = ({"cuda_out_of_memory", "cuda_error_out_of_memory"} - {_sid(path)}).pop()
             assert other not in ids, (path.name, ids)
+
+
+def test_a_cached_catalogue_explains_every_log_as_the_toml_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small: Matrix) -> None:
+    """The cache keeps the TOML document and each regex's anchor; a catalogue read back from it
+    compiles its regexes lazily and must decode every real-world log alike."""
+    from envbuild.features import explain as ex
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    source = tmp_path / "signatures.toml"
+    source.write_bytes(default_path().read_bytes())
+    ex._load.cache_clear()
+    fresh = load_catalogue(source)  # parsed from TOML; writes the cache
+    assert list((tmp_path / "envbuild").glob("signatures-*.json"))
+    ex._load.cache_clear()
+    cached = load_catalogue(source)
+    ex._load.cache_clear()
+    quiet = load_catalogue(source)
+    ex._load.cache_clear()
+    assert [s.id for s in cached.signatures] == [s.id for s in fresh.signatures]
+    for log in LOGS:
+        text = log.read_text()
+        assert explain(text, small, cached) == explain(text, small, fresh), log.name
+    # a text without any anchor's literal compiles nothing
+    assert explain("all quiet", small, quiet) == []
+    assert not any("compiled" in rx.__dict__ for sig in quiet.signatures
+                   for entry in sig.patterns for rx in entry)
+
+
+def test_an_edited_or_damaged_catalogue_cache_is_not_used(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from envbuild.features import explain as ex
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    source = tmp_path / "signatures.toml"
+    source.write_bytes(default_path().read_bytes())
+    ex._load.cache_clear()
+    load_catalogue(source)
+    (cache,) = (tmp_path / "envbuild").glob("signatures-*.json")
+    cache.write_bytes(cache.read_bytes().replace(b"cuda", b"CUDA", 1))  # sha256 no longer agrees
+    ex._load.cache_clear()
+    assert load_catalogue(source).signatures  # read from the TOML again
+    source.write_text(source.read_text().split("[[signature]]", 1)[0])  # no signatures left
+    ex._load.cache_clear()
+    assert load_catalogue(source).signatures == ()  # an edited file is another cache key
+    ex._load.cache_clear()
