@@ -28,8 +28,9 @@ _FIELD = dataclasses._FIELD  # type: ignore[attr-defined]
 class _Shape:
     """What the shared methods read, computed once per class."""
 
-    __slots__ = ("compare", "defaults", "factories", "fields", "frozen", "hashed", "init",
-                 "keywords", "late", "name", "positional", "post_init", "shown")
+    __slots__ = ("compare", "defaults", "direct", "factories", "fields", "frozen", "hashed",
+                 "init", "init_defaults", "init_factories", "keywords", "late", "name",
+                 "positional", "post_init", "shown")
 
     def __init__(self, cls: type, table: dict[str, Field[Any]], frozen: bool) -> None:
         self.name = cls.__name__
@@ -42,6 +43,11 @@ class _Shape:
         self.factories: dict[str, Callable[[], Any]] = {
             f.name: f.default_factory for f in table.values()
             if f.default_factory is not MISSING}
+        self.init_defaults = {n: v for n, v in self.defaults.items() if n in self.keywords}
+        self.init_factories = tuple((n, make) for n, make in self.factories.items()
+                                    if n in self.keywords)
+        # no field is a data descriptor of the class (a property, a slot): set through __dict__
+        self.direct = not any(hasattr(type(getattr(cls, n, None)), "__set__") for n in table)
         self.late = tuple(f.name for f in table.values() if not f.init
                           and (f.name in self.defaults or f.name in self.factories))
         self.compare = tuple(f.name for f in table.values() if f.compare)
@@ -56,36 +62,46 @@ def _shape(obj: object) -> _Shape:
     return type(obj).__record__  # type: ignore[attr-defined, no-any-return]
 
 
-def _value(shape: _Shape, name: str) -> Any:
-    if name in shape.defaults:
-        return shape.defaults[name]
-    return shape.factories[name]()
+def _bind(shape: _Shape, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Positional arguments into `kwargs`, as a dataclass's __init__ takes them."""
+    if len(args) > len(shape.positional):
+        raise TypeError(f"{shape.name}.__init__() takes {len(shape.positional) + 1} positional "
+                        f"arguments but {len(args) + 1} were given")
+    for name, value in zip(shape.positional, args, strict=False):  # fewer: the rest by name
+        if name in kwargs:
+            raise TypeError(f"{shape.name}.__init__() got multiple values for argument {name!r}")
+        kwargs[name] = value
+
+
+def _refuse(shape: _Shape, given: dict[str, Any]) -> None:
+    """The TypeError of a call that names an unknown field or leaves a required one out."""
+    for name in given:
+        if name not in shape.keywords:
+            raise TypeError(f"{shape.name}.__init__() got an unexpected keyword argument "
+                            f"{name!r}")
+    missing = [n for n in shape.init if n not in given]
+    raise TypeError(f"{shape.name}.__init__() missing {len(missing)} required argument"
+                    f"{'s' if len(missing) > 1 else ''}: " + ", ".join(repr(n) for n in missing))
 
 
 def _init(self: Any, *args: Any, **kwargs: Any) -> None:
     shape = _shape(self)
-    if len(args) > len(shape.positional):
-        raise TypeError(f"{shape.name}.__init__() takes {len(shape.positional) + 1} positional "
-                        f"arguments but {len(args) + 1} were given")
-    values = dict(zip(shape.positional, args, strict=False))  # fewer args: the rest by name
-    for name, value in kwargs.items():
-        if name not in shape.keywords:
-            raise TypeError(f"{shape.name}.__init__() got an unexpected keyword argument "
-                            f"{name!r}")
-        if name in values:
-            raise TypeError(f"{shape.name}.__init__() got multiple values for argument {name!r}")
-        values[name] = value
-    missing = [n for n in shape.init if n not in values
-               and n not in shape.defaults and n not in shape.factories]
-    if missing:
-        raise TypeError(f"{shape.name}.__init__() missing {len(missing)} required argument"
-                        f"{'s' if len(missing) > 1 else ''}: "
-                        + ", ".join(repr(n) for n in missing))
-    put = object.__setattr__
-    for name in shape.init:
-        put(self, name, values[name] if name in values else _value(shape, name))
+    if args:
+        _bind(shape, args, kwargs)
+    values = {**shape.init_defaults, **kwargs}
+    for name, make in shape.init_factories:
+        if name not in kwargs:
+            values[name] = make()
+    if len(values) != len(shape.init) or not shape.keywords.issuperset(kwargs):
+        _refuse(shape, {**dict.fromkeys(shape.init_defaults), **dict.fromkeys(
+            n for n, _ in shape.init_factories), **kwargs})
     for name in shape.late:
-        put(self, name, _value(shape, name))
+        values[name] = shape.defaults[name] if name in shape.defaults else shape.factories[name]()
+    if shape.direct:
+        self.__dict__.update(values)  # what object.__setattr__ per field does, in one call
+    else:
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
     if shape.post_init:
         self.__post_init__()
 
