@@ -75,7 +75,9 @@ def run(argv: list[str]) -> int:
     as_json = _wants_json(argv)
     try:
         load_commands(argv)
-        rc = command().main(args=argv, prog_name="envbuild", standalone_mode=False)
+        name = _command_name(argv)
+        rc = command(name if name in COMMANDS else None).main(
+            args=argv, prog_name="envbuild", standalone_mode=False)
         if isinstance(rc, int):  # click returns Exit codes instead of raising without standalone
             return rc
     except EnvbuildError as err:

@@ -64,12 +64,28 @@ def _install_completion(ctx: click.Context, _param: click.Parameter, value: str 
     ctx.exit(0)
 
 
-def command() -> click.Command:
-    """The click command of `app`, with `--install-completion` / `--show-completion [SHELL]`."""
+def _only(name: str) -> typer.Typer:
+    """`app` with only the command or group `name`: typer reads every command's signature to
+    build the click group (2 ms for doctor beside explain), and a run needs only its own."""
+    import copy
+
+    def named(info: Any) -> str | None:
+        return info.name or (typer.main.get_command_name(info.callback.__name__)
+                             if info.callback is not None else None)
+
+    only = copy.copy(app)
+    only.registered_commands = [c for c in app.registered_commands if named(c) == name]
+    only.registered_groups = [g for g in app.registered_groups if g.name == name]
+    return only if only.registered_commands or only.registered_groups else app
+
+
+def command(only: str | None = None) -> click.Command:
+    """The click command of `app`, with `--install-completion` / `--show-completion [SHELL]`;
+    with `only`, of just that command (the one being run)."""
     from typer._completion_classes import completion_init
 
     completion_init()  # typer's completion classes answer `_ENVBUILD_COMPLETE=complete_<shell>`
-    cmd = typer.main.get_command(app)
+    cmd = typer.main.get_command(app if only is None else _only(only))
     metavar = "[" + "|".join(SHELLS[:3]) + "]"
     cmd.params += [
         click.Option(["--install-completion"], is_flag=False, flag_value="", default=None,

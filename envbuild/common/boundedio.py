@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from envbuild.common.echo import escaped
 from envbuild.common.errors import UsageError
+from envbuild.common.lazyre import lazy
 
 CONFIG_BYTES = 4 << 20  # a TOML/JSON file a person writes or envbuild writes (team, matrix, spec)
 RECORD_BYTES = 16 << 20  # one recorded command output of `doctor --save`
@@ -154,14 +154,14 @@ def read_text(path: Path, what: str, *, cap: int = CONFIG_BYTES, hint: str = "")
 # Where nesting can change: brackets; a dot (a dotted key or header: one level each; a float's
 # dot over-counts by one); what ends a dotted run. Strings and comments are skipped by find().
 # No backtracking regex: a hostile text costs one pass.
-_TOML_STOPS = re.compile(r"[\"'#\[\]{}.=,\n]")
-_JSON_STOPS = re.compile(r'["\[\]{}]')
+_TOML_STOPS = lazy(r"[\"'#\[\]{}.=,\n]")
+_JSON_STOPS = lazy(r'["\[\]{}]')
 
 
 # the body of a basic string (possessive: no backtracking), up to its closing quote(s)
-_BASIC_BODY = re.compile(r'(?:[^"\\\n]++|\\[\s\S])*+')
-_JSON_BODY = re.compile(r'(?:[^"\\]++|\\[\s\S])*+')
-_ML_BODY = re.compile(r'(?:[^"\\]++|\\[\s\S]|"(?!""))*+')
+_BASIC_BODY = lazy(r'(?:[^"\\\n]++|\\[\s\S])*+')
+_JSON_BODY = lazy(r'(?:[^"\\]++|\\[\s\S])*+')
+_ML_BODY = lazy(r'(?:[^"\\]++|\\[\s\S]|"(?!""))*+')
 
 
 def _string_end(text: str, i: int, triple: bool, toml: bool) -> int:

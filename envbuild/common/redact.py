@@ -28,26 +28,28 @@ from __future__ import annotations
 
 import re
 
+from envbuild.common.lazyre import lazy
+
 MASK = "***"
 # The logins envbuild's own hints show as examples: not secrets, and a hint that printed
 # https://***@host would not say where the login goes.
 PLACEHOLDERS = frozenset({"USER:TOKEN", "__token__:TOKEN", "USER:PASSWORD"})
 
-_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+_SCHEME = lazy(r"[A-Za-z][A-Za-z0-9+.-]*://")
 # An image digest (`image@sha256:<hex>`): the '@' there ends no login.
-_DIGEST = re.compile(r"@(?:sha256|sha384|sha512):[0-9a-fA-F]{32,}")
-_CONDA_TOKEN = re.compile(r"(/t/)[^/?#\s'\"]+")
+_DIGEST = lazy(r"@(?:sha256|sha384|sha512):[0-9a-fA-F]{32,}")
+_CONDA_TOKEN = lazy(r"(/t/)[^/?#\s'\"]+")
 # scheme://... in free text: up to the next whitespace or quote
-_URL = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<rest>[^\s'\"<>`]*)")
+_URL = lazy(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<rest>[^\s'\"<>`]*)")
 # user:password@ without a scheme (after a scheme's :// is no login: that URL was masked first)
-_BARE_LOGIN = re.compile(r"(?<![^\s'\"(<\[=,;])(?P<login>[^\s'\"<>`@/:]+:(?!//)[^\s'\"<>`@]*)@")
-_VCS = re.compile(r"(?:git|hg|svn|bzr)\+", re.IGNORECASE)
+_BARE_LOGIN = lazy(r"(?<![^\s'\"(<\[=,;])(?P<login>[^\s'\"<>`@/:]+:(?!//)[^\s'\"<>`@]*)@")
+_VCS = lazy(r"(?:git|hg|svn|bzr)\+", re.IGNORECASE)
 # a host (name with an alphabetic top label, IPv4, [IPv6], localhost), a port, then a path or end
-_HOSTLIKE = re.compile(r"(?:(?:[A-Za-z0-9-]+\.)+[A-Za-z][A-Za-z0-9-]*|[0-9]{1,3}(?:\.[0-9]{1,3}){3}"
-                       r"|\[[0-9A-Fa-f:.]+\]|localhost)(?::[0-9]*)?(?:[/?#]|$)")
-_QUERY = re.compile(r"[?#][^\s?#]")
+_HOSTLIKE = lazy(r"(?:(?:[A-Za-z0-9-]+\.)+[A-Za-z][A-Za-z0-9-]*|[0-9]{1,3}(?:\.[0-9]{1,3}){3}"
+                 r"|\[[0-9A-Fa-f:.]+\]|localhost)(?::[0-9]*)?(?:[/?#]|$)")
+_QUERY = lazy(r"[?#][^\s?#]")
 # a quoted value as repr() writes it (backslash escapes), on one line
-_QUOTED = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
+_QUOTED = lazy(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
 
 
 def _login_end(rest: str) -> int:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict
 from functools import cached_property
 from typing import Any
 
+from envbuild.common.digest import sha256_hex
 from envbuild.common.record import record
 
 SPEC_SCHEMA = 1
@@ -61,7 +61,7 @@ class Spec:
     @cached_property
     def hash(self) -> str:
         blob = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+        return sha256_hex(blob.encode())[:12]
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import string
 from collections.abc import Iterator, Mapping
 from functools import cache, cached_property
 from pathlib import Path
@@ -395,6 +394,8 @@ def _derive_mac(f: dict[str, str], m: Matrix) -> None:
 
 
 def _fields_of(template: str) -> set[str]:
+    import string  # here: explain's start-up does not need it
+
     return {name for _, name, _, _ in string.Formatter().parse(template) if name}
 
 

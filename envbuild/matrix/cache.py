@@ -14,7 +14,7 @@ from typing import Any
 
 from envbuild.matrix.model import FILES
 
-_CACHE_FORMAT = 2  # 2: a header line, then the documents (1: one JSON object)
+_CACHE_FORMAT = 3  # 3: a header with a zlib checksum (2: with a sha256), then the JSON
 
 
 def _cache_dir() -> Path:
@@ -23,12 +23,19 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envbuild"
 
 
-def _key(*parts: object) -> str:
-    import hashlib
+def _checksum(data: bytes) -> str:
+    """CRC-32 and Adler-32 of the bytes: a cache is private to its user (see _trusted), so the
+    checks are against a damaged or stale file, not an attacker, and zlib is a fraction of a
+    millisecond where hashlib's OpenSSL load is 3 ms of every start-up."""
+    import zlib
 
+    return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
+
+
+def _key(*parts: object) -> str:
     from envbuild import __version__
 
-    return hashlib.sha256(repr((__version__, *parts)).encode()).hexdigest()[:20]
+    return _checksum(repr((__version__, *parts)).encode())
 
 
 def cache_path(d: Path) -> Path | None:
@@ -73,9 +80,8 @@ def read_cached(cache: Path) -> Any:
     """What write_cached stored in `cache`, or None when it is missing, damaged, hostile or
     stale.
 
-    The file is a header line (format, key, the sha256 of the rest) and the JSON: the digest is
-    checked over the bytes as read, before they are parsed."""
-    import hashlib
+    The file is a header line (format, key, the checksum of the rest) and the JSON: the checksum
+    is checked over the bytes as read, before they are parsed."""
     import json
 
     from envbuild.common.boundedio import CACHE_BYTES, read_bytes
@@ -88,7 +94,7 @@ def read_cached(cache: Path) -> Any:
         header = json.loads(head)
         if not isinstance(header, dict) or header.get("format") != _CACHE_FORMAT \
                 or header.get("key") != cache.stem \
-                or header.get("sha256") != hashlib.sha256(body).hexdigest():
+                or header.get("checksum") != _checksum(body):
             return None  # another format, another source, or edited after it was written
         return json.loads(body)
     except (OSError, ValueError, UsageError, RecursionError):
@@ -97,7 +103,6 @@ def read_cached(cache: Path) -> Any:
 
 def write_cached(cache: Path, payload: Any) -> None:
     """Cache what was derived from sources that checked clean; any failure leaves no cache."""
-    import hashlib
     import json
 
     from envbuild.common.files import write_atomic
@@ -107,7 +112,7 @@ def write_cached(cache: Path, payload: Any) -> None:
     except (TypeError, ValueError):
         return  # a TOML date or time has no JSON form: no cache, same result
     header = json.dumps({"format": _CACHE_FORMAT, "key": cache.stem,
-                         "sha256": hashlib.sha256(body).hexdigest()}).encode()
+                         "checksum": _checksum(body)}).encode()
     text = header + b"\n" + body
     try:
         cache.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -4,7 +4,6 @@ traceback. Everything runs through the real CLI."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 
 from envbuild.doctor import model
+from envbuild.matrix.cache import _checksum
 from tests.support import FIXTURES, ROOT, Cli, run_cli
 
 FIXTURE = FIXTURES / "doctor" / "h100-healthy"
@@ -443,8 +443,9 @@ def _cache_bytes(doc: dict[str, Any], *, reseal: bool = False) -> bytes:
     """The file form of _cache_doc's object; `reseal` gives the edited documents a matching
     digest, so only what the test is about can reject them."""
     body = json.dumps(doc["docs"], separators=(",", ":")).encode()
-    sha = hashlib.sha256(body).hexdigest() if reseal else doc["sha256"]
-    head = json.dumps({"format": doc["format"], "key": doc["key"], "sha256": sha}).encode()
+    checksum = _checksum(body) if reseal else doc["checksum"]
+    head = json.dumps({"format": doc["format"], "key": doc["key"],
+                       "checksum": checksum}).encode()
     return head + b"\n" + body
 
 
@@ -486,6 +487,8 @@ def _wrong_typed_docs(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("index", range(6))
 def test_a_wrong_typed_matrix_cache_is_ignored(tmp_path: Path, index: int) -> None:
+    """Edited without a new checksum: the checksum refuses it (a resealed cache is trusted as
+    its owner's: see test_a_cache_someone_else_could_write_is_not_read)."""
     cache = tmp_path / "cache"
     clean = _resolve(cache)
     path = _cache_file(cache)

@@ -150,3 +150,4 @@ def test_methods_the_class_defines_are_kept() -> None:
 
     assert repr(Named("x")) == "<x>" and Named("x") == Named("x")
     assert hash(Named("x")) == hash(Named("x"))
+
