@@ -94,7 +94,7 @@ def bench_startup(runs: int) -> None:
     team = tmp / "envbuild.toml"
     team.write_text('[defaults]\npython = "3.12"\n\n[image.h100]\ncuda = "12.8"\ngpu = ["H100"]\n'
                     '\n[image.cpu]\ntarget = "cpu"\n')
-    worst, floors = 0.0, []
+    worst, worst_low, floors = 0.0, 0.0, []
     for label, args, is_help in _NON_BUILDING:
         if label.startswith("team plan"):
             args = ["team", "plan", "--file", str(team)]
@@ -113,13 +113,15 @@ def bench_startup(runs: int) -> None:
         med = report(f"envbuild {label}", mine)
         floor = statistics.median(theirs)
         floors.append(floor)
-        ratio = med / floor
+        ratio, low = med / floor, min(mine) / min(theirs)
         if "(work:" not in label:
-            worst = max(worst, ratio)
+            worst, worst_low = max(worst, ratio), max(worst_low, low)
         print(f"{'':<44} {ratio:.2f}x the hello-world{' --help' if is_help else ''} "
-              f"({floor * 1000:.1f} ms beside it)")
-    print(f"worst start-up-bound command: {worst:.2f}x (target <= 1.3x); "
-          f"typer hello-world is {statistics.median(floors) / bare:.1f}x bare python")
+              f"({floor * 1000:.1f} ms beside it); fastest runs: {low:.2f}x")
+    print(f"worst start-up-bound command: {worst:.2f}x by medians, {worst_low:.2f}x by the "
+          f"fastest runs (target <= 1.3x; on a shared machine the fastest runs are the ones "
+          f"nothing else slowed); typer hello-world is {statistics.median(floors) / bare:.1f}x "
+          "bare python")
     shutil.rmtree(tmp, ignore_errors=True)
     probe = subprocess.run(
         [PY, "-c", "import sys; from envbuild.cli import run; "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+from collections.abc import Callable
 
 import click
 from click import exceptions as click_exc
@@ -71,13 +72,17 @@ def _fail(err: EnvbuildError, as_json: bool) -> int:
     return err.exit_code
 
 
-def run(argv: list[str]) -> int:
+def run(argv: list[str], started: Callable[[], None] | None = None) -> int:
+    """The command argv names, run; its exit code. `started` is called once the command is
+    built, before it runs (the entry point turns garbage collection back on)."""
     as_json = _wants_json(argv)
     try:
         load_commands(argv)
         name = _command_name(argv)
-        rc = command(name if name in COMMANDS else None).main(
-            args=argv, prog_name="envbuild", standalone_mode=False)
+        cmd = command(name if name in COMMANDS else None)
+        if started is not None:
+            started()
+        rc = cmd.main(args=argv, prog_name="envbuild", standalone_mode=False)
         if isinstance(rc, int):  # click returns Exit codes instead of raising without standalone
             return rc
     except EnvbuildError as err:
@@ -131,8 +136,8 @@ def _stdout_gone() -> None:
     os.close(devnull)
 
 
-def main() -> None:
-    rc = run(sys.argv[1:])
+def main(started: Callable[[], None] | None = None) -> None:
+    rc = run(sys.argv[1:], started)
     try:
         sys.stdout.flush()
     except BrokenPipeError:

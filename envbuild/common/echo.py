@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import re
 
+from envbuild.common.lazyre import lazy
 from envbuild.common.redact import mask_url, may_hold_login
 
 VALUE_CHARS = 80  # of one echoed value
 MESSAGE_CHARS = 1000  # of one printed error line (message, hint, alternative)
 # a quoted value in a message (repr's quotes: not an apostrophe inside a word)
-_LONG_QUOTED = re.compile(r"(?<!\w)'((?:[^'\\]|\\.){" + str(VALUE_CHARS + 40) + r",}+)'(?!\w)")
-_ESCAPE_OR_CHAR = re.compile(r"\\x[0-9a-f]{2}|\\u[0-9a-f]{4}|\\U[0-9a-f]{8}|\\.|.", re.S)
+_LONG_QUOTED = lazy(r"(?<!\w)'((?:[^'\\]|\\.){" + str(VALUE_CHARS + 40) + r",}+)'(?!\w)")
+_ESCAPE_OR_CHAR = lazy(r"\\x[0-9a-f]{2}|\\u[0-9a-f]{4}|\\U[0-9a-f]{8}|\\.|.", re.S)
 
 
 def _char(c: str) -> str:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import re
 
+from envbuild.common.lazyre import lazy
 from envbuild.matrix import Gpu, Matrix
 
 # Brand words a product name may carry or drop: 'NVIDIA GeForce RTX 4090' is 'RTX 4090',
 # 'Tesla V100-SXM2-16GB' is 'V100-SXM2-16GB', 'AMD Instinct MI300X' is 'MI300X'.
-_BRANDS = re.compile(r"\b(?:nvidia|geforce|tesla|amd|radeon|instinct)\b")
+_BRANDS = lazy(r"\b(?:nvidia|geforce|tesla|amd|radeon|instinct)\b")
 
 
 def name_key(name: str) -> str:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from envbuild.common.echo import shown
 from envbuild.common.errors import UsageError
+from envbuild.common.lazyre import lazy
 from envbuild.common.record import record
 from envbuild.common.versions import major_of, minor_of, version_key
 from envbuild.core import targets
@@ -33,15 +34,15 @@ PYTHON_SOURCES = ("os", "standalone")
 
 # re.ASCII: `\d` would otherwise accept every Unicode digit (full-width ５３５, Arabic-Indic ٥٣٥),
 # which str.isdigit() and these patterns take but no NVIDIA tool or URL ever prints.
-_CUDA = re.compile(r"^\d{1,2}(\.\d{1,2}(\.\d{1,3})?)?$", re.ASCII)
-_ROCM = re.compile(r"^\d{1,2}\.\d{1,2}(\.\d{1,3})?$", re.ASCII)
-_PYTHON = re.compile(r"^3\.\d{1,2}$", re.ASCII)
-_DRIVER = re.compile(r"^\d{3}(\.\d{1,3}){0,2}$", re.ASCII)
-_SM = re.compile(r"^(?:sm_?|compute_?)(\d{1,2})(\d)$", re.IGNORECASE | re.ASCII)
-_CC = re.compile(r"^(\d{1,2})\.(\d)$", re.ASCII)
-TORCH_BARE = re.compile(r"^\d+\.\d+(\.\d+)?$", re.ASCII)  # 2.4 or 2.4.1
+_CUDA = lazy(r"^\d{1,2}(\.\d{1,2}(\.\d{1,3})?)?$", re.ASCII)
+_ROCM = lazy(r"^\d{1,2}\.\d{1,2}(\.\d{1,3})?$", re.ASCII)
+_PYTHON = lazy(r"^3\.\d{1,2}$", re.ASCII)
+_DRIVER = lazy(r"^\d{3}(\.\d{1,3}){0,2}$", re.ASCII)
+_SM = lazy(r"^(?:sm_?|compute_?)(\d{1,2})(\d)$", re.IGNORECASE | re.ASCII)
+_CC = lazy(r"^(\d{1,2})\.(\d)$", re.ASCII)
+TORCH_BARE = lazy(r"^\d+\.\d+(\.\d+)?$", re.ASCII)  # 2.4 or 2.4.1
 # What `pip list` / torch.__version__ print for a wheel of the PyTorch index: 2.5.1+cu121.
-_TORCH_LOCAL = re.compile(r"^(?:==)?(\d+\.\d+\.\d+)\+([A-Za-z0-9.]+)$", re.ASCII)
+_TORCH_LOCAL = lazy(r"^(?:==)?(\d+\.\d+\.\d+)\+([A-Za-z0-9.]+)$", re.ASCII)
 _TORCH_HINT = ("examples: --torch 2.4, --torch 2.4.1, --torch '>=2.3,<2.6', --torch 2.5.1+cu121 "
                "(as pip list prints it)")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from envbuild.common.lazyre import lazy
 from envbuild.core.candidate import Reject, Trace, check_gpus, make_spec, pick_os, pick_python
 from envbuild.core.request import Parsed
 from envbuild.core.spec import Spec
@@ -49,7 +50,7 @@ def resolve_rocm(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: 
                      base_image=base, verified=rocm_rel.verified)
 
 
-_ROCM_DEV = re.compile(r"^(?P<repo>.*/dev-)ubuntu-(?P<ver>\d+\.\d+)(?P<tag>:.+)$")
+_ROCM_DEV = lazy(r"^(?P<repo>.*/dev-)ubuntu-(?P<ver>\d+\.\d+)(?P<tag>:.+)$")
 
 
 def rocm_images(base_image: str, oses: Iterable[str]) -> dict[str, str]:
