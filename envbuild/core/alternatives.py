@@ -5,7 +5,6 @@ with the resolver (passed in as `fits`, so this module does not import it)."""
 from __future__ import annotations
 
 import dataclasses
-import shlex
 from collections.abc import Callable, Iterable
 
 from envbuild.common.errors import ConflictError
@@ -213,6 +212,8 @@ def _gpu_alternatives(m: Matrix, p: Parsed, fits: Fits) -> list[Alternative]:
             break
         groups.append(([g], s))
     if len(groups) > 1:
+        import shlex  # here: only a fleet of several generations needs it
+
         parts = "; ".join(" ".join(f"--gpu {shlex.quote(g)}" for g in _labels(gs))
                           + f" ({_core(s)})" for gs, s in groups)
         out.append(Alternative(f"one image per GPU generation: {parts}",
