@@ -7,7 +7,6 @@ from hypothesis import strategies as st
 
 from envbuild.common.versions import version_key
 
-
 _HUGE = st.tuples(st.integers(4000, 6000), st.sampled_from(["", ".1", ".22.3"])).map(
     lambda t: "7" * t[0] + t[1])
 
