@@ -28,11 +28,11 @@ _FIELD = dataclasses._FIELD  # type: ignore[attr-defined]
 class _Shape:
     """What the shared methods read, computed once per class."""
 
-    __slots__ = ("compare", "defaults", "direct", "factories", "fields", "frozen", "hashed",
-                 "init", "init_defaults", "init_factories", "keywords", "late", "name",
-                 "positional", "post_init", "shown")
+    __slots__ = ("compare", "defaults", "direct", "factories", "fields", "hashed", "init",
+                 "init_defaults", "init_factories", "keywords", "late", "name", "positional",
+                 "post_init", "shown")
 
-    def __init__(self, cls: type, table: dict[str, Field[Any]], frozen: bool) -> None:
+    def __init__(self, cls: type, table: dict[str, Field[Any]]) -> None:
         self.name = cls.__name__
         self.fields = tuple(table)
         init = [f for f in table.values() if f.init]
@@ -54,7 +54,6 @@ class _Shape:
         self.hashed = tuple(f.name for f in table.values()
                             if (f.compare if f.hash is None else f.hash))
         self.shown = tuple(f.name for f in table.values() if f.repr)
-        self.frozen = frozen
         self.post_init = hasattr(cls, "__post_init__")
 
 
@@ -210,7 +209,7 @@ def _build(cls: _T, kw_only: bool, frozen: bool) -> _T:
     own = cls.__dict__
     explicit_hash = "__hash__" in own and not (own["__hash__"] is None and "__eq__" in own)
     cls.__dataclass_fields__ = table  # type: ignore[attr-defined]
-    shape = _Shape(cls, table, frozen)
+    shape = _Shape(cls, table)
     cls.__record__ = shape  # type: ignore[attr-defined]
     methods: dict[str, Any] = {"__init__": _init, "__repr__": _repr, "__eq__": _eq}
     if frozen:

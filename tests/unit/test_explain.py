@@ -542,3 +542,20 @@ def test_an_edited_or_damaged_catalogue_cache_is_not_used(
     ex._load.cache_clear()
     assert load_catalogue(source).signatures == ()  # an edited file is another cache key
     ex._load.cache_clear()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(length=st.integers(81, 6000), template=st.sampled_from([
+    "ProductVersion:\t{v}\nRuntimeError: The MPS backend is supported on MacOS 14.0+.",
+    "Driver Version: {v}  CUDA Version: 12.2\nCUDA error: no kernel image is available for "
+    "execution on the device",
+    "NCCL version {v}+cuda12.2\nncclInternalError: Internal check failed.",
+]))
+def test_a_field_of_absurd_length_never_reaches_a_fix(length: int, template: str,
+                                                      small: Matrix) -> None:
+    """A pasted version of hundreds or thousands of digits is no value to quote back: explain
+    keeps no extracted field over MAX_FIELD characters, and never raises on it."""
+    from envbuild.features.explain import MAX_FIELD
+
+    for m in explain(template.format(v="7" * length + ".1"), small):
+        assert "7" * (MAX_FIELD + 1) not in m.fix
