@@ -78,6 +78,9 @@ class Signature:
     source: tuple[str, ...]
     confidence: float
     unless: tuple[Rx, ...] = ()  # any of these in the text: not this signature
+    # a message that is no error (a warning printed on healthy hosts): named when seen, listed
+    # after every real error, and marked harmless in the output
+    harmless: bool = False
 
     def regexes(self) -> tuple[re.Pattern[str], ...]:
         return tuple(rx.compiled for entry in self.patterns for rx in entry)
@@ -111,10 +114,14 @@ class Match:
     fix: str
     confidence: float
     line: str  # the log line that matched
+    harmless: bool = False  # the signature's: this message is no error
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "title": self.title, "cause": self.cause, "fix": self.fix,
-                "confidence": self.confidence}
+        out = {"id": self.id, "title": self.title, "cause": self.cause, "fix": self.fix,
+               "confidence": self.confidence}
+        if self.harmless:  # only on a harmless message: the other matches keep their shape
+            out["harmless"] = True
+        return out
 
 
 def default_path() -> Path:
@@ -149,6 +156,14 @@ def _entry(pattern: str | list[str], where: str, anchors: Anchors | None) -> tup
     return (_rx(pattern, where, anchors),)
 
 
+def _flag(raw: Mapping[str, Any], key: str, sid: str) -> bool:
+    value = raw.get(key, False)
+    if not isinstance(value, bool):
+        raise MatrixError(f"signatures.toml: signature {sid}: {key} must be true or false, "
+                          f"not {value!r}")
+    return value
+
+
 def parse_catalogue(doc: Mapping[str, Any], anchors: Anchors | None = None) -> Catalogue:
     """The catalogue of a signatures document. Without `anchors` every regex is compiled here
     (a bad one is a MatrixError now); with the anchors a cache kept for this very document,
@@ -166,6 +181,7 @@ def parse_catalogue(doc: Mapping[str, Any], anchors: Anchors | None = None) -> C
                 source=tuple(raw.get("source", ())),
                 confidence=float(raw.get("confidence", 0.9)),
                 unless=tuple(_rx(p, sid, anchors) for p in raw.get("unless", ())),
+                harmless=_flag(raw, "harmless", sid),
             ))
         except KeyError as exc:
             raise MatrixError(f"signatures.toml: signature {sid}: missing key {exc}") from exc
@@ -526,11 +542,12 @@ def _line_of(text: str, start: int) -> str:
 
 
 def explain(text: str, matrix: Matrix, catalogue: Catalogue | None = None) -> list[Match]:
-    """Every signature the text shows, best first, with its fix filled from text and matrix."""
+    """Every signature the text shows, best first, with its fix filled from text and matrix;
+    harmless messages (no error) after every real one, whatever their confidence."""
     cat = catalogue or load_catalogue()
     hay = _haystack(text, cat)
     base = extract(hay, cat)
-    found: list[tuple[float, int, Match]] = []
+    found: list[tuple[bool, float, int, Match]] = []
     for order, sig in enumerate(cat.signatures):
         if any(rx.search(hay) for rx in sig.unless):
             continue
@@ -545,11 +562,11 @@ def explain(text: str, matrix: Matrix, catalogue: Catalogue | None = None) -> li
         fields = derive({**base, **groups}, matrix)
         confidence = round(min(0.99, sig.confidence + 0.02 * (len(hits) - 1)), 2)
         first = min((h[0] for h in hits), key=lambda m: m.start())
-        found.append((confidence, order, Match(sig.id, sig.title, sig.cause,
-                                               escaped(render_fix(sig, fields)), confidence,
-                                               _line_of(text, first.start()))))
-    found.sort(key=lambda t: (-t[0], t[1]))
-    return [m for _, _, m in found]
+        found.append((sig.harmless, confidence, order, Match(
+            sig.id, sig.title, sig.cause, escaped(render_fix(sig, fields)), confidence,
+            _line_of(text, first.start()), sig.harmless)))
+    found.sort(key=lambda t: (t[0], -t[1], t[2]))
+    return [m for _, _, _, m in found]
 
 
 def check_catalogue(cat: Catalogue, known_sources: set[str]) -> list[str]:

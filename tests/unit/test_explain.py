@@ -542,3 +542,158 @@ def test_an_edited_or_damaged_catalogue_cache_is_not_used(
     ex._load.cache_clear()
     assert load_catalogue(source).signatures == ()  # an edited file is another cache key
     ex._load.cache_clear()
+
+
+# ---------------------------------------------------------------- issue 26: WSL2 and Apple MPS
+
+# Every error text of the reference hosts/public-wsl2-macos.md (verbatim; the shared-pool
+# message as its thread, pinokiocomputer/pinokio#941, has it) and the signature it must name.
+REFERENCE_TEXTS = [
+    ("ldconfig: /usr/lib/wsl/lib/libcuda.so.1 is not a symbolic link",
+     "wsl_libcuda_not_symlink"),
+    ("OSError: libcuda.so: cannot open shared object file: No such file or directory",
+     "wsl_libcuda_unversioned"),
+    ("nvidia-smi\n\nFailed to initialize NVML: GPU access blocked by the operating system\n",
+     "wsl_gpu_access_blocked"),
+    ("RuntimeError: MPS backend out of memory (MPS allocated: 7.23 GB, other allocations: 1.54 "
+     "GB, max allowed: 9.07 GB). Tried to allocate 896.00 MB on private pool. Use "
+     "PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper limit for memory allocations (may "
+     "cause system failure).", "mps_out_of_memory"),
+    ("MPS backend out of memory (MPS allocated: 16.00 GB, other allocations: 3.31 GB, max "
+     "allowed: 18.13 GB). Tried to allocate 256 bytes on shared pool. Use "
+     "PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper limit for memory allocations (may "
+     "cause system failure).", "mps_out_of_memory"),
+    ("TypeError: Cannot convert a MPS Tensor to float64 dtype as the MPS framework doesn't "
+     "support float64. Please use float32 instead.", "mps_float64_unsupported"),
+    ("NotImplementedError: The operator 'aten::_index_put_impl_' is not current implemented for "
+     "the MPS device. If you want this op to be added in priority during the prototype phase of "
+     "this feature, please comment on https://github.com/pytorch/pytorch/issues/77764. As a "
+     "temporary fix, you can set the environment variable `PYTORCH_ENABLE_MPS_FALLBACK=1` to use "
+     "the CPU as a fallback for this op. WARNING: this will be slower than running natively on "
+     "MPS.", "mps_op_not_implemented"),
+    ("NotImplementedError: The operator 'aten::upsample_bicubic2d.out' is not currently "
+     "implemented for the MPS device.", "mps_op_not_implemented"),
+    ("NotImplementedError: The operator 'aten::isin.Tensor_Tensor_out' is not currently "
+     "implemented for the MPS device.", "mps_op_not_implemented"),
+    ("NotImplementedError: The operator 'aten::index_copy.out' is not currently implemented "
+     "for the MPS device.", "mps_op_not_implemented"),
+    ("OS: macOS 15.3 (x86_64)\nPython platform: macOS-10.16-x86_64-i386-64bit\n"
+     "TypeError: MPS BFloat16 is only supported on MacOS 14 or newer", "mps_x86_python"),
+]
+
+
+@pytest.mark.parametrize(("text", "sid"), REFERENCE_TEXTS, ids=[s for _, s in REFERENCE_TEXTS])
+def test_reference_wsl_and_mps_texts_name_their_cause(text: str, sid: str,
+                                                      matrix: Matrix) -> None:
+    matches = explain(text, matrix)
+    assert matches and matches[0].id == sid, [m.id for m in matches]
+    assert "{" not in matches[0].fix
+
+
+def test_wsl_gpu_blocked_fix_follows_the_log(matrix: Matrix) -> None:
+    """The GPU row of Windows' nvidia-smi (microsoft/WSL#11865) names TCC; the header's
+    'TCC/WDDM' column title (microsoft/WSL#10289) does not; a Linux driver package does."""
+    blocked = "Failed to initialize NVML: GPU access blocked by the operating system\n"
+    tcc = "|   0  NVIDIA L40S                  TCC   |   00000000:61:00.0 Off |        0 |\n"
+    wddm = ("| GPU  Name                     TCC/WDDM  | Bus-Id        Disp.A | Volatile |\n"
+            "|   0  NVIDIA GeForce GTX 1060 3GB  WDDM  | 00000000:01:00.0  On |      N/A |\n")
+    assert _fix(tcc + blocked, matrix, "wsl_gpu_access_blocked").startswith(
+        "the GPU runs in TCC mode")
+    generic = _fix(wddm + blocked, matrix, "wsl_gpu_access_blocked")
+    assert generic.startswith("use only the Windows driver inside WSL") and "-dm 0" in generic
+    fix = _fix((FIXTURES / "wsl_gpu_access_blocked__2.txt").read_text(), matrix,
+               "wsl_gpu_access_blocked")
+    assert "`sudo apt purge nvidia-utils-510`" in fix
+
+
+_SIZE = st.tuples(st.integers(0, 999), st.integers(0, 99),
+                  st.sampled_from(["KB", "MB", "GB", "KiB", "MiB", "GiB"])).map(
+    lambda t: f"{t[0]}.{t[1]:02d} {t[2]}")
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(allocated=_SIZE, other=_SIZE, cap=_SIZE,
+       want=st.one_of(_SIZE, st.integers(1, 4096).map(lambda n: f"{n} bytes")),
+       pool=st.sampled_from(["private", "shared"]), prefix=st.sampled_from(["RuntimeError: ", ""]))
+def test_mps_oom_any_sizes(allocated: str, other: str, cap: str, want: str, pool: str,
+                           prefix: str, matrix: Matrix) -> None:
+    text = (f"{prefix}MPS backend out of memory (MPS allocated: {allocated}, other allocations: "
+            f"{other}, max allowed: {cap}). Tried to allocate {want} on {pool} pool. Use "
+            "PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper limit for memory allocations "
+            "(may cause system failure).")
+    first = explain(text, matrix)[0]
+    assert first.id == "mps_out_of_memory"
+    assert first.fix.startswith(f"torch asked for {want} more ({pool} pool) with {allocated} "
+                                f"held by MPS and {other} by others, past the {cap} cap")
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(op=st.from_regex(r"(?:aten|torchvision|torchaudio)::_?[a-z][a-z0-9_]{0,24}"
+                        r"(?:\.[A-Za-z_]{1,20})?", fullmatch=True),
+       wording=st.sampled_from(["current", "currently"]),
+       tail=st.sampled_from(["", ".", ". If you want this op to be added in priority during the "
+                             "prototype phase of this feature, please comment on "
+                             "https://github.com/pytorch/pytorch/issues/77764."]))
+def test_mps_any_missing_operator(op: str, wording: str, tail: str, matrix: Matrix) -> None:
+    text = (f"NotImplementedError: The operator '{op}' is not {wording} implemented for the "
+            f"MPS device{tail}")
+    first = explain(text, matrix)[0]
+    assert first.id == "mps_op_not_implemented"
+    assert first.fix.startswith(f"{op} has no MPS kernel in this torch")
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lib=st.from_regex(r"lib(?:cuda|nvidia-ml|nvcuvid|nvoptix|d3d12)\.so(?:\.1){0,2}",
+                         fullmatch=True),
+       tool=st.sampled_from(["ldconfig", "/sbin/ldconfig.real", "/sbin/ldconfig"]))
+def test_wsl_any_copied_driver_library_is_harmless(lib: str, tool: str, matrix: Matrix) -> None:
+    matches = explain(f"{tool}: /usr/lib/wsl/lib/{lib} is not a symbolic link", matrix)
+    assert [m.id for m in matches] == ["wsl_libcuda_not_symlink"]
+    assert matches[0].harmless and matches[0].to_json()["harmless"] is True
+    assert matches[0].fix.startswith(f"nothing to fix: /usr/lib/wsl/lib/{lib} works as it is")
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(dtype=st.sampled_from(["Double", "ComplexDouble"]),
+       tail=st.sampled_from(["there is no mapping for it.",
+                             "it does not have support for that dtype."]))
+def test_mps_float64_older_wordings(dtype: str, tail: str, matrix: Matrix) -> None:
+    text = f"TypeError: Trying to convert {dtype} to the MPS backend but {tail}"
+    assert explain(text, matrix)[0].id == "mps_float64_unsupported"
+
+
+def test_bfloat16_or_float8_is_not_called_float64(matrix: Matrix) -> None:
+    for dtype in ("BFloat16", "Float8_e4m3fn"):
+        text = f"Trying to convert {dtype} to the MPS backend but it does not have support for " \
+            "that dtype."
+        assert "mps_float64_unsupported" not in [m.id for m in explain(text, matrix)]
+
+
+@pytest.mark.parametrize("error", [p for p in LOGS if _sid(p) not in (
+    "no_match", "wsl_libcuda_not_symlink")], ids=lambda p: p.stem)
+def test_the_harmless_ldconfig_line_never_comes_first(error: Path, matrix: Matrix) -> None:
+    """The warning is printed on every package install, so it sits in logs beside real errors:
+    every real error of the corpus still comes first, the warning after them, marked."""
+    ldconfig = (FIXTURES / "wsl_libcuda_not_symlink__2.txt").read_text()
+    for text in (ldconfig + error.read_text(), error.read_text() + ldconfig):
+        matches = explain(text, matrix)
+        assert matches[0].id == _sid(error) and not matches[0].harmless
+        assert matches[-1].id == "wsl_libcuda_not_symlink" and matches[-1].harmless
+        assert "harmless" not in matches[0].to_json()
+
+
+def test_harmless_is_a_flag_sorted_last_even_when_more_confident(small: Matrix) -> None:
+    doc = {"signature": [
+        {"id": "noise", "title": "t", "cause": "c", "fix": "f", "source": ["s"],
+         "confidence": 0.99, "harmless": True, "patterns": ["just a warning"]},
+        {"id": "real", "title": "t", "cause": "c", "fix": "f", "source": ["s"],
+         "confidence": 0.5, "patterns": ["the real error"]}]}
+    got = explain("just a warning\nthe real error\n", small, parse_catalogue(doc))
+    assert [(m.id, m.harmless) for m in got] == [("real", False), ("noise", True)]
+    doc["signature"][0]["harmless"] = "yes"
+    with pytest.raises(MatrixError, match="harmless must be true or false"):
+        parse_catalogue(doc)
