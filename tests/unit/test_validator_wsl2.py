@@ -41,12 +41,10 @@ def test_recorded_healthy_wsl2_passes_with_notes() -> None:
 
 
 def test_recorded_wsl2_with_a_linux_driver_fails() -> None:
-    facts = facts_from_doctor("wsl2-linux-driver")
-    assert "nvidia-driver-535" in facts["driver_packages"]
-    assert "nvidia-container-toolkit" not in facts["driver_packages"]
+    facts = facts_from_doctor("wsl2-linux-driver")  # microsoft/WSL#9166: nvidia-utils-510
+    assert facts["driver_packages"] == ["nvidia-utils-510"]
     out = V.wsl2_verdict(facts)
-    assert out.status == "fail" and "nvidia-driver-535" in out.detail
-    assert "/lib/x86_64-linux-gnu/libcuda.so.1" in out.detail
+    assert out.status == "fail" and "nvidia-utils-510" in out.detail
     assert "apt-get purge" in out.remediation
 
 
