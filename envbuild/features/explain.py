@@ -24,7 +24,7 @@ from envbuild.common.echo import escaped
 from envbuild.common.errors import MatrixError
 from envbuild.common.logscan import MIN_ANCHOR, Haystack, Scanner, anchor
 from envbuild.common.record import record
-from envbuild.common.versions import branch_of, major_of, minor_of
+from envbuild.common.versions import branch_of, major_of, minor_of, version_key
 from envbuild.core import compat, gpus
 from envbuild.core.spec import Spec
 from envbuild.matrix import Matrix
@@ -37,7 +37,8 @@ DERIVED = frozenset({
     "cuda_floor_branch", "require_driver", "require_floor", "fallback_cuda", "fallback_tag",
     "fallback_driver", "fallback_torch", "fallback_how", "cc", "cover_tag", "cover_torch",
     "cover_cuda",
-    "cover_none", "jit_cuda", "newest_torch", "mps_min", "mps_torch", "mps_none", "rocm_cover",
+    "cover_none", "jit_cuda", "newest_torch", "mps_min", "mps_torch", "mps_none", "macos_meets",
+    "rocm_cover",
     "rocm_cover_torch", "gfx_none", "arch_cc", "arch_name", "arch_min_cuda", "arch_removed_after",
     "arch_unknown", "xf_same", "xf_cpu_over", "xf_envbuild_torch"})
 
@@ -407,6 +408,9 @@ def _derive_mac(f: dict[str, str], m: Matrix) -> None:
             f["mps_torch"] = rel.version
         else:
             f["mps_none"] = f["macos"]
+        floors = [version_key(r.mps_min_macos) for r in m.torch if r.mps_min_macos]
+        if floors and version_key(f["macos"]) >= max(floors):
+            f["macos_meets"] = f["macos"]  # no torch release's floor explains "needs macOS"
 
 
 def _fields_of(template: str) -> set[str]:

@@ -579,7 +579,21 @@ REFERENCE_TEXTS = [
      "for the MPS device.", "mps_op_not_implemented"),
     ("OS: macOS 15.3 (x86_64)\nPython platform: macOS-10.16-x86_64-i386-64bit\n"
      "TypeError: MPS BFloat16 is only supported on MacOS 14 or newer", "mps_x86_python"),
+    # pytorch/pytorch#177819: the error verbatim; the OS line in collect_env's form from the
+    # thread's facts (macOS 26.3.1, arm64)
+    ("OS: macOS 26.3.1 (arm64)\nRuntimeError: The MPS backend is supported on macOS 14.0+. "
+     "Current OS version can be queried using `sw_vers`", "mps_unavailable_old_macos"),
 ]
+
+
+def test_a_macos_that_meets_every_floor_is_not_told_to_upgrade(matrix: Matrix) -> None:
+    """pytorch/pytorch#177819: 'supported on macOS 14.0+' on macOS 26.3.1 is no old macOS;
+    pt#139425's 12.7.6 under the same wording is (its torch's floor is higher than it says)."""
+    new = _fix(REFERENCE_TEXTS[-1][0], matrix, "mps_unavailable_old_macos")
+    assert new.startswith("macOS 26.3.1 meets the MPS floor") and "upgrade macOS" not in new
+    old = _fix((FIXTURES / "mps_unavailable_old_macos__1.txt").read_text(), matrix,
+               "mps_unavailable_old_macos")
+    assert "upgrade macOS" in old and "meets the MPS floor" not in old
 
 
 @pytest.mark.parametrize(("text", "sid"), REFERENCE_TEXTS, ids=[s for _, s in REFERENCE_TEXTS])
