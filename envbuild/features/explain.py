@@ -118,11 +118,8 @@ class Match:
     harmless: bool = False  # the signature's: this message is no error
 
     def to_json(self) -> dict[str, Any]:
-        out = {"id": self.id, "title": self.title, "cause": self.cause, "fix": self.fix,
-               "confidence": self.confidence}
-        if self.harmless:  # only on a harmless message: the other matches keep their shape
-            out["harmless"] = True
-        return out
+        return {"id": self.id, "title": self.title, "cause": self.cause, "fix": self.fix,
+                "confidence": self.confidence, "harmless": self.harmless}
 
 
 def default_path() -> Path:

@@ -35,7 +35,7 @@ def test_cli_json_shape() -> None:
     assert doc["input"] == {"bytes": size, "cut": False, "kept_head_bytes": size,
                             "kept_tail_bytes": 0}
     for m in doc["matches"]:
-        assert list(m) == ["id", "title", "cause", "fix", "confidence"]
+        assert list(m) == ["id", "title", "cause", "fix", "confidence", "harmless"]
         assert isinstance(m["confidence"], float) and 0 < m["confidence"] <= 1
     confidences = [m["confidence"] for m in doc["matches"]]
     assert confidences == sorted(confidences, reverse=True)
@@ -165,4 +165,4 @@ def test_cli_says_a_harmless_message_is_harmless() -> None:
     doc = json.loads(run_cli("explain", "--json", input_text=both).stdout)
     assert [m["id"] for m in doc["matches"]] == ["wsl_gpu_access_blocked",
                                                  "wsl_libcuda_not_symlink"]
-    assert "harmless" not in doc["matches"][0] and doc["matches"][1]["harmless"] is True
+    assert doc["matches"][0]["harmless"] is False and doc["matches"][1]["harmless"] is True
