@@ -110,8 +110,9 @@ def checks_page() -> str:
         gpu = ("not run" if c.id in GPU_ONLY_CHECKS
                else "on the CPU" if c.id in CPU_FALLBACK_CHECKS else "")
         out.append(f"| `{c.id}` | {_cell(c.title)} | {where} | {gpu} | {c.timeout_s:g} s |")
-    out += ["", f"{len(CHECKS)} checks. `envbuild validate --only`/`--skip` take these ids or "
-            "a group prefix (`numerics` is every `numerics.*`)."]
+    out += ["", f"{len(CHECKS)} checks. Inside an image, `envbuild-validate --only ID` / "
+            "`--skip ID` (the validator program's options) take these ids or a group prefix "
+            "(`numerics` is every `numerics.*`); `envbuild validate` runs them all."]
     return "\n".join(out)
 
 
