@@ -19,12 +19,19 @@ def parse_version(text: str) -> Version | None:
         return None
 
 
+# A version part longer than this is no real version's: it sorts above every real one (and
+# int() of over 4300 digits would raise instead).
+_PART_DIGITS = 18
+
+
 def version_key(text: str) -> tuple[int, ...]:
-    """Sort key for dotted numeric versions ("12.2.2", "535.104.05", "3.10")."""
+    """Sort key for dotted numeric versions ("12.2.2", "535.104.05", "3.10"); total for any
+    text (a hostile recording's 100,000-digit version included)."""
     parts = []
     for piece in text.split("."):
         m = re.match(r"\d+", piece)
-        parts.append(int(m.group()) if m else 0)
+        digits = m.group() if m else "0"
+        parts.append(int(digits) if len(digits) <= _PART_DIGITS else 10 ** _PART_DIGITS)
     return tuple(parts)
 
 

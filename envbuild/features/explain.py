@@ -31,6 +31,9 @@ from envbuild.matrix import Matrix
 from envbuild.validator import rules
 
 FLAGS = re.IGNORECASE | re.MULTILINE
+# A version, a package or an op name found in the text is at most this long; a longer one is no
+# real value (a hostile paste) and is not put into a fix.
+MAX_FIELD = 80
 # Fields derive() computes from the matrix; fix templates may use these and extractor groups.
 DERIVED = frozenset({
     "index_base", "driver_cuda", "driver_branch", "cuda", "cuda_major", "cuda_floor",
@@ -232,7 +235,7 @@ def extract(text: str | Haystack, catalogue: Catalogue) -> dict[str, str]:
     for rx in catalogue.extractors:
         for m in rx.finditer(hay):
             for k, v in m.groupdict().items():
-                if v and k not in out:
+                if v and k not in out and len(v) <= MAX_FIELD:
                     out[k] = v.strip()
     return out
 
@@ -559,7 +562,8 @@ def explain(text: str, matrix: Matrix, catalogue: Catalogue | None = None) -> li
                 hits.append(found_all)
         if not hits:
             continue
-        groups = {k: v.strip() for h in hits for m in h for k, v in m.groupdict().items() if v}
+        groups = {k: v.strip() for h in hits for m in h for k, v in m.groupdict().items()
+                  if v and len(v) <= MAX_FIELD}
         fields = derive({**base, **groups}, matrix)
         confidence = round(min(0.99, sig.confidence + 0.02 * (len(hits) - 1)), 2)
         first = min((h[0] for h in hits), key=lambda m: m.start())

@@ -555,3 +555,24 @@ def test_host_rules_load_once_as_typed_data() -> None:
     classic, buildx = docker._buildkit_rules()
     assert classic == tuple(int(x) for x in first.buildkit_classic_min.split(".")[:2])
     assert buildx == tuple(int(x) for x in first.buildx_required_from.split(".")[:2])
+
+
+@pytest.mark.parametrize(("case", "file", "pattern"), [
+    ("mac-m2", "sw_vers.txt", r"(ProductVersion:\s*)\S+"),
+    ("h100-healthy", "proc_driver_nvidia_version.txt", r"(Kernel Module\s+)\S+"),
+])
+@pytest.mark.parametrize("digits", [19, 4301, 100_000])
+def test_a_version_of_absurd_length_in_a_recording_is_no_traceback(
+        tmp_path: Path, small: Matrix, case: str, file: str, pattern: str, digits: int) -> None:
+    """A hostile recording's version (int() refuses over 4300 digits) is judged like any other
+    odd value: findings, never an exception."""
+    import re
+    import shutil
+
+    shutil.copytree(FIXTURES / case, tmp_path / case)
+    path = tmp_path / case / file
+    text, n = re.subn(pattern, lambda m: m.group(1) + "7" * digits, path.read_text(), count=1)
+    assert n == 1, f"{file} of {case} has no version to replace"
+    path.write_text(text)
+    findings, _ = evaluate.diagnose(record.load(tmp_path / case), small, Request())
+    assert findings
