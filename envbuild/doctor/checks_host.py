@@ -3,11 +3,10 @@ path, WSL2, ROCm and macOS (pure functions of the View and the Matrix)."""
 
 from __future__ import annotations
 
-import shlex
 from collections import Counter
 
 from envbuild.common.versions import branch_of, major_of, minor_of, version_key
-from envbuild.core import compat
+from envbuild.core import compat, wsl
 from envbuild.core.compat import HostRules
 from envbuild.core.gpu_window import window
 from envbuild.doctor import model, parse
@@ -57,7 +56,6 @@ def check_wsl(v: View, m: Matrix, o: Out) -> None:
     outside = first and not first[0].startswith("/usr/lib/wsl/")
     if installed or outside:
         # the packages found, else the matrix's globs: the command removes what was reported
-        purge = " ".join(shlex.quote(p) for p in (installed or rule["driver_packages"]))
         forbidden = rule["forbidden_packages"]
         never = f" (never {', '.join(forbidden)})" if forbidden else ""
         ev = [f"dpkg: {p} installed" for p in installed[:6]]
@@ -67,7 +65,7 @@ def check_wsl(v: View, m: Matrix, o: Out) -> None:
               "a Linux NVIDIA driver is installed inside WSL: it shadows the Windows driver's "
               f"libraries in {WSL_LIB}"
               + (f" (nvidia-smi: '{blocked.get('nvml_error')}')" if v.gpu_blocked else ""),
-              f"purge it (`sudo apt-get purge {purge}`, then `sudo ldconfig`); in WSL install "
+              f"purge it ({wsl.purge(installed or rule['driver_packages'])}); in WSL install "
               "only the Windows driver, and for a toolkit only cuda-toolkit-X-Y from the "
               "wsl-ubuntu repository" + never + "; then run `envbuild doctor` again: the "
               "Windows driver decides the CUDA version", ev + smi)
@@ -75,20 +73,24 @@ def check_wsl(v: View, m: Matrix, o: Out) -> None:
         o.add("wsl.gpu_blocked_in_container", ERROR,
               f"inside this {f.container} container on WSL2 NVML fails with "
               f"'{blocked.get('nvml_error')}': the container did not get the Windows driver's "
-              f"GPU access ({blocked.get('container', '')})",
+              "GPU access, or WSL 2 itself is blocked (doctor cannot see outside the container)",
               "run `envbuild doctor` in the WSL distribution itself (outside the container): "
-              "if nvidia-smi works there, the container engine's GPU setup is at fault: update "
-              "the NVIDIA Container Toolkit and restart Docker, or use Docker Desktop's WSL 2 "
-              "backend (supported by NVIDIA), and start the container with `--gpus all`",
+              "if nvidia-smi works there, the container engine's GPU setup is at fault "
+              f"(as in {blocked.get('container', 'a container')}): update the NVIDIA Container "
+              "Toolkit and restart Docker, or use Docker Desktop's WSL 2 backend (supported by "
+              "NVIDIA), and start the container with `--gpus all`; if it fails there too, "
+              "follow what doctor says there",
               [*smi, f"container: {f.container}"])
     elif v.gpu_blocked:
+        checklist = wsl.blocked_checklist(m, release)
         o.add("wsl.gpu_blocked", ERROR,
               f"NVML fails with '{blocked.get('nvml_error')}' although no Linux NVIDIA driver is "
-              f"installed here: Windows does not share this GPU with WSL2; the known cause is "
-              f"{blocked.get('tcc', 'a GPU in TCC mode')}",
-              f"{blocked.get('tcc_check', '')}; if it says TCC: {blocked.get('tcc_fix', '')}; "
-              "a GPU that cannot run in WDDM mode cannot be used from WSL2 (use native Linux)",
-              smi)
+              "installed here: Windows does not share this GPU with WSL2, for a reason doctor "
+              "cannot see from inside WSL",
+              "check, in this order: " + (wsl.numbered(checklist) if checklist else
+                                          "the GPU's driver model on Windows (WDDM, not TCC), "
+                                          "the WSL kernel, `wsl.exe --update`"),
+              [*smi, f"/proc/sys/kernel/osrelease: {release or 'not recorded'}"])
     elif first:
         unversioned = first_resolved(f, "libcuda.so")
         if unversioned is None:
@@ -125,16 +127,15 @@ def check_wsl_memory(v: View, m: Matrix, o: Out) -> None:
                   f"the WSL2 VM has {gib:.1f} GiB of RAM (its limit, {where}{default}), less "
                   f"than the GPUs' {gpu_gib:.0f} GiB: loading checkpoints and DataLoader "
                   "workers can be OOM-killed",
-                  f"raise {where} (and `swap=`), then `{cfg.get('apply', 'wsl --shutdown')}` "
+                  f"raise {where} (and `swap=`), then "
+                  f"{cfg.get('apply', '`wsl.exe --shutdown` in PowerShell on Windows')} "
                   "and start the distribution again")
         else:
             o.add("wsl.memory", INFO, f"the WSL2 VM has {gib:.1f} GiB of RAM (its limit, "
                   f"{where}{default})")
-    limits = wsl2_table(m, "doctor_limits")
-    if v.gpus and limits:
-        o.add("wsl.limits", INFO,
-              f"WSL2 limits: {limits.get('pinned_memory', '')}; {limits.get('nccl', '')}",
-              str(limits.get("advice", "")))
+    said, advice = wsl.limits(m)
+    if v.gpus and said:
+        o.add("wsl.limits", INFO, f"WSL2 limits: {said}", advice)
 
 
 def check_nvidia(v: View, m: Matrix, rules: HostRules, o: Out) -> None:

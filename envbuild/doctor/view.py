@@ -8,7 +8,7 @@ from typing import Any
 from envbuild.common.echo import escaped
 from envbuild.common.record import record
 from envbuild.common.versions import minor_of, version_key
-from envbuild.core import compat, gpus
+from envbuild.core import compat, gpus, wsl
 from envbuild.doctor import model, parse
 from envbuild.doctor.model import Finding, HostFacts, Severity
 from envbuild.matrix import Matrix
@@ -154,8 +154,7 @@ def build_view(f: HostFacts, m: Matrix) -> View:
 
 def wsl2_table(m: Matrix, name: str) -> dict[str, Any]:
     """One table of matrix/wsl2.toml ({} when the matrix has none)."""
-    table = (m.extra.get("wsl2") or {}).get(name)
-    return dict(table) if isinstance(table, dict) else {}
+    return wsl.table(m, name)
 
 
 def default_flavor(m: Matrix, torch: str) -> str:

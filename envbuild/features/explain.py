@@ -25,7 +25,7 @@ from envbuild.common.errors import MatrixError
 from envbuild.common.logscan import MIN_ANCHOR, Haystack, Scanner, anchor
 from envbuild.common.record import record
 from envbuild.common.versions import branch_of, major_of, minor_of, version_key
-from envbuild.core import compat, gpus
+from envbuild.core import compat, gpus, wsl
 from envbuild.core.spec import Spec
 from envbuild.matrix import Matrix
 from envbuild.validator import rules
@@ -43,7 +43,8 @@ DERIVED = frozenset({
     "cover_none", "jit_cuda", "newest_torch", "mps_min", "mps_torch", "mps_none", "macos_meets",
     "rocm_cover",
     "rocm_cover_torch", "gfx_none", "arch_cc", "arch_name", "arch_min_cuda", "arch_removed_after",
-    "arch_unknown", "xf_same", "xf_cpu_over", "xf_envbuild_torch"})
+    "arch_unknown", "xf_same", "xf_cpu_over", "xf_envbuild_torch", "wsl_purge",
+    "wsl_driver_families", "wsl_tcc_fix", "wsl_blocked_checklist"})
 
 
 @record
@@ -308,6 +309,7 @@ def derive(f: dict[str, str], m: Matrix) -> dict[str, str]:
         f["jit_cuda"] = f"{f['jit_major']}.{f['jit_minor']}"
     _derive_mac(f, m)
     _derive_xformers(f, m)
+    _derive_wsl(f, m)
     if "gfx" in f:
         spec = _resolved(m, target="rocm", gpus=(f["gfx"].lower(),))
         if spec is None or not spec.rocm or \
@@ -394,6 +396,22 @@ def _derive_xformers(f: dict[str, str], m: Matrix) -> None:
     except EnvbuildError:
         return
     f["xf_envbuild_torch"] = built
+
+
+def _derive_wsl(f: dict[str, str], m: Matrix) -> None:
+    """The WSL 2 advice in doctor's words (envbuild/core/wsl.py, from matrix/wsl2.toml): the
+    purge command for a driver package the log names, the driver families, the TCC switch and
+    the checklist of "GPU access blocked"."""
+    if wsl.driver_globs(m):
+        f["wsl_driver_families"] = wsl.families(m)
+        if "wsl_linux_driver" in f and rules.driver_package(f["wsl_linux_driver"],
+                                                            wsl.driver_globs(m)):
+            f["wsl_purge"] = wsl.purge([f["wsl_linux_driver"]])
+    if wsl.tcc_fix(m):
+        f["wsl_tcc_fix"] = wsl.tcc_fix(m)
+    checklist = wsl.blocked_checklist(m)
+    if checklist:
+        f["wsl_blocked_checklist"] = wsl.numbered(checklist)
 
 
 def _derive_mac(f: dict[str, str], m: Matrix) -> None:

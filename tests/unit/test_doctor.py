@@ -73,13 +73,44 @@ def test_failure_case_gives_one_finding_with_cause_and_fix(case: str, small: Mat
 
 
 def test_wsl_gpu_blocked_causes_are_told_apart(small: Matrix) -> None:
-    """The same NVML text, three causes: a Linux driver (dpkg), a container, else TCC."""
+    """The same NVML text: a Linux driver (dpkg), a container, else a checklist."""
     tcc = next(f for f in _run("wsl2-tcc", small)[0] if f.id == "wsl.gpu_blocked")
-    assert "TCC" in tcc.message and "-dm WDDM" in tcc.remediation
+    assert "TCC" in tcc.remediation and "-dm WDDM" in tcc.remediation
     assert "nvidia-smi: Failed to properly shut down NVML" in tcc.evidence[0]
     box = next(f for f in _run("wsl2-docker-blocked", small)[0]
                if f.id == "wsl.gpu_blocked_in_container")
     assert "outside the container" in box.remediation and "container: docker" in box.evidence
+    # doctor has not run nvidia-smi outside the container: it says "if", never that it works
+    assert "nvidia-smi works in the WSL 2 distribution" not in box.message + box.remediation
+    assert "if nvidia-smi works there" in box.remediation
+
+
+MS_KERNELS = ("5.15.90.1-microsoft-standard-WSL2", "6.6.87.2-microsoft-standard-WSL2",
+              "5.10.16.3-microsoft-standard-WSL2")
+OTHER_KERNELS = ("6.1.38-microsoft-standard", "5.15.153.1", "6.1.21-custom-wsl",
+                 "5.10.102.1", "6.6.87.2-microsoft-standard-WSL2-dirty")
+
+
+@pytest.mark.parametrize("release", MS_KERNELS + OTHER_KERNELS)
+def test_wsl_gpu_blocked_is_an_ordered_checklist(release: str, small: Matrix,
+                                                 matrix: Matrix) -> None:
+    """microsoft/WSL#10289: a GTX 1060 in WDDM mode, blocked on the custom kernel
+    6.1.38-microsoft-standard. No single cause is asserted: TCC, then a custom kernel (the
+    recorded release as evidence when it lacks -WSL2), then an old WSL."""
+    facts = record.load(FIXTURES / "wsl2-tcc")
+    facts = replace(facts, files={**facts.files, model.OSRELEASE: release + "\n"})
+    for m in (small, matrix):
+        f = next(f for f in evaluate.evaluate(facts, m) if f.id == "wsl.gpu_blocked")
+        assert "the known cause is" not in f.message and "TCC" not in f.message
+        fix = f.remediation
+        at = [fix.index(x) for x in ("(1) ", "TCC", "(2) ", "custom WSL kernel", "(3) ",
+                                     "`wsl.exe --update`")]
+        assert at == sorted(at), fix
+        assert f"/proc/sys/kernel/osrelease: {release}" in f.evidence
+        assert (f"this kernel, {release}, has no -WSL2 suffix" in fix) == (
+            release in OTHER_KERNELS), fix
+        assert "`nvidia-smi -i <index> -dm WDDM`" in fix and "administrator PowerShell" in fix
+        assert "first column" in fix  # where <index> comes from
     for case in ("wsl2-linux-driver", "wsl2-tcc", "wsl2-docker-blocked"):
         findings, rec = _run(case, small)
         ids = {f.id for f in findings}

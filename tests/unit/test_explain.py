@@ -3,6 +3,7 @@ text through the matrix into the fix, the catalogue's integrity, and the CLI con
 
 from __future__ import annotations
 
+import fnmatch
 import io
 import json
 import re
@@ -19,6 +20,8 @@ from hypothesis import strategies as st
 from envbuild.common.echo import escaped
 from envbuild.common.errors import MatrixError
 from envbuild.common.logscan import SCAN_FROM, anchor
+from envbuild.core import wsl
+from envbuild.doctor import evaluate, record
 from envbuild.features.explain import (
     DERIVED,
     check_catalogue,
@@ -30,8 +33,10 @@ from envbuild.features.explain import (
     read_log,
 )
 from envbuild.matrix import Matrix, load
+from envbuild.validator import rules
 from tests.support import TESTS
 from tests.support import explain as shared
+from tests.support.doctor import FIXTURES as DOCTOR
 from tests.support.explain import FIXTURES, ISSUE20, LOGS, REQUIRED, _sid, training_log
 
 big_log = shared.big_log  # a fixture, shared with the other kind's test_explain.py
@@ -69,6 +74,20 @@ def test_every_signature_has_two_real_world_variants() -> None:
     assert thin == {}
     assert {i: counts[i] for i in GPU_ERRORS if counts[i] < 3} == {}
     assert {i: counts[i] for i in ISSUE20 if counts[i] < 3} == {}
+
+
+def test_one_source_id_per_url() -> None:
+    """A page is registered once: signatures.toml [source.*] does not repeat a URL of
+    matrix/sources.toml (signatures cite the matrix id, which check_catalogue accepts)."""
+    def url(v: dict[str, Any]) -> str:
+        return str(v.get("url", "")).rstrip("/")
+
+    ours = tomllib.loads((TESTS.parent / "matrix" / "signatures.toml").read_text())["source"]
+    matrix_urls = {url(v): k for k, v in tomllib.loads(
+        (TESTS.parent / "matrix" / "sources.toml").read_text())["source"].items()}
+    twice = {k: matrix_urls[url(v)] for k, v in ours.items() if url(v) in matrix_urls}
+    assert twice == {}
+    assert len({url(v) for v in ours.values()}) == len(ours)
 
 
 def test_catalogue_integrity(matrix: Matrix) -> None:
@@ -614,10 +633,98 @@ def test_wsl_gpu_blocked_fix_follows_the_log(matrix: Matrix) -> None:
     assert _fix(tcc + blocked, matrix, "wsl_gpu_access_blocked").startswith(
         "the GPU runs in TCC mode")
     generic = _fix(wddm + blocked, matrix, "wsl_gpu_access_blocked")
-    assert generic.startswith("use only the Windows driver inside WSL") and "-dm 0" in generic
+    assert generic.startswith("use only the Windows driver inside WSL") and "-dm WDDM" in generic
     fix = _fix((FIXTURES / "wsl_gpu_access_blocked__2.txt").read_text(), matrix,
                "wsl_gpu_access_blocked")
-    assert "`sudo apt purge nvidia-utils-510`" in fix
+    assert "`sudo apt-get purge nvidia-utils-510`, then `sudo ldconfig`" in fix
+
+
+_BLOCKED = "Failed to initialize NVML: GPU access blocked by the operating system\n"
+# the driver families of matrix/wsl2.toml, as Ubuntu names them (NNN, -server, -open), and
+# packages that are no driver (Docker Engine inside WSL 2 needs the container ones)
+_DRIVER_NAMES = st.tuples(
+    st.sampled_from(["nvidia-driver", "nvidia-utils", "nvidia-dkms", "nvidia-kernel-common",
+                     "nvidia-compute-utils", "nvidia-headless", "nvidia-headless-no-dkms",
+                     "libnvidia-compute", "libnvidia-gl", "libnvidia-decode", "libnvidia-encode",
+                     "libnvidia-extra", "libnvidia-fbc1", "libnvidia-cfg1", "libnvidia-common"]),
+    st.integers(390, 580), st.sampled_from(["", "-server", "-open", "-server-open"])).map(
+    lambda t: f"{t[0]}-{t[1]}{t[2]}")
+NOT_DRIVERS = ("libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit",
+               "nvidia-container-toolkit-base", "libnvidia-container-dev")
+
+
+def _purged(fix: str) -> list[str]:
+    """Every package name a fix tells to purge (the words after `apt-get purge` / `apt purge`
+    up to the closing backtick), and every glob it names as a family to purge (the one it names
+    as no driver, 'not libnvidia-container*', aside)."""
+    fix = fix.replace("not libnvidia-container*", "")
+    named = [w for cmd in re.findall(r"apt(?:-get)? purge ([^`]*)`", fix) for w in cmd.split()]
+    return named + re.findall(r"\b(?:lib)?nvidia-[\w-]*\*", fix)
+
+
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=_DRIVER_NAMES, how=st.sampled_from(["apt install {}", "sudo apt-get install -y {}",
+                                                 "ii  {}:amd64  535.183.01  amd64  NVIDIA"]))
+def test_wsl_blocked_purges_the_driver_package_the_log_names(name: str, how: str,
+                                                             matrix: Matrix) -> None:
+    """explain purges what the log names when it is a driver package (matrix/wsl2.toml
+    driver_packages) with doctor's command, `sudo apt-get purge X`, then `sudo ldconfig`."""
+    globs = wsl.driver_globs(matrix)
+    assert rules.driver_package(name, globs)
+    fix = _fix(how.format(name) + "\n" + _BLOCKED, matrix, "wsl_gpu_access_blocked")
+    assert wsl.purge([name]) in fix
+    _no_purge_outside_the_driver_families(fix, globs)
+
+
+@pytest.mark.parametrize("name", NOT_DRIVERS)
+def test_wsl_blocked_never_purges_the_container_packages(name: str, matrix: Matrix) -> None:
+    """libnvidia-container1 and libnvidia-container-tools are no driver (matrix/wsl2.toml), and
+    Docker Engine inside WSL 2 needs them: no advice of explain purges them or a glob that
+    takes them (the old `libnvidia-*`)."""
+    globs = wsl.driver_globs(matrix)
+    assert not rules.driver_package(name, globs)
+    for text in (f"apt install {name}\n" + _BLOCKED, _BLOCKED,
+                 (FIXTURES / "wsl_gpu_access_blocked__2.txt").read_text()):
+        fix = _fix(text, matrix, "wsl_gpu_access_blocked")
+        assert name not in _purged(fix)
+        _no_purge_outside_the_driver_families(fix, globs)
+
+
+def _no_purge_outside_the_driver_families(fix: str, globs: list[str]) -> None:
+    for word in _purged(fix):
+        assert word in globs or rules.driver_package(word, globs), (word, fix)
+        assert not any(fnmatch.fnmatchcase(c, word) for c in NOT_DRIVERS), (word, fix)
+
+
+def test_wsl_blocked_doctor_and_explain_say_the_same(matrix: Matrix, small: Matrix) -> None:
+    """One voice: the purge command, the TCC switch and the checklist of explain are doctor's."""
+    for m in (matrix, small):
+        linux = next(f for f in evaluate.evaluate(record.load(DOCTOR / "wsl2-linux-driver"), m)
+                     if f.id == "wsl.linux_driver_installed")
+        assert wsl.purge(["nvidia-utils-510"]) in linux.remediation
+        assert wsl.purge(["nvidia-utils-510"]) in _fix(
+            (FIXTURES / "wsl_gpu_access_blocked__2.txt").read_text(), m, "wsl_gpu_access_blocked")
+        blocked = next(f for f in evaluate.evaluate(record.load(DOCTOR / "wsl2-tcc"), m)
+                       if f.id == "wsl.gpu_blocked")
+        tcc = "|   0  NVIDIA L40S                  TCC   |   00000000:61:00.0 Off |        0 |\n"
+        assert wsl.tcc_fix(m) and wsl.tcc_fix(m) in blocked.remediation
+        assert wsl.tcc_fix(m) in _fix(tcc + _BLOCKED, m, "wsl_gpu_access_blocked")
+        # the recording's kernel (5.15.153.1, an issue form's field) adds evidence, nothing else
+        plain = wsl.numbered(wsl.blocked_checklist(m))
+        assert plain in _fix(_BLOCKED, m, "wsl_gpu_access_blocked")
+        assert wsl.numbered(wsl.blocked_checklist(m, "5.15.153.1")) in blocked.remediation
+        assert "`wsl.exe --update`" in plain and "wsl --" not in plain
+
+
+def test_wsl_blocked_fallback_template_keeps_the_same_commands(matrix: Matrix) -> None:
+    """The last template (a matrix without wsl2.toml) keeps doctor's commands."""
+    sig = next(s for s in load_catalogue().signatures if s.id == "wsl_gpu_access_blocked")
+    last = sig.fix[-1]
+    for cmd in ("`sudo apt-get purge`", "`sudo ldconfig`", "`nvidia-smi -i <index> -dm WDDM`",
+                "`wsl.exe --update`", "administrator PowerShell"):
+        assert cmd in last
+    assert "libnvidia-*" not in last and "wsl --" not in last
 
 
 _SIZE = st.tuples(st.integers(0, 999), st.integers(0, 99),
