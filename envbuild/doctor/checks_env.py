@@ -11,7 +11,17 @@ from envbuild.core import compat
 from envbuild.core.compat import HostRules
 from envbuild.doctor import model, parse
 from envbuild.doctor.model import HostFacts
-from envbuild.doctor.view import ERROR, INFO, OK, WARN, Out, View, tail, torch_probe
+from envbuild.doctor.view import (
+    ERROR,
+    INFO,
+    OK,
+    WARN,
+    Out,
+    View,
+    tail,
+    torch_probe,
+    torch_probe_malformed,
+)
 from envbuild.matrix import Matrix, Variant
 from envbuild.validator import rules
 
@@ -169,6 +179,13 @@ def check_torch(v: View, m: Matrix, o: Out) -> None:
         detail = probe.get("error") or c.error or (tail(c.text, 1) or ("",))[0]
         o.add("torch.import_failed", ERROR, f"`import torch` fails in {exe}: {detail}",
               "run `envbuild explain` on the full error text", tail(c.text, 3))
+        return
+    if torch_probe_malformed(f):
+        o.add("torch.probe_malformed", WARN,
+              f"torch {torch} is installed in {exe}, but the torch probe's output is not a JSON "
+              "object: its build (CPU, CUDA, ROCm, MPS) is unknown",
+              "run `envbuild doctor` again on the host (or `envbuild doctor --save DIR` to "
+              "record it anew)", tail(c.text, 1) if c is not None else ())
         return
     kind = {"cpu": "CPU-only build", "rocm": "ROCm build", "unknown": "unknown build"}.get(
         v.torch_flavor, f"CUDA {v.torch_cuda} build")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from envbuild.common.versions import branch_of, major_of, minor_of, version_key
+from envbuild.common.versions import branch_of, major_of
 from envbuild.core import compat, wsl
 from envbuild.core.compat import HostRules
 from envbuild.core.gpu_window import window
@@ -387,19 +387,6 @@ def check_rocm(v: View, m: Matrix, o: Out) -> None:
                   "otherwise use --target cpu")
 
 
-def mps_floor(m: Matrix, torch: str) -> str:
-    """The oldest macOS on which this torch's MPS works: matrix/mps.toml [[macos_floor]]
-    ranges (they cover nightlies such as 2.10.0.dev), else torch.toml's mps_min_macos."""
-    minor = minor_of(torch)
-    for row in (m.extra.get("mps") or {}).get("macos_floor") or ():
-        lo, hi = str(row.get("torch_min", "")), str(row.get("torch_max", ""))
-        if lo and version_key(minor) >= version_key(lo) and (
-                not hi or version_key(minor) <= version_key(hi)):
-            return str(row.get("macos", ""))
-    rel = m.torch_release(minor)
-    return rel.mps_min_macos if rel is not None and rel.mps_min_macos else ""
-
-
 def check_macos(v: View, m: Matrix, o: Out) -> None:
     f = v.facts
     if not v.darwin:
@@ -424,40 +411,49 @@ def check_macos(v: View, m: Matrix, o: Out) -> None:
     if not v.apple_silicon:
         return
     newest = compat.newest_torch(m)
+    newest_floor = compat.mps_floor(m, newest.version) if newest is not None else ""
     usable = compat.mps_torch(m, v.macos) if v.macos else None
     torch = f.python.get("torch", "")
     probe = torch_probe(f)
     if v.macos and torch and probe.get("mps_built") and probe.get("mps_available") is False \
             and not translated:
-        floor = mps_floor(m, torch)
+        floor = compat.mps_floor(m, torch)
         if floor and not compat.at_least(v.macos, floor):
             instead = (f"use torch {usable.version} (`envbuild make --target mps --torch "
                        f"{usable.version}`)" if usable is not None else "use --target cpu")
-            upgrade = (f"upgrade macOS to >= {newest.mps_min_macos} for torch "
-                       f"{newest.version}" if newest is not None else "upgrade macOS")
+            upgrade = (f"upgrade macOS to >= {newest_floor} for torch {newest.version}"
+                       if newest is not None and newest_floor else "upgrade macOS")
+            # the floor is the matrix's (matrix/mps.toml, torch.toml); torch's own error text
+            # may name an older one (pytorch/pytorch#164943: a 2.10 nightly said 13.0+)
             o.add("macos.mps_unavailable", ERROR,
                   f"torch {torch} has MPS built but not available: macOS {v.macos} is older "
-                  f"than its MPS floor ({floor}); 'The MPS backend is supported on macOS "
-                  f"{floor}+'", f"{upgrade}, or {instead}",
+                  f"than its MPS floor, macOS {floor} (envbuild's matrix; torch's own error "
+                  "message may name an older floor)", f"{upgrade}, or {instead}",
                   ["torch.backends.mps.is_built(): True, is_available(): False"])
         else:
+            meets = (f"although macOS {v.macos} meets its MPS floor ({floor})" if floor else
+                     f"on macOS {v.macos} (envbuild knows no MPS floor for torch {torch})")
             o.add("macos.mps_unavailable", WARN,
-                  f"torch {torch} has MPS built but not available although macOS {v.macos} "
-                  f"meets its MPS floor ({floor or '?'})",
+                  f"torch {torch} has MPS built but not available {meets}",
                   "run Python natively on the Mac (not in a VM, container or sandbox) and check "
                   "`torch.backends.mps.is_available()` again",
                   ["torch.backends.mps.is_built(): True, is_available(): False"])
         return
     if not v.macos:
         o.add("macos.version_unknown", WARN, "sw_vers gave no macOS version", "")
+    elif translated and usable is not None:
+        # torch under Rosetta sees macOS 10.16 (macos.rosetta): the floor is met only natively
+        o.add("macos.mps", INFO, f"macOS {v.macos} meets torch {usable.version}'s MPS floor "
+              f"(macOS {compat.mps_floor(m, usable.version)}) for an arm64 Python only: this "
+              "x86_64 Python under Rosetta gets no MPS (see macos.rosetta)", "")
     elif newest is not None and usable is not None and usable.version == newest.version:
         o.add("macos.mps", OK, f"macOS {v.macos}: MPS works with torch {newest.version} "
-              f"(needs macOS >= {newest.mps_min_macos})")
+              f"(needs macOS >= {newest_floor})")
     elif usable is not None and newest is not None:
         o.add("macos.mps_too_old", WARN,
               f"macOS {v.macos} is older than torch {newest.version}'s MPS floor "
-              f"({newest.mps_min_macos}): the newest torch with MPS here is {usable.version}",
-              f"upgrade macOS to >= {newest.mps_min_macos}, or use torch {usable.version}")
+              f"({newest_floor}): the newest torch with MPS here is {usable.version}",
+              f"upgrade macOS to >= {newest_floor}, or use torch {usable.version}")
     else:
         o.add("macos.mps_too_old", ERROR,
               f"macOS {v.macos} is older than every torch release's MPS floor",

@@ -137,6 +137,8 @@ def build_view(f: HostFacts, m: Matrix) -> View:
             v.torch_flavor = "rocm"
         elif local == "cpu":
             v.torch_flavor = "cpu"
+        elif torch_probe_malformed(f):
+            v.torch_flavor = "unknown"  # reported as torch.probe_malformed; no build guessed
         elif probe.get("cuda"):
             v.torch_flavor, v.torch_cuda = "cuda", rules.cuda_of_tag(
                 rules.cuda_tag(str(probe["cuda"])))
@@ -171,6 +173,13 @@ def torch_probe(f: HostFacts) -> dict[str, Any]:
         return {}
     obj = parse.json_object(c.stdout)
     return obj or {}
+
+
+def torch_probe_malformed(f: HostFacts) -> bool:
+    """The probe ran but its output is no JSON object (a damaged or hand-edited recording):
+    nothing about this torch's build may be read from it."""
+    c = f.out(model.TORCH_PROBE)
+    return c is not None and c.ok and parse.json_object(c.stdout) is None
 
 
 def tail(text: str, n: int = 2) -> tuple[str, ...]:

@@ -112,7 +112,7 @@ def host_spec_from(installed: dict[str, str | None], torch_requires: list[str],
     without one, from its nvidia-* requirements; the variant is that local tag, or just the
     family ('cuda') when the metadata has none, which any +cuXXX build satisfies. On an arm64
     Mac the target is mps, and min_macos is the installed torch release's MPS floor (`mps_floors`:
-    torch minor -> matrix/torch.toml mps_min_macos), as a rendered spec carries it."""
+    torch minor -> envbuild.core.compat.mps_floor), as a rendered spec carries it."""
     torch = installed.get("torch")
     local = (rules.local_tag(torch) or "") if torch else ""
     deps = " ".join(torch_requires)
@@ -153,10 +153,13 @@ def host_spec() -> dict[str, Any]:
     have = {name: installed(name) for name in ("torch", "torchvision", "torchaudio")}
     deps = (requires("torch") or []) if have["torch"] else []
     floors: dict[str, str] = {}
-    if platform.system() == "Darwin":
+    if platform.system() == "Darwin" and have["torch"]:
+        from envbuild.core.compat import mps_floor
         from envbuild.matrix import load
 
-        floors = {r.version: r.mps_min_macos for r in load().torch if r.mps_min_macos}
+        floor = mps_floor(load(), str(have["torch"]))
+        if floor:
+            floors = {rules.major_minor(str(have["torch"])) or "": floor}
     return host_spec_from(have, list(deps), ".".join(platform.python_version_tuple()[:2]),
                           platform.system(), platform.machine(), floors)
 

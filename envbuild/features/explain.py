@@ -418,15 +418,16 @@ def _derive_mac(f: dict[str, str], m: Matrix) -> None:
     newest = compat.newest_torch(m)
     if newest is not None and ("macos" in f or "macos_need" in f):
         f["newest_torch"] = newest.version
-        if newest.mps_min_macos:
-            f["mps_min"] = newest.mps_min_macos
+        floor = compat.mps_floor(m, newest.version)
+        if floor:
+            f["mps_min"] = floor
     if "macos" in f:
         rel = compat.mps_torch(m, f["macos"])
         if rel is not None:
             f["mps_torch"] = rel.version
         else:
             f["mps_none"] = f["macos"]
-        floors = [version_key(r.mps_min_macos) for r in m.torch if r.mps_min_macos]
+        floors = [version_key(x) for x in (compat.mps_floor(m, r.version) for r in m.torch) if x]
         if floors and version_key(f["macos"]) >= max(floors):
             f["macos_meets"] = f["macos"]  # no torch release's floor explains "needs macOS"
 

@@ -158,7 +158,9 @@ def test_mps_unavailable_names_the_floor_and_the_command(small: Matrix, matrix: 
     for m, torch in ((small, "2.7"), (matrix, "2.8")):
         findings, rec = _run("mac-mps-unavailable", m)
         f = next(f for f in findings if f.id == "macos.mps_unavailable")
-        assert "13.7.4" in f.message and "(14.0)" in f.message
+        assert "13.7.4" in f.message and "MPS floor, macOS 14.0 (envbuild's matrix" in f.message
+        # pytorch/pytorch#164943's torch said "MacOS 13.0+": no quote is put in torch's mouth
+        assert "supported on macOS" not in f.message and "older floor" in f.message
         assert f"`envbuild make --target mps --torch {torch}`" in f.remediation
         assert rec.command == f"envbuild make --target mps --torch {torch}"
         assert not any(x.id.startswith("macos.mps_too_old") for x in findings)
@@ -169,6 +171,73 @@ def test_rosetta_says_what_torch_sees(small: Matrix) -> None:
     f = next(f for f in findings if f.id == "macos.rosetta")
     assert "Apple M2 Pro" in f.message and "10.16" in f.message  # pytorch/pytorch#146236
     assert rec.command == "envbuild make --target mps" and "arm64 Python" in rec.reason
+
+
+@pytest.mark.parametrize("macos", ["12.3", "13.0", "14.0", "15.3", "26.3.1"])
+def test_rosetta_never_says_mps_works(macos: str, small: Matrix, matrix: Matrix) -> None:
+    """Under Rosetta torch sees macOS 10.16 (macos.rosetta): no 'ok macos.mps ... MPS works'
+    beside that error, on any macOS; macos.mps says the floor holds for an arm64 Python only."""
+    facts = record.load(FIXTURES / "mac-rosetta")
+    outputs = dict(facts.outputs)
+    outputs[model.SW_VERS] = replace(outputs[model.SW_VERS], stdout=f"ProductName:\tmacOS\n"
+                                     f"ProductVersion:\t{macos}\n")
+    for m in (small, matrix):
+        found = evaluate.evaluate(replace(facts, outputs=outputs), m)
+        assert not [f for f in found if f.id.startswith("macos.mps") and f.severity is
+                    Severity.OK], found
+        mps = [f for f in found if f.id == "macos.mps"]
+        assert all("arm64 Python only" in f.message and "Rosetta" in f.message for f in mps)
+
+
+def test_the_mps_floor_has_one_owner(matrix: Matrix) -> None:
+    """compat.mps_floor owns the MPS macOS floor: torch.toml's mps_min_macos and mps.toml's
+    [[macos_floor]] ranges agree on every release, and no other module reads mps_min_macos
+    (doctor, explain, the resolver and validate --host ask compat.mps_floor)."""
+    rows = matrix.extra["mps"]["macos_floor"]
+    for rel in matrix.torch:
+        if not rel.mps_min_macos:
+            continue
+        ranged = [r["macos"] for r in rows if compat.at_least(rel.version, r["torch_min"])
+                  and (not r["torch_max"] or compat.at_least(r["torch_max"], rel.version))]
+        assert ranged == [rel.mps_min_macos] == [compat.mps_floor(matrix, rel.version)]
+        for tail in ("", ".0", ".1+cpu", ".0.dev20251008", "a0"):
+            assert compat.mps_floor(matrix, rel.version + tail) == rel.mps_min_macos
+    readers = sorted(str(p.relative_to(shared.TESTS.parent)) for p in
+                     (shared.TESTS.parent / "envbuild").rglob("*.py")
+                     if ".mps_min_macos" in p.read_text())
+    assert readers == ["envbuild/core/compat.py", "envbuild/matrix/views.py"]
+
+
+@pytest.mark.parametrize("case", ["mac-m2", "mac-mps-unavailable", "mac-rosetta",
+                                  "wsl2-healthy", "h100-healthy"])
+@pytest.mark.parametrize("probe", ["", "not json", "{", "[1, 2]", "null", "{\"version\": ",
+                                   "Traceback (most recent call last):\n  ...\n"])
+def test_a_malformed_torch_probe_is_reported_as_such(case: str, probe: str,
+                                                     small: Matrix) -> None:
+    """An invalid torch-probe.json: one finding says so, and nothing claims what the build is
+    (before: 'torch 2.2.2 is a CUDA build' on a Mac)."""
+    facts = record.load(FIXTURES / case)
+    if not facts.python.get("torch"):
+        facts = replace(facts, python={**facts.python, "torch": "2.7.1"})
+    outputs = dict(facts.outputs)
+    outputs[model.TORCH_PROBE] = Cmd(argv=("python",), returncode=0, stdout=probe)
+    found = evaluate.evaluate(replace(facts, outputs=outputs), small)
+    torch = [f for f in found if f.id.startswith("torch.")]
+    assert [f.id for f in torch] == ["torch.probe_malformed"], torch
+    assert "not a JSON object" in torch[0].message
+    assert not any("CUDA build" in f.message or "ROCm build" in f.message for f in found)
+
+
+@pytest.mark.parametrize("torch", ["", "nightly", "2.x", "abc.def", "2", "+cpu"])
+def test_mps_unavailable_with_an_unknown_torch_version_prints_no_placeholder(
+        torch: str, small: Matrix) -> None:
+    """An unparsable torch version has no MPS floor: doctor says so, not 'floor (?)'."""
+    facts = record.load(FIXTURES / "mac-mps-unavailable")
+    facts = replace(facts, python={**facts.python, "torch": torch or "weird"})
+    for f in evaluate.evaluate(facts, small):
+        assert "(?)" not in f.message and "(?)" not in f.remediation, f
+    f = next(f for f in evaluate.evaluate(facts, small) if f.id == "macos.mps_unavailable")
+    assert "knows no MPS floor" in f.message
 
 
 @pytest.mark.parametrize("case", CASES)

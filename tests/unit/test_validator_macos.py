@@ -282,3 +282,13 @@ def test_the_checks_are_in_the_table() -> None:
     for cid in ("macos.native", "macos.version", "mps.backend", "mps.limits", "mps.parity"):
         assert cid in ids
     assert ids.index("mps.backend") < ids.index("numerics.matmul")
+
+
+def test_the_rosetta_macos_is_the_matrix_one() -> None:
+    """The validator runs without the matrix: its COMPAT_MACOS is mps.toml [rosetta]
+    seen_macos (pytorch/pytorch#146236), which doctor reads."""
+    from envbuild.matrix import load
+    from envbuild.validator.judges import macos
+
+    assert load().extra["mps"]["rosetta"]["seen_macos"] == macos.COMPAT_MACOS
+
