@@ -602,14 +602,28 @@ REFERENCE_TEXTS = [
     # thread's facts (macOS 26.3.1, arm64)
     ("OS: macOS 26.3.1 (arm64)\nRuntimeError: The MPS backend is supported on macOS 14.0+. "
      "Current OS version can be queried using `sw_vers`", "mps_unavailable_old_macos"),
+    # pytorch/pytorch#146236's error alone, without collect_env's lines
+    ("MPS BFloat16 is only supported on MacOS 14 or newer", "mps_bfloat16_unsupported"),
+    # pytorch/pytorch#104191 (torch 2.0.1, macOS 14.0 arm64)
+    ("TypeError: Trying to convert BFloat16 to the MPS backend but it does not have support for "
+     "that dtype.", "mps_bfloat16_unsupported"),
+    # sonoisa/arm64-docker-pytorch-tensorflow#3: the session, and the reference's prose form
+    (">>> import platform\n>>> platform.platform()\n'Linux-5.15.49-linuxkit-aarch64-with-glibc2.29'"
+     "\n>>> import torch\n>>> torch.backends.mps.is_available()\nFalse\n", "mps_linux_container"),
+    ("`platform.platform()` is `'Linux-5.15.49-linuxkit-aarch64-with-glibc2.29'`, and "
+     "`torch.backends.mps.is_available()` is `False`.", "mps_linux_container"),
+    # pytorch/pytorch#177819's own wording of the macOS version
+    ("RuntimeError: The MPS backend is supported on macOS 14.0+. Current OS version can be "
+     "queried using `sw_vers`\n`sw_vers` reports `macOS 26.3.1`", "mps_unavailable_old_macos"),
 ]
 
 
 def test_a_macos_that_meets_every_floor_is_not_told_to_upgrade(matrix: Matrix) -> None:
     """pytorch/pytorch#177819: 'supported on macOS 14.0+' on macOS 26.3.1 is no old macOS;
     pt#139425's 12.7.6 under the same wording is (its torch's floor is higher than it says)."""
-    new = _fix(REFERENCE_TEXTS[-1][0], matrix, "mps_unavailable_old_macos")
-    assert new.startswith("macOS 26.3.1 meets the MPS floor") and "upgrade macOS" not in new
+    for text, _ in (REFERENCE_TEXTS[-1], REFERENCE_TEXTS[-6]):
+        new = _fix(text, matrix, "mps_unavailable_old_macos")
+        assert new.startswith("macOS 26.3.1 meets the MPS floor") and "upgrade macOS" not in new
     old = _fix((FIXTURES / "mps_unavailable_old_macos__1.txt").read_text(), matrix,
                "mps_unavailable_old_macos")
     assert "upgrade macOS" in old and "meets the MPS floor" not in old
@@ -725,6 +739,23 @@ def test_wsl_blocked_fallback_template_keeps_the_same_commands(matrix: Matrix) -
                 "`wsl.exe --update`", "administrator PowerShell"):
         assert cmd in last
     assert "libnvidia-*" not in last and "wsl --" not in last
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(major=st.integers(10, 30), minor=st.integers(0, 9), patch=st.sampled_from(["", ".1", ".12"]),
+       verb=st.sampled_from(["reports", "says", "shows", "prints", "gives"]),
+       form=st.sampled_from(["`sw_vers` {v} `macOS {m}`", "sw_vers {v}: macOS {m}",
+                             "`sw_vers` {v} `{m}`", "sw_vers {v} ProductVersion: {m}"]))
+def test_sw_vers_prose_is_read_as_the_macos_version(major: int, minor: int, patch: str, verb: str,
+                                                    form: str, matrix: Matrix) -> None:
+    """pytorch/pytorch#177819 writes "`sw_vers` reports `macOS 26.3.1`": the macOS field is that
+    version exactly, in any of these forms."""
+    version = f"{major}.{minor}{patch}"
+    text = ("RuntimeError: The MPS backend is supported on macOS 14.0+.\n"
+            + form.format(v=verb, m=version))
+    cat = load_catalogue()
+    assert extract(text, cat).get("macos") == version
 
 
 _SIZE = st.tuples(st.integers(0, 999), st.integers(0, 99),
