@@ -40,7 +40,8 @@ def check_wsl(v: View, m: Matrix, o: Out) -> None:
         o.add("wsl.no_gpu_bridge", ERROR,
               f"WSL{'1' if wsl1 else '2'} without /dev/dxg: the Windows GPU is not shared with "
               "this distribution",
-              "run `wsl --set-version <distro> 2` and `wsl --update` in Windows, and install "
+              "in PowerShell on Windows run `wsl.exe --set-version <distro> 2` (`wsl.exe -l -v` "
+              "lists the distribution names) and `wsl.exe --update`, and install "
               "the current Windows NVIDIA driver (nothing NVIDIA inside the distribution)",
               [f"/proc/sys/kernel/osrelease: {release}"])
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -83,6 +84,16 @@ def test_wsl_gpu_blocked_causes_are_told_apart(small: Matrix) -> None:
     # doctor has not run nvidia-smi outside the container: it says "if", never that it works
     assert "nvidia-smi works in the WSL 2 distribution" not in box.message + box.remediation
     assert "if nvidia-smi works there" in box.remediation
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_wsl_commands_are_runnable_as_shown(case: str, small: Matrix) -> None:
+    """`wsl.exe --...` (a Windows program), never a bare `wsl --...`; placeholders explained."""
+    for f in _run(case, small)[0]:
+        text = f"{f.message} {f.remediation}"
+        assert not re.search(r"`wsl --", text), f
+        assert "<index>" not in text or "first column" in text, f
+        assert "<distro>" not in text or "`wsl.exe -l -v`" in text, f
 
 
 MS_KERNELS = ("5.15.90.1-microsoft-standard-WSL2", "6.6.87.2-microsoft-standard-WSL2",

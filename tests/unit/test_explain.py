@@ -731,6 +731,28 @@ def test_wsl_blocked_doctor_and_explain_say_the_same(matrix: Matrix, small: Matr
         assert "`wsl.exe --update`" in plain and "wsl --" not in plain
 
 
+def _runnable_as_shown(text: str) -> None:
+    """WSL's commands are Windows programs: `wsl.exe ...` (which also runs from inside the
+    distribution), never a bare `wsl --...`; a placeholder comes with where its value is."""
+    assert not re.search(r"`wsl --", text), text
+    if "<index>" in text:
+        assert "first column" in text, text
+    if "<distro>" in text:
+        assert "`wsl.exe -l -v`" in text, text
+
+
+@pytest.mark.parametrize("log", LOGS, ids=[p.name for p in LOGS])
+def test_every_fix_is_runnable_as_shown(log: Path, matrix: Matrix) -> None:
+    for m in explain(log.read_text(), matrix):
+        _runnable_as_shown(m.fix)
+
+
+def test_every_wsl_template_is_runnable_as_shown() -> None:
+    for sig in load_catalogue().signatures:
+        for template in sig.fix:
+            _runnable_as_shown(template)
+
+
 def test_wsl_blocked_fallback_template_keeps_the_same_commands(matrix: Matrix) -> None:
     """The last template (a matrix without wsl2.toml) keeps doctor's commands."""
     sig = next(s for s in load_catalogue().signatures if s.id == "wsl_gpu_access_blocked")
