@@ -123,11 +123,13 @@ def signatures_page() -> str:
            f"Generated from `matrix/signatures.toml` when the docs are built: the {len(sigs)} "
            "error signatures `envbuild explain` knows, with the cause it names. The fixes are "
            "templates filled from the matrix with the versions found in the text; the "
-           "file's header comment documents every key. How explain reads a log: "
+           "file's header comment documents every key. A harmless message (a warning that is no "
+           "error) is named, marked and listed after every real error. How explain reads a log: "
            "[Explain](../guides/explain.md).", "",
            "| id | title | confidence | cause |", "|---|---|---|---|"]
     for s in sigs:
-        out.append(f"| `{s['id']}` | {_cell(s['title'])} | {s['confidence']:g} | "
+        mark = " *(harmless: no error)*" if s.get("harmless") else ""
+        out.append(f"| `{s['id']}` | {_cell(s['title'])}{mark} | {s['confidence']:g} | "
                    f"{_cell(s.get('cause', ''))} |")
     return "\n".join(out)
 

@@ -91,12 +91,16 @@ def explain(
         emit_json({"matches": [m.to_json() for m in matches], "input": log.to_json()})
     elif matches:
         for i, m in enumerate(matches, 1):
-            say(f"{i}. {m.id}: {m.title} (confidence {m.confidence:.2f})")
+            harmless = "harmless, " if m.harmless else ""
+            say(f"{i}. {m.id}: {m.title} ({harmless}confidence {m.confidence:.2f})")
             say(f"   matched: {m.line}")
             say(f"   cause:   {m.cause}")
             say(f"   fix:     {m.fix}")
             if i < len(matches):
                 say()
+        if all(m.harmless for m in matches):
+            warn("note: only harmless messages matched (no error); if something failed, its "
+                 "error is elsewhere: include the first error line and the lines around it")
     else:
         warn("no known failure signature matched; run `envbuild doctor` to check this host, "
              "or include the first error line and the lines around it")

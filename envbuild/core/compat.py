@@ -173,10 +173,31 @@ def choose_rocm(m: Matrix, gfx: Iterable[str]) -> RocmChoice | None:
     return None
 
 
+def mps_floor(m: Matrix, torch: str) -> str:
+    """The oldest macOS on which torch `torch`'s MPS works ('' when unknown or unparsable): the
+    release's matrix/torch.toml mps_min_macos, else the matrix/mps.toml [[macos_floor]] range
+    that holds its minor (nightlies such as 2.10.0.dev, releases torch.toml does not list).
+    The one owner of the MPS floor: doctor, explain, the resolver and validate --host ask it."""
+    found = re.match(r"(\d{1,9})\.(\d{1,9})(?!\d)", torch.strip())
+    if found is None:
+        return ""
+    minor = f"{int(found[1])}.{int(found[2])}"
+    rel = m.torch_release(minor)
+    if rel is not None and rel.mps_min_macos:
+        return rel.mps_min_macos
+    for row in (m.extra.get("mps") or {}).get("macos_floor") or ():
+        lo, hi = str(row.get("torch_min", "")), str(row.get("torch_max", ""))
+        if lo and version_key(minor) >= version_key(lo) and (
+                not hi or version_key(minor) <= version_key(hi)):
+            return str(row.get("macos", ""))
+    return ""
+
+
 def mps_torch(m: Matrix, macos: str) -> TorchRelease | None:
     """The newest torch release whose MPS backend works on this macOS version."""
     for rel in reversed(m.torch):
-        if rel.macos_arm64 and rel.mps_min_macos and at_least(macos, rel.mps_min_macos):
+        floor = mps_floor(m, rel.version)
+        if rel.macos_arm64 and floor and at_least(macos, floor):
             return rel
     return None
 

@@ -50,10 +50,11 @@ def _resolve_mps(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: 
     if not rel.macos_arm64:
         raise Reject(f"torch {rel.version} has no macOS arm64 wheels")
     python, _ = pick_python(m, rel, None, p, t)
+    floor = compat.mps_floor(m, rel.version)
     t.add(f"native macOS arm64 environment (no container: macOS GPUs cannot be reached from "
-          f"Docker); MPS needs macOS >= {rel.mps_min_macos} with torch {rel.version}")
+          f"Docker); MPS needs macOS >= {floor} with torch {rel.version}")
     return make_spec(m, p, rel, patch, v, t, python=python, python_source="native", os_id="macos",
-                     base_image=None, min_macos=rel.mps_min_macos, variant_tag="mps",
+                     base_image=None, min_macos=floor, variant_tag="mps",
                      index_url=str(m.meta["torch"].get("pypi_index", "")))
 
 

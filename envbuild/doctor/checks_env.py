@@ -11,7 +11,17 @@ from envbuild.core import compat
 from envbuild.core.compat import HostRules
 from envbuild.doctor import model, parse
 from envbuild.doctor.model import HostFacts
-from envbuild.doctor.view import ERROR, INFO, OK, WARN, Out, View, tail, torch_probe
+from envbuild.doctor.view import (
+    ERROR,
+    INFO,
+    OK,
+    WARN,
+    Out,
+    View,
+    tail,
+    torch_probe,
+    torch_probe_malformed,
+)
 from envbuild.matrix import Matrix, Variant
 from envbuild.validator import rules
 
@@ -77,19 +87,28 @@ def check_docker_gpu(v: View, o: Out) -> None:
     runtimes = d.get("Runtimes") or {}
     cdi = cdi_specs(f)
     desktop = "docker desktop" in str(d.get("OperatingSystem", "")).lower()
+    # on WSL2: Docker Desktop (its own VM, GPU through the WSL 2 backend) or Docker Engine
+    # inside the distribution (needs the nvidia runtime or CDI, like native Linux)
+    engine = (" (Docker Engine inside this WSL2 distribution)" if v.wsl and not desktop
+              else " (Docker Desktop, WSL 2 backend)" if v.wsl else "")
     if "nvidia" in runtimes:
         o.add("docker.gpu_runtime", OK, "the nvidia container runtime is registered with Docker"
-              + (f" (default: {d.get('DefaultRuntime')})" if d.get("DefaultRuntime") else ""))
+              + (f" (default: {d.get('DefaultRuntime')})" if d.get("DefaultRuntime") else "")
+              + engine)
     elif cdi and d.get("CDISpecDirs"):
-        o.add("docker.gpu_runtime", OK, f"Docker can inject GPUs through CDI ({cdi[0]})")
+        o.add("docker.gpu_runtime", OK, f"Docker can inject GPUs through CDI ({cdi[0]})"
+              + engine)
     elif desktop and v.wsl:
-        o.add("docker.gpu_runtime", OK, "Docker Desktop passes the GPU to containers on WSL2")
+        o.add("docker.gpu_runtime", OK, "Docker Desktop passes the GPU to containers on WSL2 "
+              "(its WSL 2 backend; no NVIDIA runtime needed in the distribution)")
     else:
         o.add("docker.no_gpu_runtime", ERROR,
               "Docker has no NVIDIA runtime and no CDI spec: `docker run --gpus all` fails with "
               "'could not select device driver \"\" with capabilities: [[gpu]]'",
               "install nvidia-container-toolkit, then `sudo nvidia-ctk runtime configure "
-              "--runtime=docker && sudo systemctl restart docker`",
+              "--runtime=docker && sudo systemctl restart docker`"
+              + (" (or use Docker Desktop's WSL 2 backend, which passes the GPU itself)"
+                 if v.wsl else ""),
               [f"Runtimes: {', '.join(sorted(runtimes)) or 'none'}"])
         return
     if d.get("CgroupDriver") == "systemd" and "/dev/char" in f.dirs and not f.dirs["/dev/char"] \
@@ -160,6 +179,13 @@ def check_torch(v: View, m: Matrix, o: Out) -> None:
         detail = probe.get("error") or c.error or (tail(c.text, 1) or ("",))[0]
         o.add("torch.import_failed", ERROR, f"`import torch` fails in {exe}: {detail}",
               "run `envbuild explain` on the full error text", tail(c.text, 3))
+        return
+    if torch_probe_malformed(f):
+        o.add("torch.probe_malformed", WARN,
+              f"torch {torch} is installed in {exe}, but the torch probe's output is not a JSON "
+              "object: its build (CPU, CUDA, ROCm, MPS) is unknown",
+              "run `envbuild doctor` again on the host (or `envbuild doctor --save DIR` to "
+              "record it anew)", tail(c.text, 1) if c is not None else ())
         return
     kind = {"cpu": "CPU-only build", "rocm": "ROCm build", "unknown": "unknown build"}.get(
         v.torch_flavor, f"CUDA {v.torch_cuda} build")

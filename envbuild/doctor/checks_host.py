@@ -3,11 +3,10 @@ path, WSL2, ROCm and macOS (pure functions of the View and the Matrix)."""
 
 from __future__ import annotations
 
-import shlex
 from collections import Counter
 
 from envbuild.common.versions import branch_of, major_of
-from envbuild.core import compat
+from envbuild.core import compat, wsl
 from envbuild.core.compat import HostRules
 from envbuild.core.gpu_window import window
 from envbuild.doctor import model, parse
@@ -23,6 +22,8 @@ from envbuild.doctor.view import (
     first_resolved,
     stdout_of,
     tail,
+    torch_probe,
+    wsl2_table,
 )
 from envbuild.matrix import Matrix
 from envbuild.validator import rules
@@ -39,19 +40,23 @@ def check_wsl(v: View, m: Matrix, o: Out) -> None:
         o.add("wsl.no_gpu_bridge", ERROR,
               f"WSL{'1' if wsl1 else '2'} without /dev/dxg: the Windows GPU is not shared with "
               "this distribution",
-              "run `wsl --set-version <distro> 2` and `wsl --update` in Windows, and install "
+              "in PowerShell on Windows run `wsl.exe --set-version <distro> 2` (`wsl.exe -l -v` "
+              "lists the distribution names) and `wsl.exe --update`, and install "
               "the current Windows NVIDIA driver (nothing NVIDIA inside the distribution)",
               [f"/proc/sys/kernel/osrelease: {release}"])
     else:
-        o.add("wsl.detected", INFO, f"WSL2 ({release}) with GPU paravirtualization (/dev/dxg)")
+        where = f" inside a {f.container} container" if f.container else ""
+        o.add("wsl.detected", INFO, f"WSL2 ({release or 'kernel release not recorded'}) with GPU "
+              f"paravirtualization (/dev/dxg){where}")
     rule = rules.linux_driver_rule(m.extra.get("wsl2"))
+    blocked = wsl2_table(m, "gpu_access_blocked")
+    smi = [f"nvidia-smi: {line}" for line in tail(v.smi_text, 1)] if v.gpu_blocked else []
     installed = [p for p in parse.dpkg_installed(stdout_of(f, model.DPKG))
                  if rules.driver_package(p, rule["driver_packages"])]
     first = first_resolved(f, "libcuda.so.1")
     outside = first and not first[0].startswith("/usr/lib/wsl/")
     if installed or outside:
         # the packages found, else the matrix's globs: the command removes what was reported
-        purge = " ".join(shlex.quote(p) for p in (installed or rule["driver_packages"]))
         forbidden = rule["forbidden_packages"]
         never = f" (never {', '.join(forbidden)})" if forbidden else ""
         ev = [f"dpkg: {p} installed" for p in installed[:6]]
@@ -59,30 +64,79 @@ def check_wsl(v: View, m: Matrix, o: Out) -> None:
             ev.append(f"libcuda.so.1 -> {first[1]}")
         o.add("wsl.linux_driver_installed", ERROR,
               "a Linux NVIDIA driver is installed inside WSL: it shadows the Windows driver's "
-              f"libcuda in {WSL_LIB}",
-              f"purge it (`sudo apt-get purge {purge}`, then `sudo ldconfig`); in WSL install "
+              f"libraries in {WSL_LIB}"
+              + (f" (nvidia-smi: '{blocked.get('nvml_error')}')" if v.gpu_blocked else ""),
+              f"purge it ({wsl.purge(installed or rule['driver_packages'])}); in WSL install "
               "only the Windows driver, and for a toolkit only cuda-toolkit-X-Y from the "
-              "wsl-ubuntu repository" + never, ev)
+              "wsl-ubuntu repository" + never + "; then run `envbuild doctor` again: the "
+              "Windows driver decides the CUDA version", ev + smi)
+    elif v.gpu_blocked and f.container:
+        o.add("wsl.gpu_blocked_in_container", ERROR,
+              f"inside this {f.container} container on WSL2 NVML fails with "
+              f"'{blocked.get('nvml_error')}': the container did not get the Windows driver's "
+              "GPU access, or WSL 2 itself is blocked (doctor cannot see outside the container)",
+              "run `envbuild doctor` in the WSL distribution itself (outside the container): "
+              "if nvidia-smi works there, the container engine's GPU setup is at fault "
+              f"(as in {blocked.get('container', 'a container')}): update the NVIDIA Container "
+              "Toolkit and restart Docker, or use Docker Desktop's WSL 2 backend (supported by "
+              "NVIDIA), and start the container with `--gpus all`; if it fails there too, "
+              "follow what doctor says there",
+              [*smi, f"container: {f.container}"])
+    elif v.gpu_blocked:
+        checklist = wsl.blocked_checklist(m, release)
+        o.add("wsl.gpu_blocked", ERROR,
+              f"NVML fails with '{blocked.get('nvml_error')}' although no Linux NVIDIA driver is "
+              "installed here: Windows does not share this GPU with WSL2, for a reason doctor "
+              "cannot see from inside WSL",
+              "check, in this order: " + (wsl.numbered(checklist) if checklist else
+                                          "the GPU's driver model on Windows (WDDM, not TCC), "
+                                          "the WSL kernel, `wsl.exe --update`"),
+              [*smi, f"/proc/sys/kernel/osrelease: {release or 'not recorded'}"])
     elif first:
-        o.add("wsl.libcuda", OK, f"libcuda.so.1 comes from the Windows driver ({first[0]})")
+        unversioned = first_resolved(f, "libcuda.so")
+        if unversioned is None:
+            gotcha = wsl2_table(m, "libcuda_unversioned")
+            o.add("wsl.libcuda_unversioned", WARN,
+                  f"libcuda.so.1 comes from the Windows driver ({first[0]}), but the loader "
+                  f"cache has no unversioned libcuda.so, though {WSL_LIB} holds it: code that "
+                  "loads 'libcuda.so' (cuDNN, Triton, ctypes) fails with "
+                  f"'{gotcha.get('error', 'libcuda.so: cannot open shared object file')}'",
+                  f"`{gotcha.get('fix', '')}` (in ~/.bashrc, or the environment's activate "
+                  "script)", [f"ldconfig -p: libcuda.so.1 => {first[0]}, no libcuda.so"])
+        else:
+            o.add("wsl.libcuda", OK, f"libcuda.so.1 comes from the Windows driver ({first[0]})")
     if len(v.gpus) > 1:
         o.add("wsl.nccl_multi_gpu", WARN,
               f"{len(v.gpus)} GPUs under WSL2: NCCL cannot read WSL's virtual PCI topology, "
               "so multi-GPU NCCL jobs fail or hang",
               "train on one GPU under WSL, or use native Linux for multi-GPU jobs")
-    mem = parse.meminfo_kib(f.file(model.MEMINFO))
+    check_wsl_memory(v, m, o)
+
+
+def check_wsl_memory(v: View, m: Matrix, o: Out) -> None:
+    """The VM's RAM (the .wslconfig limit, as /proc/meminfo shows it inside WSL2) against the
+    GPUs' memory, and the pinned-memory / NCCL limits of WSL2 (matrix/wsl2.toml)."""
+    cfg = wsl2_table(m, "wslconfig")
+    where = f"`{cfg.get('memory_key', 'memory=')}` in {cfg.get('file', '.wslconfig')}"
+    default = f"; WSL's default is {cfg['memory_default']}" if cfg.get("memory_default") else ""
+    mem = parse.meminfo_kib(v.facts.file(model.MEMINFO))
     if mem:
         gib = mem / 1024 / 1024
         gpu_gib = sum(g.memory_mib for g in v.gpus) / 1024
         if gpu_gib and gib < gpu_gib:
             o.add("wsl.memory", WARN,
-                  f"the WSL2 VM has {gib:.1f} GiB of RAM, less than the GPUs' {gpu_gib:.0f} GiB: "
-                  "loading checkpoints and DataLoader workers can be OOM-killed",
-                  "raise `memory=` (and `swap=`) in %UserProfile%\\.wslconfig, then "
-                  "`wsl --shutdown`")
+                  f"the WSL2 VM has {gib:.1f} GiB of RAM (its limit, {where}{default}), less "
+                  f"than the GPUs' {gpu_gib:.0f} GiB: loading checkpoints and DataLoader "
+                  "workers can be OOM-killed",
+                  f"raise {where} (and `swap=`), then "
+                  f"{cfg.get('apply', '`wsl.exe --shutdown` in PowerShell on Windows')} "
+                  "and start the distribution again")
         else:
-            o.add("wsl.memory", INFO, f"the WSL2 VM has {gib:.1f} GiB of RAM "
-                  "(set by `memory=` in %UserProfile%\\.wslconfig)")
+            o.add("wsl.memory", INFO, f"the WSL2 VM has {gib:.1f} GiB of RAM (its limit, "
+                  f"{where}{default})")
+    said, advice = wsl.limits(m)
+    if v.gpus and said:
+        o.add("wsl.limits", INFO, f"WSL2 limits: {said}", advice)
 
 
 def check_nvidia(v: View, m: Matrix, rules: HostRules, o: Out) -> None:
@@ -114,7 +168,7 @@ def check_nvidia(v: View, m: Matrix, rules: HostRules, o: Out) -> None:
             o.add("nvidia.smi_missing", WARN,
                   "nvidia-smi is not installed: GPU models and compute capabilities are unknown",
                   "install the driver's utilities package (e.g. nvidia-utils-<branch>)")
-    elif not xml.ok and not v.mismatch:
+    elif not xml.ok and not v.mismatch and not v.gpu_blocked:
         o.add("nvidia.smi_failed", ERROR, "nvidia-smi cannot talk to the NVIDIA driver",
               "check `dmesg | grep -i nvrm` for the driver's own error; reinstall the driver "
               "matching the running kernel and reboot", tail(xml.text) or (xml.error,))
@@ -341,9 +395,12 @@ def check_macos(v: View, m: Matrix, o: Out) -> None:
     cpu = stdout_of(f, model.SYSCTL_CPU).strip()
     translated = stdout_of(f, model.SYSCTL_TRANSLATED).strip() == "1"
     if translated:
+        seen = (m.extra.get("mps") or {}).get("rosetta", {}).get("seen_macos", "")
+        sees = (f" (torch sees macOS as {seen}, so MPS features gated on a newer macOS fail)"
+                if seen else "")
         o.add("macos.rosetta", ERROR,
-              "this Python is an x86_64 build running under Rosetta 2 on Apple silicon: torch "
-              "gets no MPS and only old x86_64 macOS wheels",
+              f"this Python is an x86_64 build running under Rosetta 2 on {cpu or 'Apple silicon'}"
+              f"{sees}: pip has only old x86_64 macOS torch wheels for it",
               "install an arm64 (or universal2) Python, e.g. python.org's installer or Homebrew "
               "in /opt/homebrew, and recreate the environment with it",
               [f"sysctl.proc_translated: 1; platform.machine: {f.machine}"])
@@ -355,17 +412,49 @@ def check_macos(v: View, m: Matrix, o: Out) -> None:
     if not v.apple_silicon:
         return
     newest = compat.newest_torch(m)
+    newest_floor = compat.mps_floor(m, newest.version) if newest is not None else ""
     usable = compat.mps_torch(m, v.macos) if v.macos else None
+    torch = f.python.get("torch", "")
+    probe = torch_probe(f)
+    if v.macos and torch and probe.get("mps_built") and probe.get("mps_available") is False \
+            and not translated:
+        floor = compat.mps_floor(m, torch)
+        if floor and not compat.at_least(v.macos, floor):
+            instead = (f"use torch {usable.version} (`envbuild make --target mps --torch "
+                       f"{usable.version}`)" if usable is not None else "use --target cpu")
+            upgrade = (f"upgrade macOS to >= {newest_floor} for torch {newest.version}"
+                       if newest is not None and newest_floor else "upgrade macOS")
+            # the floor is the matrix's (matrix/mps.toml, torch.toml); torch's own error text
+            # may name an older one (pytorch/pytorch#164943: a 2.10 nightly said 13.0+)
+            o.add("macos.mps_unavailable", ERROR,
+                  f"torch {torch} has MPS built but not available: macOS {v.macos} is older "
+                  f"than its MPS floor, macOS {floor} (envbuild's matrix; torch's own error "
+                  "message may name an older floor)", f"{upgrade}, or {instead}",
+                  ["torch.backends.mps.is_built(): True, is_available(): False"])
+        else:
+            meets = (f"although macOS {v.macos} meets its MPS floor ({floor})" if floor else
+                     f"on macOS {v.macos} (envbuild knows no MPS floor for torch {torch})")
+            o.add("macos.mps_unavailable", WARN,
+                  f"torch {torch} has MPS built but not available {meets}",
+                  "run Python natively on the Mac (not in a VM, container or sandbox) and check "
+                  "`torch.backends.mps.is_available()` again",
+                  ["torch.backends.mps.is_built(): True, is_available(): False"])
+        return
     if not v.macos:
         o.add("macos.version_unknown", WARN, "sw_vers gave no macOS version", "")
+    elif translated and usable is not None:
+        # torch under Rosetta sees macOS 10.16 (macos.rosetta): the floor is met only natively
+        o.add("macos.mps", INFO, f"macOS {v.macos} meets torch {usable.version}'s MPS floor "
+              f"(macOS {compat.mps_floor(m, usable.version)}) for an arm64 Python only: this "
+              "x86_64 Python under Rosetta gets no MPS (see macos.rosetta)", "")
     elif newest is not None and usable is not None and usable.version == newest.version:
         o.add("macos.mps", OK, f"macOS {v.macos}: MPS works with torch {newest.version} "
-              f"(needs macOS >= {newest.mps_min_macos})")
+              f"(needs macOS >= {newest_floor})")
     elif usable is not None and newest is not None:
         o.add("macos.mps_too_old", WARN,
               f"macOS {v.macos} is older than torch {newest.version}'s MPS floor "
-              f"({newest.mps_min_macos}): the newest torch with MPS here is {usable.version}",
-              f"upgrade macOS to >= {newest.mps_min_macos}, or use torch {usable.version}")
+              f"({newest_floor}): the newest torch with MPS here is {usable.version}",
+              f"upgrade macOS to >= {newest_floor}, or use torch {usable.version}")
     else:
         o.add("macos.mps_too_old", ERROR,
               f"macOS {v.macos} is older than every torch release's MPS floor",

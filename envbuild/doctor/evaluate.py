@@ -36,7 +36,7 @@ def diagnose(facts: HostFacts, matrix: Matrix, request: Request | None = None,
     checks_host.check_request(v, matrix, req, o)
     checks_host.check_libs(v, matrix, o)
     checks_host.check_rocm(v, matrix, o)
-    if not (v.nvidia or v.amd or v.apple_silicon or (v.wsl and v.gpus)):
+    if not (v.nvidia or v.amd or v.apple_silicon or (v.wsl and v.gpus) or v.gpu_blocked):
         o.add("gpu.none", INFO, "no NVIDIA, AMD or Apple GPU found: PyTorch here runs on the CPU",
               "")
     checks_env.check_docker(v, matrix, rules, o)

@@ -34,6 +34,10 @@ def recommend(v: View, m: Matrix, req: Request) -> Recommendation:
                 v.facts, model.SYSCTL_TRANSLATED).strip() == "1":
             why += ", with an arm64 Python (not under Rosetta)"
         return Recommendation("mps", torch=pin(rel.version), reason=why)
+    if v.gpu_blocked:
+        return Recommendation("cpu", reason="WSL2 blocks this GPU (see the finding above): the "
+                              "CPU until that is fixed, then run `envbuild doctor` again, as the "
+                              "Windows driver decides the CUDA version")
     if v.nvidia or (v.wsl and v.gpus):
         return checked(recommend_cuda(v, m, req, pin), m)
     if v.amd:

@@ -8,7 +8,7 @@ from typing import Any
 from envbuild.common.echo import escaped
 from envbuild.common.record import record
 from envbuild.common.versions import minor_of, version_key
-from envbuild.core import compat, gpus
+from envbuild.core import compat, gpus, wsl
 from envbuild.doctor import model, parse
 from envbuild.doctor.model import Finding, HostFacts, Severity
 from envbuild.matrix import Matrix
@@ -49,6 +49,7 @@ class View:
     docker_info: dict[str, Any] = field(default_factory=dict)
     torch_flavor: str = ""  # cpu | cuda | rocm | unknown | "" (not installed)
     torch_cuda: str = ""
+    gpu_blocked: bool = False  # WSL 2: NVML says "GPU access blocked by the operating system"
 
     @property
     def driver(self) -> str:
@@ -75,7 +76,11 @@ def gfx_name(target_version: int) -> str:
 def build_view(f: HostFacts, m: Matrix) -> View:
     v = View(facts=f)
     osrelease = (f.file(model.OSRELEASE) or "").lower()
-    v.wsl = "microsoft" in osrelease or "wsl" in osrelease
+    # matrix/wsl2.toml [detection]: issue forms show kernels without the -WSL2 suffix, so the
+    # distribution's name, /dev/dxg and the Windows driver's library mount count as well
+    v.wsl = f.system == "Linux" and ("microsoft" in osrelease or "wsl" in osrelease
+                                     or "WSL_DISTRO_NAME" in f.env or "/dev/dxg" in f.devices
+                                     or WSL_LIB in f.dirs)
     v.darwin = f.system == "Darwin"
     if v.darwin:
         translated = f.out(model.SYSCTL_TRANSLATED)
@@ -91,6 +96,8 @@ def build_view(f: HostFacts, m: Matrix) -> View:
         v.smi_text = xml.text
         v.smi = parse.nvsmi_xml(xml.stdout) if xml.ok else None
     v.mismatch = "driver/library version mismatch" in v.smi_text.lower()
+    blocked = str(wsl2_table(m, "gpu_access_blocked").get("nvml_error", ""))
+    v.gpu_blocked = v.wsl and bool(blocked) and blocked.lower() in v.smi_text.lower()
     lib_versions = [parse.lib_version_from_path(r) for p, r in f.resolved.items()
                     if "libnvidia-ml.so" in p and "/stubs/" not in r]
     if v.smi is not None and v.smi.driver:
@@ -130,6 +137,8 @@ def build_view(f: HostFacts, m: Matrix) -> View:
             v.torch_flavor = "rocm"
         elif local == "cpu":
             v.torch_flavor = "cpu"
+        elif torch_probe_malformed(f):
+            v.torch_flavor = "unknown"  # reported as torch.probe_malformed; no build guessed
         elif probe.get("cuda"):
             v.torch_flavor, v.torch_cuda = "cuda", rules.cuda_of_tag(
                 rules.cuda_tag(str(probe["cuda"])))
@@ -143,6 +152,11 @@ def build_view(f: HostFacts, m: Matrix) -> View:
                 rel = m.torch_release(minor_of(torch))
                 v.torch_cuda = rules.cuda_of_tag(rel.default_variant) if rel else ""
     return v
+
+
+def wsl2_table(m: Matrix, name: str) -> dict[str, Any]:
+    """One table of matrix/wsl2.toml ({} when the matrix has none)."""
+    return wsl.table(m, name)
 
 
 def default_flavor(m: Matrix, torch: str) -> str:
@@ -159,6 +173,13 @@ def torch_probe(f: HostFacts) -> dict[str, Any]:
         return {}
     obj = parse.json_object(c.stdout)
     return obj or {}
+
+
+def torch_probe_malformed(f: HostFacts) -> bool:
+    """The probe ran but its output is no JSON object (a damaged or hand-edited recording):
+    nothing about this torch's build may be read from it."""
+    c = f.out(model.TORCH_PROBE)
+    return c is not None and c.ok and parse.json_object(c.stdout) is None
 
 
 def tail(text: str, n: int = 2) -> tuple[str, ...]:

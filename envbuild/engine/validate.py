@@ -105,11 +105,14 @@ def validate_image(ref: str, *, require_gpu: bool = False, timeout: float = 600)
 
 
 def host_spec_from(installed: dict[str, str | None], torch_requires: list[str],
-                   python: str, system: str, machine: str) -> dict[str, Any]:
+                   python: str, system: str, machine: str,
+                   mps_floors: dict[str, str] | None = None) -> dict[str, Any]:
     """What a host's Python has, as a spec (pure). Nothing is expected that the host does not
     say: the flavor comes from torch's local tag (+cu130, +rocm6.4, +cpu) or, for a PyPI wheel
     without one, from its nvidia-* requirements; the variant is that local tag, or just the
-    family ('cuda') when the metadata has none, which any +cuXXX build satisfies."""
+    family ('cuda') when the metadata has none, which any +cuXXX build satisfies. On an arm64
+    Mac the target is mps, and min_macos is the installed torch release's MPS floor (`mps_floors`:
+    torch minor -> envbuild.core.compat.mps_floor), as a rendered spec carries it."""
     torch = installed.get("torch")
     local = (rules.local_tag(torch) or "") if torch else ""
     deps = " ".join(torch_requires)
@@ -131,7 +134,9 @@ def host_spec_from(installed: dict[str, str | None], torch_requires: list[str],
             "python": python, "variant": local or target, "origin": "host",
             "torch_cuda": None, "rocm": None, "cuda_image": None, "cudnn": None, "nccl": None,
             "archs": [], "gpus": [], "os": system.lower(), "base_image": None,
-            "min_driver": None}
+            "min_driver": None,
+            "min_macos": ((mps_floors or {}).get(rules.major_minor(torch) or "") or None
+                          if target == "mps" and torch else None)}
 
 
 def host_spec() -> dict[str, Any]:
@@ -147,8 +152,16 @@ def host_spec() -> dict[str, Any]:
 
     have = {name: installed(name) for name in ("torch", "torchvision", "torchaudio")}
     deps = (requires("torch") or []) if have["torch"] else []
+    floors: dict[str, str] = {}
+    if platform.system() == "Darwin" and have["torch"]:
+        from envbuild.core.compat import mps_floor
+        from envbuild.matrix import load
+
+        floor = mps_floor(load(), str(have["torch"]))
+        if floor:
+            floors = {rules.major_minor(str(have["torch"])) or "": floor}
     return host_spec_from(have, list(deps), ".".join(platform.python_version_tuple()[:2]),
-                          platform.system(), platform.machine())
+                          platform.system(), platform.machine(), floors)
 
 
 def validate_host(*, spec: Path | None = None, require_gpu: bool = False,

@@ -24,8 +24,8 @@ from envbuild.common.echo import escaped
 from envbuild.common.errors import MatrixError
 from envbuild.common.logscan import MIN_ANCHOR, Haystack, Scanner, anchor
 from envbuild.common.record import record
-from envbuild.common.versions import branch_of, major_of, minor_of
-from envbuild.core import compat, gpus
+from envbuild.common.versions import branch_of, major_of, minor_of, version_key
+from envbuild.core import compat, gpus, wsl
 from envbuild.core.spec import Spec
 from envbuild.matrix import Matrix
 from envbuild.validator import rules
@@ -40,9 +40,11 @@ DERIVED = frozenset({
     "cuda_floor_branch", "require_driver", "require_floor", "fallback_cuda", "fallback_tag",
     "fallback_driver", "fallback_torch", "fallback_how", "cc", "cover_tag", "cover_torch",
     "cover_cuda",
-    "cover_none", "jit_cuda", "newest_torch", "mps_min", "mps_torch", "mps_none", "rocm_cover",
+    "cover_none", "jit_cuda", "newest_torch", "mps_min", "mps_torch", "mps_none", "macos_meets",
+    "rocm_cover",
     "rocm_cover_torch", "gfx_none", "arch_cc", "arch_name", "arch_min_cuda", "arch_removed_after",
-    "arch_unknown", "xf_same", "xf_cpu_over", "xf_envbuild_torch"})
+    "arch_unknown", "xf_same", "xf_cpu_over", "xf_envbuild_torch", "wsl_purge",
+    "wsl_driver_families", "wsl_tcc_fix", "wsl_blocked_checklist"})
 
 
 @record
@@ -81,6 +83,9 @@ class Signature:
     source: tuple[str, ...]
     confidence: float
     unless: tuple[Rx, ...] = ()  # any of these in the text: not this signature
+    # a message that is no error (a warning printed on healthy hosts): named when seen, listed
+    # after every real error, and marked harmless in the output
+    harmless: bool = False
 
     def regexes(self) -> tuple[re.Pattern[str], ...]:
         return tuple(rx.compiled for entry in self.patterns for rx in entry)
@@ -114,10 +119,11 @@ class Match:
     fix: str
     confidence: float
     line: str  # the log line that matched
+    harmless: bool = False  # the signature's: this message is no error
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "title": self.title, "cause": self.cause, "fix": self.fix,
-                "confidence": self.confidence}
+                "confidence": self.confidence, "harmless": self.harmless}
 
 
 def default_path() -> Path:
@@ -152,6 +158,14 @@ def _entry(pattern: str | list[str], where: str, anchors: Anchors | None) -> tup
     return (_rx(pattern, where, anchors),)
 
 
+def _flag(raw: Mapping[str, Any], key: str, sid: str) -> bool:
+    value = raw.get(key, False)
+    if not isinstance(value, bool):
+        raise MatrixError(f"signatures.toml: signature {sid}: {key} must be true or false, "
+                          f"not {value!r}")
+    return value
+
+
 def parse_catalogue(doc: Mapping[str, Any], anchors: Anchors | None = None) -> Catalogue:
     """The catalogue of a signatures document. Without `anchors` every regex is compiled here
     (a bad one is a MatrixError now); with the anchors a cache kept for this very document,
@@ -169,6 +183,7 @@ def parse_catalogue(doc: Mapping[str, Any], anchors: Anchors | None = None) -> C
                 source=tuple(raw.get("source", ())),
                 confidence=float(raw.get("confidence", 0.9)),
                 unless=tuple(_rx(p, sid, anchors) for p in raw.get("unless", ())),
+                harmless=_flag(raw, "harmless", sid),
             ))
         except KeyError as exc:
             raise MatrixError(f"signatures.toml: signature {sid}: missing key {exc}") from exc
@@ -294,6 +309,7 @@ def derive(f: dict[str, str], m: Matrix) -> dict[str, str]:
         f["jit_cuda"] = f"{f['jit_major']}.{f['jit_minor']}"
     _derive_mac(f, m)
     _derive_xformers(f, m)
+    _derive_wsl(f, m)
     if "gfx" in f:
         spec = _resolved(m, target="rocm", gpus=(f["gfx"].lower(),))
         if spec is None or not spec.rocm or \
@@ -382,18 +398,38 @@ def _derive_xformers(f: dict[str, str], m: Matrix) -> None:
     f["xf_envbuild_torch"] = built
 
 
+def _derive_wsl(f: dict[str, str], m: Matrix) -> None:
+    """The WSL 2 advice in doctor's words (envbuild/core/wsl.py, from matrix/wsl2.toml): the
+    purge command for a driver package the log names, the driver families, the TCC switch and
+    the checklist of "GPU access blocked"."""
+    if wsl.driver_globs(m):
+        f["wsl_driver_families"] = wsl.families(m)
+        if "wsl_linux_driver" in f and rules.driver_package(f["wsl_linux_driver"],
+                                                            wsl.driver_globs(m)):
+            f["wsl_purge"] = wsl.purge([f["wsl_linux_driver"]])
+    if wsl.tcc_fix(m):
+        f["wsl_tcc_fix"] = wsl.tcc_fix(m)
+    checklist = wsl.blocked_checklist(m)
+    if checklist:
+        f["wsl_blocked_checklist"] = wsl.numbered(checklist)
+
+
 def _derive_mac(f: dict[str, str], m: Matrix) -> None:
     newest = compat.newest_torch(m)
     if newest is not None and ("macos" in f or "macos_need" in f):
         f["newest_torch"] = newest.version
-        if newest.mps_min_macos:
-            f["mps_min"] = newest.mps_min_macos
+        floor = compat.mps_floor(m, newest.version)
+        if floor:
+            f["mps_min"] = floor
     if "macos" in f:
         rel = compat.mps_torch(m, f["macos"])
         if rel is not None:
             f["mps_torch"] = rel.version
         else:
             f["mps_none"] = f["macos"]
+        floors = [version_key(x) for x in (compat.mps_floor(m, r.version) for r in m.torch) if x]
+        if floors and version_key(f["macos"]) >= max(floors):
+            f["macos_meets"] = f["macos"]  # no torch release's floor explains "needs macOS"
 
 
 def _fields_of(template: str) -> set[str]:
@@ -529,11 +565,12 @@ def _line_of(text: str, start: int) -> str:
 
 
 def explain(text: str, matrix: Matrix, catalogue: Catalogue | None = None) -> list[Match]:
-    """Every signature the text shows, best first, with its fix filled from text and matrix."""
+    """Every signature the text shows, best first, with its fix filled from text and matrix;
+    harmless messages (no error) after every real one, whatever their confidence."""
     cat = catalogue or load_catalogue()
     hay = _haystack(text, cat)
     base = extract(hay, cat)
-    found: list[tuple[float, int, Match]] = []
+    found: list[tuple[bool, float, int, Match]] = []
     for order, sig in enumerate(cat.signatures):
         if any(rx.search(hay) for rx in sig.unless):
             continue
@@ -549,11 +586,11 @@ def explain(text: str, matrix: Matrix, catalogue: Catalogue | None = None) -> li
         fields = derive({**base, **groups}, matrix)
         confidence = round(min(0.99, sig.confidence + 0.02 * (len(hits) - 1)), 2)
         first = min((h[0] for h in hits), key=lambda m: m.start())
-        found.append((confidence, order, Match(sig.id, sig.title, sig.cause,
-                                               escaped(render_fix(sig, fields)), confidence,
-                                               _line_of(text, first.start()))))
-    found.sort(key=lambda t: (-t[0], t[1]))
-    return [m for _, _, m in found]
+        found.append((sig.harmless, confidence, order, Match(
+            sig.id, sig.title, sig.cause, escaped(render_fix(sig, fields)), confidence,
+            _line_of(text, first.start()), sig.harmless)))
+    found.sort(key=lambda t: (t[0], -t[1], t[2]))
+    return [m for _, _, _, m in found]
 
 
 def check_catalogue(cat: Catalogue, known_sources: set[str]) -> list[str]:

@@ -5,9 +5,10 @@ imports the rest of envbuild:
 - `supervisor` (the CLI and the report), `procs` (how it runs itself again: the worker, a
   distributed child) and `checks` (the check table: ids, titles, time limits, code);
 - the checks: `host` (stdlib only, run in the supervisor), `facts` (judged from probed facts),
-  `numerics`, `training`, `compile_smoke`, `perf` and `dist`, on the worker's `context`;
+  `numerics`, `training`, `compile_smoke`, `perf`, `dist` and `mps` (Apple's Metal backend),
+  on the worker's `context`;
 - `probes`, the only code that touches torch: plain data (facts) out;
-- `judges/` (spec, driver, libs, gpuless, wsl2, numerics, perf, toolchain, results): pure
+- `judges/` (spec, driver, libs, gpuless, wsl2, macos, numerics, perf, toolchain, results): pure
   decisions on recorded facts;
 - `rules`, what envbuild's core shares with it (versions, version codes, GPU architectures);
 - `zipapp`, its build.

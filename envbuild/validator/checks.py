@@ -23,11 +23,14 @@ from .host import (
     h_expect_python,
     h_facts_python,
     h_image_driver,
+    h_macos_native,
+    h_macos_version,
     h_shm_size,
     h_triton,
     h_wsl2,
 )
 from .judges import Outcome, spec
+from .mps import t_mps_backend, t_mps_limits, t_mps_parity
 from .numerics import t_numerics_autocast, t_numerics_conv2d, t_numerics_matmul
 from .perf import t_perf_h2d, t_perf_matmul, t_perf_mem_bw
 from .training import t_train_checkpoint, t_train_dataloader, t_train_smoke
@@ -59,6 +62,10 @@ def _device_check(check_id: str, title: str, timeout_s: float,
 CHECKS: tuple[CheckDef, ...] = (
     CheckDef("facts.python", "Python interpreter", 5, host=h_facts_python),
     CheckDef("expect.python", "Python version matches the spec", 5, host=h_expect_python),
+    CheckDef("macos.native", "macOS/MPS: a native arm64 Python (not x86_64 under Rosetta)", 15,
+             host=h_macos_native),
+    CheckDef("macos.version", "macOS/MPS: macOS is at least the spec's MPS floor (min_macos)",
+             15, host=h_macos_version),
     CheckDef("facts.torch", "torch imports; build facts (CUDA/HIP, cuDNN, NCCL, arch list)", 60,
              torch=t_facts_torch),
     _spec_check("facts.torchvision", "torchvision imports, pins this torch, runs nms",
@@ -95,6 +102,12 @@ CHECKS: tuple[CheckDef, ...] = (
     _device_check("device.arch_coverage", "every visible GPU is covered by torch's arch list", 30,
                   spec.judge_arch_coverage),
     CheckDef("device.kernel", "a kernel runs on every GPU", 90, torch=t_device_kernel),
+    CheckDef("mps.backend", "MPS: torch.backends.mps is_built() and is_available(), apart", 60,
+             torch=t_mps_backend),
+    CheckDef("mps.limits", "MPS: float64 (unsupported) and PYTORCH_ENABLE_MPS_FALLBACK, reported",
+             30, torch=t_mps_limits),
+    CheckDef("mps.parity", "MPS: a float32 matmul and a training step match the CPU", 90,
+             torch=t_mps_parity),
     CheckDef("numerics.matmul", "matmul matches a float64 reference", 60, torch=t_numerics_matmul),
     CheckDef("numerics.conv2d", "conv2d forward/backward match a float64 reference", 60,
              torch=t_numerics_conv2d),

@@ -16,7 +16,14 @@ from .judges import (
     device_coverage_rows,
     failed,
 )
-from .probes import import_torch, probe_companion, probe_devices, probe_torch
+from .probes import (
+    import_torch,
+    macos_facts,
+    probe_companion,
+    probe_devices,
+    probe_mps,
+    probe_torch,
+)
 from .rules import parse_cc
 
 
@@ -56,6 +63,8 @@ class TorchContext:
             "torchvision": lambda: probe_companion(self.torch, "torchvision"),
             "torchaudio": lambda: probe_companion(self.torch, "torchaudio"),
             "devices": lambda: probe_devices(self.torch),
+            "mps": lambda: probe_mps(self.torch, self.spec.get("min_macos")),
+            "platform": macos_facts,
         }
         for k in keys:
             self._fact(k, probes[k])

@@ -1,5 +1,5 @@
 """The host checks: stdlib only, run in the supervisor (Python, /dev/shm, driver userspace in
-the image, CUDA packages and libraries, NVIDIA_REQUIRE_CUDA, Triton, WSL2)."""
+the image, CUDA packages and libraries, NVIDIA_REQUIRE_CUDA, Triton, WSL2, macOS)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ from .judges import (
     is_wsl2,
     judge_cuda_libs,
     judge_cuda_packages,
+    judge_macos_native,
+    judge_macos_version,
     judge_python,
     judge_require_cuda,
     judge_triton,
@@ -39,6 +41,7 @@ from .judges import (
     skipped,
     wsl2_verdict,
 )
+from .probes import macos_facts
 from .rules import (
     LINUX_DRIVER_DATA,
     cuda_major_of_dist,
@@ -242,3 +245,11 @@ def h_wsl2(spec: dict[str, Any], opts: Options) -> Outcome:
     if not is_wsl2(facts):
         return wsl2_verdict(facts)
     return wsl2_verdict(facts, shipped_linux_driver_rule()["forbidden_packages"])
+
+
+def h_macos_native(spec: dict[str, Any], opts: Options) -> Outcome:
+    return judge_macos_native(spec, macos_facts())
+
+
+def h_macos_version(spec: dict[str, Any], opts: Options) -> Outcome:
+    return judge_macos_version(spec, macos_facts())

@@ -1,4 +1,5 @@
-"""Probes: the only code that touches torch. Each returns plain data (facts) for the judges."""
+"""Probes: the only code that touches torch (and macos_facts, the platform facts the macOS/MPS
+judges read). Each returns plain data (facts) for the judges."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import importlib.metadata
 import importlib.util
 import os
 import platform
+import subprocess
 import warnings
 from typing import Any
 
@@ -16,6 +18,7 @@ from .rules import (
     nccl_version_str,
     split_arch_flags,
     torch_pin_from_requires,
+    version_parts,
 )
 
 
@@ -141,3 +144,107 @@ def probe_devices(torch: Any) -> dict[str, Any]:
                     devices=[{"index": 0, "name": "Apple MPS", "cc": None, "gfx": None,
                               "total_memory": mem, "multi_processor_count": 0}])
     return info
+
+
+def _command(argv: list[str]) -> str | None:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()[:200] if out.returncode == 0 else None
+
+
+def macos_facts() -> dict[str, Any]:
+    """What judges/macos reads (stdlib): on macOS also sysctl.proc_translated (1 = Rosetta; the
+    key is missing before macOS 11) and sw_vers -productVersion (the real version: an x86_64
+    program built with an old SDK is told 10.16 by platform.mac_ver())."""
+    facts: dict[str, Any] = {"system": platform.system(), "machine": platform.machine(),
+                             "platform": platform.platform(), "mac_ver": platform.mac_ver()[0],
+                             "proc_translated": None, "sw_vers": None}
+    if facts["system"] == "Darwin":
+        facts["proc_translated"] = _command(["sysctl", "-n", "sysctl.proc_translated"])
+        facts["sw_vers"] = _command(["sw_vers", "-productVersion"])
+    return facts
+
+
+def probe_mps(torch: Any, floor: str | None = None) -> dict[str, Any]:
+    """torch.backends.mps, each answer on its own: built, available, the device count, whether
+    torch reads the macOS as at least the spec's floor, the error a tensor on 'mps' raises when
+    unavailable, float64 on 'mps' (Metal has none) and PYTORCH_ENABLE_MPS_FALLBACK."""
+    f: dict[str, Any] = {"built": None, "available": None, "device_count": None,
+                         "macos_or_newer": None, "error": None, "float64_supported": None,
+                         "float64_error": None,
+                         "fallback_env": os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK")}
+    mps = getattr(torch.backends, "mps", None)
+    if mps is None:
+        return f
+    with contextlib.suppress(Exception):
+        f["built"] = bool(mps.is_built())
+    with contextlib.suppress(Exception):
+        f["available"] = bool(mps.is_available())
+    with contextlib.suppress(Exception):
+        f["device_count"] = int(torch.mps.device_count())
+    parts = version_parts(floor or "")
+    if parts:
+        with contextlib.suppress(Exception):
+            f["macos_or_newer"] = bool(mps.is_macos_or_newer(parts[0], [*parts, 0][1]))
+    if f["built"] and not f["available"]:
+        try:
+            torch.zeros(1, device="mps")
+        except Exception as e:
+            f["error"] = _err(e)[:500]
+    if f["available"]:
+        try:
+            torch.zeros(2, dtype=torch.float64).to("mps")
+            f["float64_supported"] = True
+        except Exception as e:
+            f["float64_supported"] = False
+            f["float64_error"] = _err(e)[:500]
+    return f
+
+
+def mps_parity(torch: Any, device: str, n: int = 256, steps: int = 3) -> dict[str, Any]:
+    """The same float32 work on `device` and on the CPU: a matmul and `steps` SGD steps of a
+    small MLP from the same weights; relative Frobenius differences (device vs CPU)."""
+    out: dict[str, Any] = {"device": device, "n": n, "steps": steps, "matmul_rel_err": None,
+                           "train_rel_err": None, "losses_device": [], "losses_cpu": [],
+                           "error": None}
+
+    def rel(a: Any, b: Any) -> float:
+        return float((a.detach().cpu() - b).norm() / b.norm())
+
+    try:
+        g = torch.Generator().manual_seed(0)
+        a = torch.rand(n, n, generator=g) * 2 - 1
+        b = torch.rand(n, n, generator=g) * 2 - 1
+        out["matmul_rel_err"] = rel(a.to(device) @ b.to(device), a @ b)
+        x = torch.rand(64, 16, generator=g) - 0.5
+        y = torch.rand(64, 4, generator=g) - 0.5
+        nn = torch.nn
+        lin1, lin2 = nn.Linear(16, 32), nn.Linear(32, 4)
+        with torch.no_grad():
+            for p in (*lin1.parameters(), *lin2.parameters()):
+                p.copy_((torch.rand(p.shape, generator=g) - 0.5) * 0.5)
+        start = nn.Sequential(lin1, nn.Tanh(), lin2)
+
+        def train(dev: str) -> tuple[list[float], Any]:
+            model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4))
+            model.load_state_dict(start.state_dict())
+            model = model.to(dev)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            xd, yd = x.to(dev), y.to(dev)
+            losses = []
+            for _ in range(steps):
+                loss = torch.nn.functional.mse_loss(model(xd), yd)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                losses.append(float(loss.detach().cpu()))
+            return losses, torch.cat([p.detach().cpu().flatten() for p in model.parameters()])
+
+        out["losses_device"], on_device = train(device)
+        out["losses_cpu"], on_cpu = train("cpu")
+        out["train_rel_err"] = rel(on_device, on_cpu)
+    except Exception as e:
+        out["error"] = _err(e)[:500]
+    return out

@@ -35,7 +35,7 @@ def test_cli_json_shape() -> None:
     assert doc["input"] == {"bytes": size, "cut": False, "kept_head_bytes": size,
                             "kept_tail_bytes": 0}
     for m in doc["matches"]:
-        assert list(m) == ["id", "title", "cause", "fix", "confidence"]
+        assert list(m) == ["id", "title", "cause", "fix", "confidence", "harmless"]
         assert isinstance(m["confidence"], float) and 0 < m["confidence"] <= 1
     confidences = [m["confidence"] for m in doc["matches"]]
     assert confidences == sorted(confidences, reverse=True)
@@ -142,3 +142,27 @@ def test_xformers_suggests_only_torch_builds_envbuild_resolves(data: st.DataObje
         assert _resolves(command) == (0, ""), command
     if known and tag != have:
         assert suggested == [f"make --torch {patch}+{tag}"], match.fix
+
+
+def test_cli_says_a_harmless_message_is_harmless() -> None:
+    """The WSL ldconfig warning (issue 26): named, marked harmless in text and JSON, exit 0,
+    with a note that the error, if any, is elsewhere; beside a real error, the error first."""
+    ldconfig = (FIXTURES / "wsl_libcuda_not_symlink__1.txt").read_text()
+    r = run_cli("explain", input_text=ldconfig)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("1. wsl_libcuda_not_symlink: ")
+    assert "(harmless, confidence 0.90)" in r.stdout.splitlines()[0]
+    assert "   fix:     nothing to fix" in r.stdout
+    assert r.stderr.startswith("note: only harmless messages matched")
+    doc = json.loads(run_cli("explain", "--json", input_text=ldconfig).stdout)
+    assert [(m["id"], m["harmless"]) for m in doc["matches"]] == [
+        ("wsl_libcuda_not_symlink", True)]
+    both = ldconfig + (FIXTURES / "wsl_gpu_access_blocked__2.txt").read_text()
+    r = run_cli("explain", input_text=both)
+    assert r.returncode == 0 and r.stderr == ""
+    assert r.stdout.startswith("1. wsl_gpu_access_blocked: ")
+    assert "2. wsl_libcuda_not_symlink: " in r.stdout
+    doc = json.loads(run_cli("explain", "--json", input_text=both).stdout)
+    assert [m["id"] for m in doc["matches"]] == ["wsl_gpu_access_blocked",
+                                                 "wsl_libcuda_not_symlink"]
+    assert doc["matches"][0]["harmless"] is False and doc["matches"][1]["harmless"] is True

@@ -3,6 +3,7 @@ text through the matrix into the fix, the catalogue's integrity, and the CLI con
 
 from __future__ import annotations
 
+import fnmatch
 import io
 import json
 import re
@@ -19,6 +20,8 @@ from hypothesis import strategies as st
 from envbuild.common.echo import escaped
 from envbuild.common.errors import MatrixError
 from envbuild.common.logscan import SCAN_FROM, anchor
+from envbuild.core import wsl
+from envbuild.doctor import evaluate, record
 from envbuild.features.explain import (
     DERIVED,
     check_catalogue,
@@ -30,8 +33,10 @@ from envbuild.features.explain import (
     read_log,
 )
 from envbuild.matrix import Matrix, load
+from envbuild.validator import rules
 from tests.support import TESTS
 from tests.support import explain as shared
+from tests.support.doctor import FIXTURES as DOCTOR
 from tests.support.explain import FIXTURES, ISSUE20, LOGS, REQUIRED, _sid, training_log
 
 big_log = shared.big_log  # a fixture, shared with the other kind's test_explain.py
@@ -69,6 +74,20 @@ def test_every_signature_has_two_real_world_variants() -> None:
     assert thin == {}
     assert {i: counts[i] for i in GPU_ERRORS if counts[i] < 3} == {}
     assert {i: counts[i] for i in ISSUE20 if counts[i] < 3} == {}
+
+
+def test_one_source_id_per_url() -> None:
+    """A page is registered once: signatures.toml [source.*] does not repeat a URL of
+    matrix/sources.toml (signatures cite the matrix id, which check_catalogue accepts)."""
+    def url(v: dict[str, Any]) -> str:
+        return str(v.get("url", "")).rstrip("/")
+
+    ours = tomllib.loads((TESTS.parent / "matrix" / "signatures.toml").read_text())["source"]
+    matrix_urls = {url(v): k for k, v in tomllib.loads(
+        (TESTS.parent / "matrix" / "sources.toml").read_text())["source"].items()}
+    twice = {k: matrix_urls[url(v)] for k, v in ours.items() if url(v) in matrix_urls}
+    assert twice == {}
+    assert len({url(v) for v in ours.values()}) == len(ours)
 
 
 def test_catalogue_integrity(matrix: Matrix) -> None:
@@ -559,3 +578,313 @@ def test_a_field_of_absurd_length_never_reaches_a_fix(length: int, template: str
 
     for m in explain(template.format(v="7" * length + ".1"), small):
         assert "7" * (MAX_FIELD + 1) not in m.fix
+
+
+# ---------------------------------------------------------------- issue 26: WSL2 and Apple MPS
+
+# Every error text of the reference hosts/public-wsl2-macos.md (verbatim; the shared-pool
+# message as its thread, pinokiocomputer/pinokio#941, has it) and the signature it must name.
+REFERENCE_TEXTS = [
+    ("ldconfig: /usr/lib/wsl/lib/libcuda.so.1 is not a symbolic link",
+     "wsl_libcuda_not_symlink"),
+    ("OSError: libcuda.so: cannot open shared object file: No such file or directory",
+     "wsl_libcuda_unversioned"),
+    ("nvidia-smi\n\nFailed to initialize NVML: GPU access blocked by the operating system\n",
+     "wsl_gpu_access_blocked"),
+    ("RuntimeError: MPS backend out of memory (MPS allocated: 7.23 GB, other allocations: 1.54 "
+     "GB, max allowed: 9.07 GB). Tried to allocate 896.00 MB on private pool. Use "
+     "PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper limit for memory allocations (may "
+     "cause system failure).", "mps_out_of_memory"),
+    ("MPS backend out of memory (MPS allocated: 16.00 GB, other allocations: 3.31 GB, max "
+     "allowed: 18.13 GB). Tried to allocate 256 bytes on shared pool. Use "
+     "PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper limit for memory allocations (may "
+     "cause system failure).", "mps_out_of_memory"),
+    ("TypeError: Cannot convert a MPS Tensor to float64 dtype as the MPS framework doesn't "
+     "support float64. Please use float32 instead.", "mps_float64_unsupported"),
+    ("NotImplementedError: The operator 'aten::_index_put_impl_' is not current implemented for "
+     "the MPS device. If you want this op to be added in priority during the prototype phase of "
+     "this feature, please comment on https://github.com/pytorch/pytorch/issues/77764. As a "
+     "temporary fix, you can set the environment variable `PYTORCH_ENABLE_MPS_FALLBACK=1` to use "
+     "the CPU as a fallback for this op. WARNING: this will be slower than running natively on "
+     "MPS.", "mps_op_not_implemented"),
+    ("NotImplementedError: The operator 'aten::upsample_bicubic2d.out' is not currently "
+     "implemented for the MPS device.", "mps_op_not_implemented"),
+    ("NotImplementedError: The operator 'aten::isin.Tensor_Tensor_out' is not currently "
+     "implemented for the MPS device.", "mps_op_not_implemented"),
+    ("NotImplementedError: The operator 'aten::index_copy.out' is not currently implemented "
+     "for the MPS device.", "mps_op_not_implemented"),
+    ("OS: macOS 15.3 (x86_64)\nPython platform: macOS-10.16-x86_64-i386-64bit\n"
+     "TypeError: MPS BFloat16 is only supported on MacOS 14 or newer", "mps_x86_python"),
+    # pytorch/pytorch#177819: the error verbatim; the OS line in collect_env's form from the
+    # thread's facts (macOS 26.3.1, arm64)
+    ("OS: macOS 26.3.1 (arm64)\nRuntimeError: The MPS backend is supported on macOS 14.0+. "
+     "Current OS version can be queried using `sw_vers`", "mps_unavailable_old_macos"),
+    # pytorch/pytorch#146236's error alone, without collect_env's lines
+    ("MPS BFloat16 is only supported on MacOS 14 or newer", "mps_bfloat16_unsupported"),
+    # pytorch/pytorch#104191 (torch 2.0.1, macOS 14.0 arm64)
+    ("TypeError: Trying to convert BFloat16 to the MPS backend but it does not have support for "
+     "that dtype.", "mps_bfloat16_unsupported"),
+    # sonoisa/arm64-docker-pytorch-tensorflow#3: the session, and the reference's prose form
+    (">>> import platform\n>>> platform.platform()\n'Linux-5.15.49-linuxkit-aarch64-with-glibc2.29'"
+     "\n>>> import torch\n>>> torch.backends.mps.is_available()\nFalse\n", "mps_linux_container"),
+    ("`platform.platform()` is `'Linux-5.15.49-linuxkit-aarch64-with-glibc2.29'`, and "
+     "`torch.backends.mps.is_available()` is `False`.", "mps_linux_container"),
+    # pytorch/pytorch#177819's own wording of the macOS version
+    ("RuntimeError: The MPS backend is supported on macOS 14.0+. Current OS version can be "
+     "queried using `sw_vers`\n`sw_vers` reports `macOS 26.3.1`", "mps_unavailable_old_macos"),
+]
+
+
+def test_a_macos_that_meets_every_floor_is_not_told_to_upgrade(matrix: Matrix) -> None:
+    """pytorch/pytorch#177819: 'supported on macOS 14.0+' on macOS 26.3.1 is no old macOS;
+    pt#139425's 12.7.6 under the same wording is (its torch's floor is higher than it says)."""
+    for text, _ in (REFERENCE_TEXTS[-1], REFERENCE_TEXTS[-6]):
+        new = _fix(text, matrix, "mps_unavailable_old_macos")
+        assert new.startswith("macOS 26.3.1 meets the MPS floor") and "upgrade macOS" not in new
+    old = _fix((FIXTURES / "mps_unavailable_old_macos__1.txt").read_text(), matrix,
+               "mps_unavailable_old_macos")
+    assert "upgrade macOS" in old and "meets the MPS floor" not in old
+
+
+@pytest.mark.parametrize(("text", "sid"), REFERENCE_TEXTS, ids=[s for _, s in REFERENCE_TEXTS])
+def test_reference_wsl_and_mps_texts_name_their_cause(text: str, sid: str,
+                                                      matrix: Matrix) -> None:
+    matches = explain(text, matrix)
+    assert matches and matches[0].id == sid, [m.id for m in matches]
+    assert "{" not in matches[0].fix
+
+
+def test_wsl_gpu_blocked_fix_follows_the_log(matrix: Matrix) -> None:
+    """The GPU row of Windows' nvidia-smi (microsoft/WSL#11865) names TCC; the header's
+    'TCC/WDDM' column title (microsoft/WSL#10289) does not; a Linux driver package does."""
+    blocked = "Failed to initialize NVML: GPU access blocked by the operating system\n"
+    tcc = "|   0  NVIDIA L40S                  TCC   |   00000000:61:00.0 Off |        0 |\n"
+    wddm = ("| GPU  Name                     TCC/WDDM  | Bus-Id        Disp.A | Volatile |\n"
+            "|   0  NVIDIA GeForce GTX 1060 3GB  WDDM  | 00000000:01:00.0  On |      N/A |\n")
+    assert _fix(tcc + blocked, matrix, "wsl_gpu_access_blocked").startswith(
+        "the GPU runs in TCC mode")
+    generic = _fix(wddm + blocked, matrix, "wsl_gpu_access_blocked")
+    assert generic.startswith("use only the Windows driver inside WSL") and "-dm WDDM" in generic
+    fix = _fix((FIXTURES / "wsl_gpu_access_blocked__2.txt").read_text(), matrix,
+               "wsl_gpu_access_blocked")
+    assert "`sudo apt-get purge nvidia-utils-510`, then `sudo ldconfig`" in fix
+
+
+_BLOCKED = "Failed to initialize NVML: GPU access blocked by the operating system\n"
+# the driver families of matrix/wsl2.toml, as Ubuntu names them (NNN, -server, -open), and
+# packages that are no driver (Docker Engine inside WSL 2 needs the container ones)
+_DRIVER_NAMES = st.tuples(
+    st.sampled_from(["nvidia-driver", "nvidia-utils", "nvidia-dkms", "nvidia-kernel-common",
+                     "nvidia-compute-utils", "nvidia-headless", "nvidia-headless-no-dkms",
+                     "libnvidia-compute", "libnvidia-gl", "libnvidia-decode", "libnvidia-encode",
+                     "libnvidia-extra", "libnvidia-fbc1", "libnvidia-cfg1", "libnvidia-common"]),
+    st.integers(390, 580), st.sampled_from(["", "-server", "-open", "-server-open"])).map(
+    lambda t: f"{t[0]}-{t[1]}{t[2]}")
+NOT_DRIVERS = ("libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit",
+               "nvidia-container-toolkit-base", "libnvidia-container-dev")
+
+
+def _purged(fix: str) -> list[str]:
+    """Every package name a fix tells to purge (the words after `apt-get purge` / `apt purge`
+    up to the closing backtick), and every glob it names as a family to purge (the one it names
+    as no driver, 'not libnvidia-container*', aside)."""
+    fix = fix.replace("not libnvidia-container*", "")
+    named = [w for cmd in re.findall(r"apt(?:-get)? purge ([^`]*)`", fix) for w in cmd.split()]
+    return named + re.findall(r"\b(?:lib)?nvidia-[\w-]*\*", fix)
+
+
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=_DRIVER_NAMES, how=st.sampled_from(["apt install {}", "sudo apt-get install -y {}",
+                                                 "ii  {}:amd64  535.183.01  amd64  NVIDIA"]))
+def test_wsl_blocked_purges_the_driver_package_the_log_names(name: str, how: str,
+                                                             matrix: Matrix) -> None:
+    """explain purges what the log names when it is a driver package (matrix/wsl2.toml
+    driver_packages) with doctor's command, `sudo apt-get purge X`, then `sudo ldconfig`."""
+    globs = wsl.driver_globs(matrix)
+    assert rules.driver_package(name, globs)
+    fix = _fix(how.format(name) + "\n" + _BLOCKED, matrix, "wsl_gpu_access_blocked")
+    assert wsl.purge([name]) in fix
+    _no_purge_outside_the_driver_families(fix, globs)
+
+
+@pytest.mark.parametrize("name", NOT_DRIVERS)
+def test_wsl_blocked_never_purges_the_container_packages(name: str, matrix: Matrix) -> None:
+    """libnvidia-container1 and libnvidia-container-tools are no driver (matrix/wsl2.toml), and
+    Docker Engine inside WSL 2 needs them: no advice of explain purges them or a glob that
+    takes them (the old `libnvidia-*`)."""
+    globs = wsl.driver_globs(matrix)
+    assert not rules.driver_package(name, globs)
+    for text in (f"apt install {name}\n" + _BLOCKED, _BLOCKED,
+                 (FIXTURES / "wsl_gpu_access_blocked__2.txt").read_text()):
+        fix = _fix(text, matrix, "wsl_gpu_access_blocked")
+        assert name not in _purged(fix)
+        _no_purge_outside_the_driver_families(fix, globs)
+
+
+def _no_purge_outside_the_driver_families(fix: str, globs: list[str]) -> None:
+    for word in _purged(fix):
+        assert word in globs or rules.driver_package(word, globs), (word, fix)
+        assert not any(fnmatch.fnmatchcase(c, word) for c in NOT_DRIVERS), (word, fix)
+
+
+def test_wsl_blocked_doctor_and_explain_say_the_same(matrix: Matrix, small: Matrix) -> None:
+    """One voice: the purge command, the TCC switch and the checklist of explain are doctor's."""
+    for m in (matrix, small):
+        linux = next(f for f in evaluate.evaluate(record.load(DOCTOR / "wsl2-linux-driver"), m)
+                     if f.id == "wsl.linux_driver_installed")
+        assert wsl.purge(["nvidia-utils-510"]) in linux.remediation
+        assert wsl.purge(["nvidia-utils-510"]) in _fix(
+            (FIXTURES / "wsl_gpu_access_blocked__2.txt").read_text(), m, "wsl_gpu_access_blocked")
+        blocked = next(f for f in evaluate.evaluate(record.load(DOCTOR / "wsl2-tcc"), m)
+                       if f.id == "wsl.gpu_blocked")
+        tcc = "|   0  NVIDIA L40S                  TCC   |   00000000:61:00.0 Off |        0 |\n"
+        assert wsl.tcc_fix(m) and wsl.tcc_fix(m) in blocked.remediation
+        assert wsl.tcc_fix(m) in _fix(tcc + _BLOCKED, m, "wsl_gpu_access_blocked")
+        # the recording's kernel (5.15.153.1, an issue form's field) adds evidence, nothing else
+        plain = wsl.numbered(wsl.blocked_checklist(m))
+        assert plain in _fix(_BLOCKED, m, "wsl_gpu_access_blocked")
+        assert wsl.numbered(wsl.blocked_checklist(m, "5.15.153.1")) in blocked.remediation
+        assert "`wsl.exe --update`" in plain and "wsl --" not in plain
+
+
+def _runnable_as_shown(text: str) -> None:
+    """WSL's commands are Windows programs: `wsl.exe ...` (which also runs from inside the
+    distribution), never a bare `wsl --...`; a placeholder comes with where its value is."""
+    assert not re.search(r"`wsl --", text), text
+    if "<index>" in text:
+        assert "first column" in text, text
+    if "<distro>" in text:
+        assert "`wsl.exe -l -v`" in text, text
+
+
+@pytest.mark.parametrize("log", LOGS, ids=[p.name for p in LOGS])
+def test_every_fix_is_runnable_as_shown(log: Path, matrix: Matrix) -> None:
+    for m in explain(log.read_text(), matrix):
+        _runnable_as_shown(m.fix)
+
+
+def test_every_wsl_template_is_runnable_as_shown() -> None:
+    for sig in load_catalogue().signatures:
+        for template in sig.fix:
+            _runnable_as_shown(template)
+
+
+def test_wsl_blocked_fallback_template_keeps_the_same_commands(matrix: Matrix) -> None:
+    """The last template (a matrix without wsl2.toml) keeps doctor's commands."""
+    sig = next(s for s in load_catalogue().signatures if s.id == "wsl_gpu_access_blocked")
+    last = sig.fix[-1]
+    for cmd in ("`sudo apt-get purge`", "`sudo ldconfig`", "`nvidia-smi -i <index> -dm WDDM`",
+                "`wsl.exe --update`", "administrator PowerShell"):
+        assert cmd in last
+    assert "libnvidia-*" not in last and "wsl --" not in last
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(major=st.integers(10, 30), minor=st.integers(0, 9), patch=st.sampled_from(["", ".1", ".12"]),
+       verb=st.sampled_from(["reports", "says", "shows", "prints", "gives"]),
+       form=st.sampled_from(["`sw_vers` {v} `macOS {m}`", "sw_vers {v}: macOS {m}",
+                             "`sw_vers` {v} `{m}`", "sw_vers {v} ProductVersion: {m}"]))
+def test_sw_vers_prose_is_read_as_the_macos_version(major: int, minor: int, patch: str, verb: str,
+                                                    form: str, matrix: Matrix) -> None:
+    """pytorch/pytorch#177819 writes "`sw_vers` reports `macOS 26.3.1`": the macOS field is that
+    version exactly, in any of these forms."""
+    version = f"{major}.{minor}{patch}"
+    text = ("RuntimeError: The MPS backend is supported on macOS 14.0+.\n"
+            + form.format(v=verb, m=version))
+    cat = load_catalogue()
+    assert extract(text, cat).get("macos") == version
+
+
+_SIZE = st.tuples(st.integers(0, 999), st.integers(0, 99),
+                  st.sampled_from(["KB", "MB", "GB", "KiB", "MiB", "GiB"])).map(
+    lambda t: f"{t[0]}.{t[1]:02d} {t[2]}")
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(allocated=_SIZE, other=_SIZE, cap=_SIZE,
+       want=st.one_of(_SIZE, st.integers(1, 4096).map(lambda n: f"{n} bytes")),
+       pool=st.sampled_from(["private", "shared"]), prefix=st.sampled_from(["RuntimeError: ", ""]))
+def test_mps_oom_any_sizes(allocated: str, other: str, cap: str, want: str, pool: str,
+                           prefix: str, matrix: Matrix) -> None:
+    text = (f"{prefix}MPS backend out of memory (MPS allocated: {allocated}, other allocations: "
+            f"{other}, max allowed: {cap}). Tried to allocate {want} on {pool} pool. Use "
+            "PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper limit for memory allocations "
+            "(may cause system failure).")
+    first = explain(text, matrix)[0]
+    assert first.id == "mps_out_of_memory"
+    assert first.fix.startswith(f"torch asked for {want} more ({pool} pool) with {allocated} "
+                                f"held by MPS and {other} by others, past the {cap} cap")
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(op=st.from_regex(r"(?:aten|torchvision|torchaudio)::_?[a-z][a-z0-9_]{0,24}"
+                        r"(?:\.[A-Za-z_]{1,20})?", fullmatch=True),
+       wording=st.sampled_from(["current", "currently"]),
+       tail=st.sampled_from(["", ".", ". If you want this op to be added in priority during the "
+                             "prototype phase of this feature, please comment on "
+                             "https://github.com/pytorch/pytorch/issues/77764."]))
+def test_mps_any_missing_operator(op: str, wording: str, tail: str, matrix: Matrix) -> None:
+    text = (f"NotImplementedError: The operator '{op}' is not {wording} implemented for the "
+            f"MPS device{tail}")
+    first = explain(text, matrix)[0]
+    assert first.id == "mps_op_not_implemented"
+    assert first.fix.startswith(f"{op} has no MPS kernel in this torch")
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lib=st.from_regex(r"lib(?:cuda|nvidia-ml|nvcuvid|nvoptix|d3d12)\.so(?:\.1){0,2}",
+                         fullmatch=True),
+       tool=st.sampled_from(["ldconfig", "/sbin/ldconfig.real", "/sbin/ldconfig"]))
+def test_wsl_any_copied_driver_library_is_harmless(lib: str, tool: str, matrix: Matrix) -> None:
+    matches = explain(f"{tool}: /usr/lib/wsl/lib/{lib} is not a symbolic link", matrix)
+    assert [m.id for m in matches] == ["wsl_libcuda_not_symlink"]
+    assert matches[0].harmless and matches[0].to_json()["harmless"] is True
+    assert matches[0].fix.startswith(f"nothing to fix: /usr/lib/wsl/lib/{lib} works as it is")
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(dtype=st.sampled_from(["Double", "ComplexDouble"]),
+       tail=st.sampled_from(["there is no mapping for it.",
+                             "it does not have support for that dtype."]))
+def test_mps_float64_older_wordings(dtype: str, tail: str, matrix: Matrix) -> None:
+    text = f"TypeError: Trying to convert {dtype} to the MPS backend but {tail}"
+    assert explain(text, matrix)[0].id == "mps_float64_unsupported"
+
+
+def test_bfloat16_or_float8_is_not_called_float64(matrix: Matrix) -> None:
+    for dtype in ("BFloat16", "Float8_e4m3fn"):
+        text = f"Trying to convert {dtype} to the MPS backend but it does not have support for " \
+            "that dtype."
+        assert "mps_float64_unsupported" not in [m.id for m in explain(text, matrix)]
+
+
+@pytest.mark.parametrize("error", [p for p in LOGS if _sid(p) not in (
+    "no_match", "wsl_libcuda_not_symlink")], ids=lambda p: p.stem)
+def test_the_harmless_ldconfig_line_never_comes_first(error: Path, matrix: Matrix) -> None:
+    """The warning is printed on every package install, so it sits in logs beside real errors:
+    every real error of the corpus still comes first, the warning after them, marked."""
+    ldconfig = (FIXTURES / "wsl_libcuda_not_symlink__2.txt").read_text()
+    for text in (ldconfig + error.read_text(), error.read_text() + ldconfig):
+        matches = explain(text, matrix)
+        assert matches[0].id == _sid(error) and not matches[0].harmless
+        assert matches[-1].id == "wsl_libcuda_not_symlink" and matches[-1].harmless
+        assert matches[0].to_json()["harmless"] is False
+
+
+def test_harmless_is_a_flag_sorted_last_even_when_more_confident(small: Matrix) -> None:
+    doc = {"signature": [
+        {"id": "noise", "title": "t", "cause": "c", "fix": "f", "source": ["s"],
+         "confidence": 0.99, "harmless": True, "patterns": ["just a warning"]},
+        {"id": "real", "title": "t", "cause": "c", "fix": "f", "source": ["s"],
+         "confidence": 0.5, "patterns": ["the real error"]}]}
+    got = explain("just a warning\nthe real error\n", small, parse_catalogue(doc))
+    assert [(m.id, m.harmless) for m in got] == [("real", False), ("noise", True)]
+    doc["signature"][0]["harmless"] = "yes"
+    with pytest.raises(MatrixError, match="harmless must be true or false"):
+        parse_catalogue(doc)

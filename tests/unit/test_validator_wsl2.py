@@ -40,13 +40,26 @@ def test_recorded_healthy_wsl2_passes_with_notes() -> None:
     assert "NCCL_P2P_DISABLE=1" in notes and "NCCL_SHM_DISABLE=1" in notes
 
 
+def test_nccl_advice_is_one_fact_for_validator_and_doctor() -> None:
+    """The validator cannot read the matrix: its NCCL advice is matrix/wsl2.toml [nccl] advice
+    verbatim, and doctor's wsl.limits (which reads the matrix) gives the same text."""
+    from envbuild.doctor import evaluate, record
+    from envbuild.validator.judges import wsl2
+
+    m = load()
+    assert m.extra["wsl2"]["nccl"]["advice"] == wsl2.NCCL_ADVICE
+    notes = V.wsl2_verdict(facts_from_doctor("wsl2-healthy")).evidence["notes"]
+    assert any(n.endswith(wsl2.NCCL_ADVICE) for n in notes)
+    limits = next(f for f in evaluate.evaluate(record.load(DOCTOR / "wsl2-healthy"), m)
+                  if f.id == "wsl.limits")
+    assert wsl2.NCCL_ADVICE in limits.remediation and "--ipc=host" not in limits.remediation
+
+
 def test_recorded_wsl2_with_a_linux_driver_fails() -> None:
-    facts = facts_from_doctor("wsl2-linux-driver")
-    assert "nvidia-driver-535" in facts["driver_packages"]
-    assert "nvidia-container-toolkit" not in facts["driver_packages"]
+    facts = facts_from_doctor("wsl2-linux-driver")  # microsoft/WSL#9166: nvidia-utils-510
+    assert facts["driver_packages"] == ["nvidia-utils-510"]
     out = V.wsl2_verdict(facts)
-    assert out.status == "fail" and "nvidia-driver-535" in out.detail
-    assert "/lib/x86_64-linux-gnu/libcuda.so.1" in out.detail
+    assert out.status == "fail" and "nvidia-utils-510" in out.detail
     assert "apt-get purge" in out.remediation
 
 

@@ -3,9 +3,9 @@ Outcome, so every verdict is tested without a GPU (stdlib only).
 
 One module per subject: results (Outcome, check rows, summary, exit code, GPU-less runs), spec
 (the spec's promises against recorded facts), numerics, driver (driver userspace in the image),
-wsl2, perf, toolchain (compile.smoke), libs (where the loaded GPU libraries come from) and
-gpuless (a CUDA image proved from its files). This package's face is every judge and verdict
-the checks and the supervisor use.
+wsl2, macos (a native macOS / MPS environment), perf, toolchain (compile.smoke), libs (where
+the loaded GPU libraries come from) and gpuless (a CUDA image proved from its files). This
+package's face is every judge and verdict the checks and the supervisor use.
 """
 
 from __future__ import annotations
@@ -32,6 +32,18 @@ from .libs import (
     library_origin_verdict,
     parse_maps,
     wheel_lib_dirs,
+)
+from .macos import (
+    COMPAT_MACOS,
+    MPS_PARITY_TOLERANCES,
+    judge_macos_native,
+    judge_macos_version,
+    judge_mps_backend,
+    judge_mps_limits,
+    judge_mps_parity,
+    macos_version,
+    older_than,
+    rosetta_signs,
 )
 from .numerics import (
     LOSS_FACTOR,
@@ -119,6 +131,7 @@ from .wsl2 import (
 )
 
 __all__ = [
+    "COMPAT_MACOS",
     "COMPILER_ERRORS",
     "COMPILE_TOLERANCE",
     "CPU_FALLBACK_CHECKS",
@@ -132,6 +145,7 @@ __all__ = [
     "GPU_ONLY_CHECKS",
     "GPU_REMEDIATION",
     "LOSS_FACTOR",
+    "MPS_PARITY_TOLERANCES",
     "NO_GPU_REASON",
     "NO_MPS_REASON",
     "PERF_KEYS",
@@ -170,6 +184,11 @@ __all__ = [
     "judge_device_count",
     "judge_device_properties",
     "judge_flavor",
+    "judge_macos_native",
+    "judge_macos_version",
+    "judge_mps_backend",
+    "judge_mps_limits",
+    "judge_mps_parity",
     "judge_nccl",
     "judge_perf",
     "judge_python",
@@ -186,16 +205,19 @@ __all__ = [
     "library_origin_verdict",
     "load_peaks",
     "loss_verdict",
+    "macos_version",
     "make_check",
     "match_gpu",
     "matrix_row",
     "no_gpu_outcome",
+    "older_than",
     "parse_ldconfig",
     "parse_ldd",
     "parse_maps",
     "parse_mountinfo",
     "passed",
     "perf_verdict",
+    "rosetta_signs",
     "scan_driver_userspace",
     "shm_verdict",
     "skipped",

@@ -11,6 +11,9 @@ from ..rules import driver_package
 from .results import Outcome, failed, passed, skipped, warned
 
 WSL_LIB = "/usr/lib/wsl/lib"
+# matrix/wsl2.toml [nccl] advice, verbatim (doctor's wsl.limits reads it there; the validator
+# runs without the matrix: tests/unit/test_validator_wsl2.py checks that the two agree)
+NCCL_ADVICE = "if NCCL fails or hangs, try NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1, or gloo"
 
 
 def is_wsl2(facts: dict[str, Any]) -> list[str]:
@@ -88,7 +91,7 @@ def wsl2_verdict(facts: dict[str, Any], forbidden: Sequence[str] = ()) -> Outcom
         "pin_memory buffers can fail; use smaller batches or pin_memory=False if they do",
         "multi-GPU NCCL is limited on WSL2 (GPUs cannot be selected by index in containers, "
         "topology detection can fail with 'Could not find real path of /sys/class/pci_bus'): "
-        "if NCCL fails or hangs, try NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1, or gloo",
+        + NCCL_ADVICE,
     ]
     ev["notes"] = notes
     ld_path = str(facts.get("ld_library_path") or "")
