@@ -30,7 +30,7 @@ def at_least(version: str, floor: str) -> bool:
 def ga_driver(m: Matrix, cuda: str, windows: bool = False) -> str:
     """The driver CUDA minor `cuda` shipped with: the oldest that runs it natively ('' when
     unknown)."""
-    rel = m.cuda_release(cuda)
+    rel = m.cuda_release(cuda) or m.cuda_history_row(cuda)  # history: CUDA of old torch builds
     if rel is None:
         return ""
     return rel.ga_driver_windows if windows else rel.ga_driver_linux
