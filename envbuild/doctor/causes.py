@@ -38,7 +38,24 @@ CAUSES: dict[str, tuple[str, tuple[str, ...]]] = {
                           "libs.nvjitlink_shadow", "libs.stub_libcuda")),
 }
 
+# explain's signatures (matrix/signatures.toml) that name a cause, as the findings a pasted
+# error gives (`envbuild doctor --collect-env` reads the errors pasted with a report):
+# finding id "explain.<signature>".
+EXPLAINED: dict[str, str] = {
+    "no_driver": "no_driver", "driver_library_mismatch": "driver_mismatch",
+    "driver_too_old": "driver_too_old", "wsl_no_adapters": "wsl2_no_gpu",
+    "wsl_gpu_access_blocked": "wsl2_gpu_blocked", "wsl_libcuda_unversioned": "wsl2_libcuda",
+    "torch_cpu_only": "cpu_only_build", "no_kernel_image": "arch_not_in_wheel",
+    "rocm_no_binary": "arch_not_in_wheel", "torchvision_operator_missing": "mixed_installs",
+    "cudnn_version_mismatch": "library_mismatch", "nvjitlink_undefined_symbol": "library_mismatch",
+    "cuda_lib_missing": "library_mismatch", "stub_libcuda": "library_mismatch",
+    "driver_api_libcuda": "library_mismatch", "torch_cuda_lib_symbol": "library_mismatch",
+}
+# Signatures of a libcuda.so the loader cannot open: on WSL 2, doctor's wsl.libcuda_unversioned.
+WSL_LIBCUDA = ("wsl_libcuda_unversioned", "driver_api_libcuda")
+
 _BY_ID = {fid: code for code, (_, ids) in CAUSES.items() for fid in ids}
+_BY_ID.update({f"explain.{sig}": code for sig, code in EXPLAINED.items()})
 _ORDER = {code: i for i, code in enumerate(CAUSES)}
 
 

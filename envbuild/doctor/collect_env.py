@@ -178,8 +178,10 @@ def _package(manager: str, rest: str) -> Package | None:
 def parse(text: str) -> Report:
     """The report in `text`; UsageError when there is none (no 'PyTorch version:' line)."""
     lines = [_clean(ln) for ln in text.split("\n")]
-    start = next((i for i, ln in enumerate(lines)
-                  if (lab := _label(ln)) is not None and lab[0] == "pytorch version"), None)
+    labelled = [(i, lab[0]) for i, ln in enumerate(lines) if (lab := _label(ln)) is not None]
+    start = next((i for i, key in labelled if key == "pytorch version"), None)
+    if start is None and len({key for _, key in labelled}) >= 3:
+        start = labelled[0][0]  # a paste cut at the top: the report from its first label on
     if start is None:
         raise UsageError("no collect_env report found: no 'PyTorch version:' line",
                          "paste the whole output of `python -m torch.utils.collect_env`")
@@ -212,7 +214,9 @@ def parse(text: str) -> Report:
             if p is not None:
                 packages.append(p)
             continue
-        if key in ("gpus", "cudnn", "cpu") and len(values[key]) < 256:
+        if not _continues(key, ln, values[key]):
+            break  # the report was cut, and what follows is the rest of the post
+        if len(values[key]) < 256:
             values[key].append(ln)
     one = {k: (v[0] if v else "") for k, v in values.items()}
     uncollected = tuple(k for k, v in values.items()
@@ -227,8 +231,10 @@ def parse(text: str) -> Report:
     cudnn = [c for c in values.get("cudnn", []) if _known(c)
              and c.lower() != "probably one of the following:"]
     warned = _warnings(lines)
-    truncated = "libraries" not in values
-    if truncated:
+    truncated = "libraries" not in values or "torch" not in values
+    if "torch" not in values:
+        notes.append("the report starts after its 'PyTorch version' line")
+    if "libraries" not in values:
         notes.append("the report stops before 'Versions of relevant libraries'")
     return Report(
         torch=_torch_version(one.get("torch", "")),
@@ -254,6 +260,20 @@ def parse(text: str) -> Report:
         notes=tuple(notes),
         **warned,
     )
+
+
+def _continues(key: str, line: str, so_far: list[str]) -> bool:
+    """Whether `line` belongs to the multi-line value of `key`: GPU lines, cuDNN paths, the CPU
+    section (lscpu's 'Key: value', Windows' 'Key=value', a Mac's one brand line)."""
+    if key == "gpus":
+        return _GPU_LINE.match(line) is not None
+    if key == "cudnn":
+        return (line.startswith(("/", "\\")) or line.lower() == "probably one of the following:"
+                or re.match(r"[A-Za-z]:\\", line) is not None
+                or re.fullmatch(r"\d+(?:\.\d+)*", line) is not None)
+    if key == "cpu":
+        return ":" in line or "=" in line or not so_far
+    return False
 
 
 def _torch_version(value: str) -> str:

@@ -16,7 +16,7 @@ from collections import Counter
 
 from envbuild.common.record import record
 from envbuild.common.versions import major_of, minor_of
-from envbuild.core import compat
+from envbuild.core import compat, wsl
 from envbuild.core import gpus as gpu_names
 from envbuild.doctor import causes, checks_env, checks_host
 from envbuild.doctor.collect_env import Report
@@ -30,6 +30,17 @@ _MACHINE = re.compile(r"\((x86_64|aarch64|arm64|amd64|ppc64le|s390x|i386)\)\s*$"
 _GFX = re.compile(r"gfx[0-9a-f]{3,4}\b")
 _CUDA_SUFFIX = re.compile(r"-cu(\d{2})$")
 SOURCE = "collect_env"  # the argv of every output taken from the report
+
+
+@record
+class PastedError:
+    """An error message pasted with the report, as `envbuild explain` decoded it."""
+
+    id: str  # the explain signature
+    title: str
+    cause: str
+    fix: str
+    line: str  # the pasted line it matched
 
 
 @record
@@ -170,8 +181,11 @@ def unjudged(r: Report, v: View) -> tuple[str, ...]:
     return tuple(out)
 
 
-def diagnose_report(r: Report, m: Matrix) -> ReportDiagnosis:
-    """Doctor's findings and recommendation for the host the report comes from."""
+def diagnose_report(r: Report, m: Matrix,
+                    errors: tuple[PastedError, ...] = ()) -> ReportDiagnosis:
+    """Doctor's findings and recommendation for the host the report comes from; `errors` are
+    the error messages pasted with it (explain's matches), a finding each whose cause the
+    report's own facts did not already show."""
     v = view_of(r, m)
     o = Out()
     checks_host.check_macos(v, m, o)
@@ -182,15 +196,45 @@ def diagnose_report(r: Report, m: Matrix) -> ReportDiagnosis:
     if not (v.nvidia or v.amd or v.apple_silicon):
         o.add("gpu.none", INFO, "no NVIDIA, AMD or Apple GPU in the report: PyTorch there runs on "
               "the CPU", "")
-    checks_env.check_torch(v, m, o)
+    if not r.torch and "torch" in r.labels:
+        listed = [p for p in r.packages if p.name.lower() in TORCHES]
+        o.add("torch.not_imported", ERROR if listed else WARN,
+              "collect_env could not import torch ('PyTorch version: N/A')"
+              + (f", though {listed[0].name} {listed[0].version} is installed: `import torch` "
+                 "fails" if listed else ": it is not installed in that Python, or "
+                 "`import torch` fails"),
+              "run `python -c 'import torch'` there and give its error to `envbuild explain`",
+              [f"[{p.manager}] {p.name}=={p.version}" for p in listed[:3]])
+    else:
+        checks_env.check_torch(v, m, o)
     check_installs(r, v, o)
     check_libraries(r, v, o)
+    check_pasted(errors, v, m, o)
     rec = recommend(v, m, Request())
     # the leading finding names the cause: findings with a cause code first, in the table's
     # precedence, then the rest by severity (a driver older than envbuild's matrix is no cause
     # of the reporter's failure, a CPU-only torch is)
     findings = sorted(o.items, key=lambda f: (causes.rank(f.id), -f.severity.rank))
     return ReportDiagnosis(findings, rec, v.facts, v, unjudged(r, v))
+
+
+def check_pasted(errors: tuple[PastedError, ...], v: View, m: Matrix, o: Out) -> None:
+    """The error messages pasted with the report, in explain's words: a finding each, unless
+    a finding of the report's own facts already names that cause. On WSL 2 a libcuda.so that
+    cannot be opened is doctor's wsl.libcuda_unversioned (the fix of matrix/wsl2.toml)."""
+    seen = {f.cause for f in o.items if f.cause}
+    for e in errors:
+        if v.wsl and e.id in causes.WSL_LIBCUDA:
+            gotcha = wsl.table(m, "libcuda_unversioned")
+            fid, fix = "wsl.libcuda_unversioned", f"`{gotcha.get('fix', '')}`; {e.fix}"
+        else:
+            fid, fix = f"explain.{e.id}", e.fix
+        cause = causes.cause_of(fid)
+        if not cause or cause in seen:
+            continue
+        seen.add(cause)
+        o.add(fid, ERROR, f"the paste shows {e.title[:1].lower()}{e.title[1:]}: {e.cause}",
+              fix, [e.line[:200]])
 
 
 def check_no_driver(r: Report, v: View, o: Out) -> None:

@@ -68,12 +68,16 @@ def doctor_report(source: str, *, matrix_dir: Path | None = None) -> ReportCheck
     and judge it with doctor's rules; the recommendation comes with its plain pip line."""
     from envbuild import matrix
     from envbuild.doctor.collect_env import parse
-    from envbuild.doctor.from_report import diagnose_report
+    from envbuild.doctor.from_report import PastedError, diagnose_report
+    from envbuild.features.explain import explain
 
     data, name = _read_report(source)
-    report = parse(data.decode("utf-8", errors="replace").lstrip("\ufeff"))
+    text = data.decode("utf-8", errors="replace").lstrip("\ufeff")
+    report = parse(text)
     m = matrix.load(matrix_dir)
-    d = diagnose_report(report, m)
+    errors = tuple(PastedError(x.id, x.title, x.cause, x.fix, x.line)
+                   for x in explain(text, m) if not x.harmless)
+    d = diagnose_report(report, m, errors)
     return ReportCheck(d.findings, d.recommendation, d.facts, report, d.unjudged,
                        pip_line(d.recommendation, m), name, len(data))
 
