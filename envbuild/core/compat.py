@@ -86,6 +86,13 @@ def variant(m: Matrix, release: str, tag: str) -> Variant | None:
     return next((v for v in m.variants_of(release) if v.tag == tag), None)
 
 
+def covering(m: Matrix, cc: str) -> list[Variant]:
+    """The CUDA wheels (torch release and variant) with kernels for compute capability cc,
+    oldest release first."""
+    return [v for rel in m.torch for v in m.variants_of(rel.version)
+            if v.kind == "cuda" and covers(v, cc)]
+
+
 def newest_release_with(m: Matrix, tag: str, ccs: Iterable[str] = ()) -> TorchRelease | None:
     """The newest torch release that has variant `tag` (covering every cc given)."""
     need = tuple(ccs)

@@ -223,7 +223,8 @@ def check_torch(v: View, m: Matrix, o: Out) -> None:
                 o.add("torch.arch_missing", ERROR,
                       f"torch {torch} has no kernels for GPU {g.index} {g.name} (compute "
                       f"capability {g.cc}): 'no kernel image is available for execution on the "
-                      "device'", "use the environment recommended below", [
+                      f"device'; {wheels_for(m, g.cc)}",
+                      "use the environment recommended below", [
                           "sass: " + " ".join(var.sass), "ptx: " + (" ".join(var.ptx) or "-")])
         if probe and probe.get("cuda_available") is False and not o.has("torch.arch_missing") \
                 and not o.has("torch.driver_too_old") and not o.has(
@@ -242,6 +243,18 @@ def check_torch(v: View, m: Matrix, o: Out) -> None:
                   f"torch {torch} has no code objects for "
                   + ", ".join(sorted(set(v.amd_gfx) - gfx))
                   + " ('hipErrorNoBinaryForGpu')", "use the environment recommended below")
+
+
+def wheels_for(m: Matrix, cc: str) -> str:
+    """Which torch wheels have kernels for cc, in words: the first release and variant, and the
+    newest."""
+    found = compat.covering(m, cc)
+    if not found:
+        return f"no torch wheel envbuild knows has kernels for compute capability {cc}"
+    first, last = found[0], found[-1]
+    said = f"the first torch with kernels for it is {first.release} ({first.tag})"
+    return said + (f", the newest {last.release} ({last.tag})" if last.release != first.release
+                   else "")
 
 
 def driver_need(m: Matrix, cuda: str, windows: bool) -> str:
