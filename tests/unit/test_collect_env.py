@@ -321,3 +321,39 @@ def test_the_docs_example_is_what_envbuild_prints(tmp_path: Path, monkeypatch: p
     assert out.rstrip("\n") == shown
     assert (FIXTURES / "pt150733-sm120-rtx5090d-cu126" / "report.txt").read_text().rstrip(
         "\n") in page
+
+
+# ---------------------------------------------------------------- report-only checks, on real
+# reports with one line added (no real report of these shapes was found with its thread)
+
+H100_REPORT = ROOT / "tests" / "fixtures" / "hosts" / "h100-sxm-driver580-torch2.11-cu130" / \
+    "collect_env.txt"
+
+
+@pytest.mark.parametrize(("added", "finding", "cause", "severity"), [
+    ("[pip3] nvidia-nccl-cu12==2.29.3", "libs.cuda_wheels_mixed", "library_mismatch",
+     Severity.ERROR),
+    ("[conda] cudatoolkit               11.8.0              h6a678d5_0",
+     "env.conda_cuda_mismatch", "mixed_installs", Severity.WARN),
+    ("[conda] pytorch                   2.5.1           py3.12_cuda12.4_cudnn9.1.0_0    pytorch",
+     "env.two_torches", "mixed_installs", Severity.ERROR),
+])
+def test_a_line_added_to_a_healthy_report_is_found(added: str, finding: str, cause: str,
+                                                   severity: Severity, matrix: Matrix) -> None:
+    text = H100_REPORT.read_text()
+    assert not [f for f in _diagnose(text, matrix).findings if f.severity is Severity.ERROR]
+    text = text.replace("[conda] Could not collect", added)
+    d = _diagnose(text, matrix)
+    hit = [f for f in d.findings if f.id == finding]
+    assert hit and hit[0].cause == cause and hit[0].severity is severity, d.findings
+    assert d.findings[0].cause == cause
+    assert added.split()[1] in " ".join(hit[0].evidence) + hit[0].message
+
+
+def test_a_system_cudnn_of_another_major_is_a_warning(matrix: Matrix) -> None:
+    text = H100_REPORT.read_text().replace("libcudnn.so.9.14.0", "libcudnn.so.8.9.7")
+    hit = [f for f in _diagnose(text, matrix).findings if f.id == "libs.cudnn_system"]
+    assert hit and hit[0].severity is Severity.WARN and "cuDNN 8" in hit[0].message
+    same = [f for f in _diagnose(H100_REPORT.read_text(), matrix).findings
+            if f.id == "libs.cudnn_system"]
+    assert same == []  # 9.14 beside the wheel's 9.19: one major, nothing to say
