@@ -86,11 +86,12 @@ def variant(m: Matrix, release: str, tag: str) -> Variant | None:
     return next((v for v in m.variants_of(release) if v.tag == tag), None)
 
 
-def covering(m: Matrix, cc: str) -> list[Variant]:
-    """The CUDA wheels (torch release and variant) with kernels for compute capability cc,
-    oldest release first."""
+def covering(m: Matrix, cc: str, native: bool = False) -> list[Variant]:
+    """The CUDA wheels (torch release and variant) that run on compute capability cc, oldest
+    release first; `native`: only those with its kernels compiled in (no PTX JIT)."""
     return [v for rel in m.torch for v in m.variants_of(rel.version)
-            if v.kind == "cuda" and covers(v, cc)]
+            if v.kind == "cuda" and covers(v, cc)
+            and (not native or arch_covers(v.sass, (), cc) is not None)]
 
 
 def newest_release_with(m: Matrix, tag: str, ccs: Iterable[str] = ()) -> TorchRelease | None:

@@ -36,6 +36,15 @@ CAUSES: dict[str, tuple[str, tuple[str, ...]]] = {
     "library_mismatch": ("a CUDA library of another version shadows the wheel's",
                          ("libs.cuda_wheels_mixed", "libs.cudnn_system", "libs.cudnn_shadow",
                           "libs.nvjitlink_shadow", "libs.stub_libcuda")),
+    "macos_rosetta": ("an x86_64 Python under Rosetta 2 on Apple silicon (no MPS, old wheels)",
+                      ("macos.rosetta",)),
+    "mps_unavailable": ("MPS is not available: a macOS older than the torch release's floor",
+                        ("macos.mps_unavailable", "macos.mps_too_old")),
+    # symptoms, last: what the report shows when no cause above explains it
+    "torch_import": ("torch is installed but `import torch` fails",
+                     ("torch.not_imported", "torch.import_failed")),
+    "cuda_unavailable": ("CUDA is unavailable although GPU, driver and wheel match",
+                         ("torch.cuda_unavailable",)),
 }
 
 # explain's signatures (matrix/signatures.toml) that name a cause, as the findings a pasted

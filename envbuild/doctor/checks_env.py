@@ -246,13 +246,19 @@ def check_torch(v: View, m: Matrix, o: Out) -> None:
 
 
 def wheels_for(m: Matrix, cc: str) -> str:
-    """Which torch wheels have kernels for cc, in words: the first release and variant, and the
-    newest."""
-    found = compat.covering(m, cc)
-    if not found:
+    """Which torch wheels have kernels for cc, in words: the first release and variant with
+    them compiled in (and an older one that runs it only through PTX JIT), and the newest."""
+    native = compat.covering(m, cc, native=True)
+    jit = compat.covering(m, cc)
+    if not jit:
         return f"no torch wheel envbuild knows has kernels for compute capability {cc}"
-    first, last = found[0], found[-1]
+    if not native:
+        return (f"only PTX JIT runs it: from torch {jit[0].release} ({jit[0].tag}); no wheel "
+                "envbuild knows has its kernels compiled in")
+    first, last = native[0], native[-1]
     said = f"the first torch with kernels for it is {first.release} ({first.tag})"
+    if jit[0] is not first and jit[0].release != first.release:
+        said += f" (from {jit[0].release} ({jit[0].tag}) only through PTX JIT)"
     return said + (f", the newest {last.release} ({last.tag})" if last.release != first.release
                    else "")
 
@@ -266,7 +272,8 @@ def driver_need(m: Matrix, cuda: str, windows: bool) -> str:
     native = f"driver >= {ga} natively" if ga else "a driver envbuild has no floor for"
     if floor and floor != ga:
         return f"{native}, or >= {floor} through minor-version compatibility"
-    if not floor and ga and major_of(cuda) < 11:
+    if not floor and ga and m.cuda_history_row(minor_of(cuda)) is not None:
+        # an old CUDA: NVIDIA's minor-version compatibility table has no row for its major
         return f"{native} (CUDA {major_of(cuda)}.x has no minor-version compatibility)"
     return native
 

@@ -36,14 +36,7 @@ def check_wsl(v: View, m: Matrix, o: Out) -> None:
         return
     release = (f.file(model.OSRELEASE) or "").strip()
     if "/dev/dxg" not in f.devices:
-        wsl1 = "wsl2" not in release.lower()
-        o.add("wsl.no_gpu_bridge", ERROR,
-              f"WSL{'1' if wsl1 else '2'} without /dev/dxg: the Windows GPU is not shared with "
-              "this distribution",
-              "in PowerShell on Windows run `wsl.exe --set-version <distro> 2` (`wsl.exe -l -v` "
-              "lists the distribution names) and `wsl.exe --update`, and install "
-              "the current Windows NVIDIA driver (nothing NVIDIA inside the distribution)",
-              [f"/proc/sys/kernel/osrelease: {release}"])
+        no_gpu_bridge(o, release, wsl1="wsl2" not in release.lower())
     else:
         where = f" inside a {f.container} container" if f.container else ""
         o.add("wsl.detected", INFO, f"WSL2 ({release or 'kernel release not recorded'}) with GPU "
@@ -111,6 +104,17 @@ def check_wsl(v: View, m: Matrix, o: Out) -> None:
               "so multi-GPU NCCL jobs fail or hang",
               "train on one GPU under WSL, or use native Linux for multi-GPU jobs")
     check_wsl_memory(v, m, o)
+
+
+def no_gpu_bridge(o: Out, release: str, wsl1: bool) -> None:
+    """WSL without the GPU bridge (/dev/dxg), WSL 1 above all: the Windows GPU is not shared."""
+    o.add("wsl.no_gpu_bridge", ERROR,
+          f"WSL{'1' if wsl1 else '2'} without /dev/dxg: the Windows GPU is not shared with "
+          "this distribution",
+          "in PowerShell on Windows run `wsl.exe --set-version <distro> 2` (`wsl.exe -l -v` "
+          "lists the distribution names) and `wsl.exe --update`, and install "
+          "the current Windows NVIDIA driver (nothing NVIDIA inside the distribution)",
+          [f"/proc/sys/kernel/osrelease: {release}"])
 
 
 def check_wsl_memory(v: View, m: Matrix, o: Out) -> None:
@@ -207,7 +211,7 @@ def check_driver_and_gpus(v: View, m: Matrix, o: Out) -> None:
                   f"GPU {g.index} ({g.name}): compute capability unknown (not in gpus.toml, "
                   "and this nvidia-smi has no compute_cap field)",
                   "the recommendation below does not check arch coverage for it")
-    if driver and not v.windows_driver:
+    if driver and not v.windows_driver and not v.driver_inferred:  # a lower bound is no driver
         check_driver_window(v, m, driver, o)
     if v.gpus:
         counts = Counter((g.name, g.cc, round(g.memory_mib / 1024)) for g in v.gpus)
@@ -414,7 +418,8 @@ def check_macos(v: View, m: Matrix, o: Out) -> None:
               "in /opt/homebrew, and recreate the environment with it",
               [f"sysctl.proc_translated: 1; platform.machine: {f.machine}"])
     elif not v.apple_silicon:
-        o.add("macos.intel", WARN, f"Intel Mac ({cpu or f.machine}): PyTorch has no MPS or GPU "
+        o.add("macos.intel", WARN, f"Intel Mac ({cpu or f.machine or 'x86_64'}): PyTorch has no "
+              "MPS or GPU "
               "support here", "environments here run on the CPU")
     else:
         o.add("macos.apple_silicon", OK, f"{cpu or 'Apple silicon'} (arm64)")

@@ -48,6 +48,7 @@ LABELS: dict[str, str] = {
     "is xnnpack available": "xnnpack",
     "is xpu available": "xpu",
     "caching allocator config": "allocator",
+    "xpu used to build pytorch": "xpu_built",
     "cpu": "cpu",
     "versions of relevant libraries": "libraries",
     "version of relevant libraries": "libraries",  # as some pastes have it
@@ -59,7 +60,7 @@ UNKNOWN = ("could not collect", "n/a", "")
 _COLON = ":\uff1a"
 _LIB = re.compile(r"\[(pip3?|conda)\]\s+(.*)")
 _GPU_LINE = re.compile(r"GPU\s*(\d+)\s*[:\uff1a]\s*(.*)")
-_QUOTE = re.compile(r"(?:>\s?)+")
+_QUOTE = re.compile(r"(?:>\s*)+")
 _FENCE = re.compile(r"(?:`{3,}|~{3,})")
 _TAG = re.compile(r"</?(?:details|summary|pre|code)\b[^>]*>", re.IGNORECASE)
 _PIP_REQ = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*(\S+)")
@@ -111,6 +112,7 @@ class Report:
     arch_list: tuple[str, ...] = ()
     incompatible_ccs: tuple[str, ...] = ()  # "12.0" for "sm_120 is not compatible"
     notes: tuple[str, ...] = field(default=())  # what was odd about the paste
+    lines: tuple[tuple[str, str], ...] = ()  # (field, the line as pasted) of every value read
 
     def packages_of(self, *names: str) -> tuple[Package, ...]:
         want = {n.lower().replace("_", "-") for n in names}
@@ -119,7 +121,7 @@ class Report:
 
 def _clean(line: str) -> str:
     """One pasted line as collect_env printed it: no quote marks, fences or HTML tags."""
-    line = line.replace("\r", "").replace("\t", "    ")
+    line = line.replace("\r", "").replace("\t", "    ").replace("\x00", "")
     stripped = line.lstrip()
     q = _QUOTE.match(stripped)
     if q:
@@ -175,49 +177,69 @@ def _package(manager: str, rest: str) -> Package | None:
                    _cut(parts[3]) if len(parts) > 3 else "")
 
 
+def _segments(labelled: list[tuple[int, str]]) -> list[tuple[int, int, int]]:
+    """(first line, end line, distinct labels) of each report in the paste: a label seen again
+    starts the next one (a report pasted twice, a prose line before the real report)."""
+    out: list[tuple[int, int, int]] = []
+    seen: set[str] = set()
+    start = -1
+    for i, key in labelled:
+        if key in seen or start < 0:
+            if start >= 0:
+                out.append((start, i, len(seen)))
+            start, seen = i, set()
+        seen.add(key)
+    if start >= 0:
+        out.append((start, -1, len(seen)))
+    return out
+
+
 def parse(text: str) -> Report:
-    """The report in `text`; UsageError when there is none (no 'PyTorch version:' line)."""
+    """The report in `text` (the one with the most collect_env labels, when the paste holds
+    more than one); UsageError when there is none."""
     lines = [_clean(ln) for ln in text.split("\n")]
-    labelled = [(i, lab[0]) for i, ln in enumerate(lines) if (lab := _label(ln)) is not None]
-    start = next((i for i, key in labelled if key == "pytorch version"), None)
-    if start is None and len({key for _, key in labelled}) >= 3:
-        start = labelled[0][0]  # a paste cut at the top: the report from its first label on
-    if start is None:
-        raise UsageError("no collect_env report found: no 'PyTorch version:' line",
+    labelled = [(i, LABELS[lab[0]]) for i, ln in enumerate(lines)
+                if (lab := _label(ln)) is not None]
+    segments = _segments(labelled)
+    best = max(segments, key=lambda seg: seg[2], default=None)
+    if best is None or best[2] < 3:
+        raise UsageError("no collect_env report found: no 'PyTorch version:' line with the "
+                         "report's other lines",
                          "paste the whole output of `python -m torch.utils.collect_env`")
+    start, end, _ = best
     values: dict[str, list[str]] = {}
     order: list[str] = []
     key = ""
     packages: list[Package] = []
     notes: list[str] = []
-    for ln in lines[start:]:
+    if len(segments) > 1:
+        notes.append("the paste holds more than one report (or a report's labels twice); the "
+                     "fullest was read")
+    kept: list[tuple[str, str]] = []
+    for ln in lines[start:end if end >= 0 else len(lines)]:
         lab = _label(ln)
         if lab is not None:
             name, value = lab
-            field_ = LABELS[name]
-            if field_ in values:  # a second report pasted after the first: stop at it
-                notes.append("a second report follows the first; only the first was read")
-                break
-            key = field_
-            order.append(field_)
+            key = LABELS[name]
+            order.append(key)
             values[key] = [value] if value else []
+            if len(kept) < 512:
+                kept.append((key, _cut(ln)))
             continue
-        if not ln:
+        if not ln or not key:
             continue
         if key == "libraries":
             lib = _LIB.match(ln)
-            if lib is None:
-                if ln.lower() != "no relevant packages":
-                    break  # the report ended; what follows is the rest of the post
-                continue
-            p = _package(lib.group(1), lib.group(2))
-            if p is not None:
+            if lib is not None and (p := _package(lib.group(1), lib.group(2))) is not None:
                 packages.append(p)
-            continue
-        if not _continues(key, ln, values[key]):
-            break  # the report was cut, and what follows is the rest of the post
-        if len(values[key]) < 256:
+                if len(kept) < 512:
+                    kept.append(("libraries", _cut(ln)))
+            continue  # anything else after the library lines is the rest of the post
+        if _continues(key, ln, values[key]) and len(values[key]) < 256:
             values[key].append(ln)
+            if len(kept) < 512:
+                kept.append((key, _cut(ln)))
+        # any other line (a banner, MIG devices, the post's own words) is not the report's
     one = {k: (v[0] if v else "") for k, v in values.items()}
     uncollected = tuple(k for k, v in values.items()
                         if any(x.strip().lower() == "could not collect" for x in v))
@@ -258,6 +280,7 @@ def parse(text: str) -> Report:
         labels=tuple(order),
         truncated=truncated,
         notes=tuple(notes),
+        lines=tuple(kept),
         **warned,
     )
 

@@ -24,6 +24,7 @@ from envbuild.doctor.model import Cmd, Finding, HostFacts, Recommendation, Reque
 from envbuild.doctor.recommend import recommend
 from envbuild.doctor.view import ERROR, INFO, WARN, Gpu, Out, View, build_view
 from envbuild.matrix import Matrix
+from envbuild.validator.rules import arch_name
 
 _VERSION = re.compile(r"\d+(?:\.\d+)+")
 _MACHINE = re.compile(r"\((x86_64|aarch64|arm64|amd64|ppc64le|s390x|i386)\)\s*$", re.IGNORECASE)
@@ -133,6 +134,14 @@ def view_of(r: Report, m: Matrix) -> View:
         if driver:
             v.driver_inferred = (f"its CUDA is {r.driver_cuda}, torch's warning says: 'found "
                                  f"version {_found(r.driver_cuda)}'")
+    if not driver and r.cuda_available and v.torch_flavor == "cuda" and v.torch_cuda:
+        # CUDA works with this build: the driver runs torch's CUDA, natively or through
+        # minor-version compatibility, so it is at least that floor
+        floor = compat.mvc_floor(m, major_of(v.torch_cuda), v.windows_driver)
+        driver = floor or compat.ga_driver(m, v.torch_cuda, v.windows_driver)
+        if driver:
+            v.driver_inferred = (f"torch's CUDA {v.torch_cuda} works there, and the report does "
+                                 "not give the driver")
     if driver and facts.system != "Darwin":
         v.nvml_driver = driver
         if not v.windows_driver:
@@ -143,10 +152,14 @@ def view_of(r: Report, m: Matrix) -> View:
             v.gpus = [g if g.cc else Gpu(g.index, g.name, r.incompatible_ccs[0])
                       for g in v.gpus]
     else:
-        v.amd_gfx = sorted({g for name in r.gpus for g in _GFX.findall(name.lower())})
+        v.amd_gfx = sorted({g for name in r.gpus
+                            for g in (_GFX.findall(name.lower()) or [gpu_names.gpu_gfx(m, name)])
+                            if g})
         v.amd_names = list(r.gpus)
-        v.amd = bool(r.gpus or r.hip)
+        v.amd = bool(r.gpus)
     v.nvidia = bool(v.gpus or driver) and not rocm and facts.system != "Darwin"
+    if v.darwin and facts.machine == "x86_64" and v.apple_silicon:
+        v.macos = ""  # a Python under Rosetta sees macOS as 10.16: the real version is unknown
     return v
 
 
@@ -159,6 +172,10 @@ def _found(cuda: str) -> str:
 def unjudged(r: Report, v: View) -> tuple[str, ...]:
     """What a doctor run on the host would check that this report cannot tell."""
     out = []
+    if "torch" not in r.labels:
+        out.append("torch itself (the report starts after its 'PyTorch version' line)")
+    if "gpus" not in r.labels and "driver" not in r.labels:
+        out.append("the GPUs and the driver (the report is cut before their lines)")
     if v.nvidia and not v.windows_driver:
         out.append("whether the loaded kernel module matches the user-space driver "
                    "(driver/library version mismatch)")
@@ -173,7 +190,8 @@ def unjudged(r: Report, v: View) -> tuple[str, ...]:
         out.append("WSL's /dev/dxg, the libraries in /usr/lib/wsl/lib and the .wslconfig memory "
                    "limit")
     if not v.darwin:
-        out.append("the container engine (Docker, BuildKit, the NVIDIA runtime)")
+        out.append("the container engine (Docker, BuildKit, "
+                   + ("/dev/kfd and /dev/dri)" if v.amd else "the NVIDIA runtime)"))
     if r.uncollected:
         out.append("what collect_env could not collect: " + ", ".join(r.uncollected))
     if r.truncated:
@@ -193,10 +211,13 @@ def diagnose_report(r: Report, m: Matrix,
         checks_host.check_driver_and_gpus(v, m, o)
     check_no_driver(r, v, o)
     check_wsl(r, v, m, o)
-    if not (v.nvidia or v.amd or v.apple_silicon):
+    shown = "gpus" in r.labels or "driver" in r.labels or r.cuda_available is not None
+    if not (v.nvidia or v.amd or v.apple_silicon) and shown and not o.has("torch.no_driver"):
         o.add("gpu.none", INFO, "no NVIDIA, AMD or Apple GPU in the report: PyTorch there runs on "
               "the CPU", "")
-    if not r.torch and "torch" in r.labels:
+    if "torch" not in r.labels:
+        pass  # the report is cut above its torch lines: said under `unjudged`
+    elif not r.torch:
         listed = [p for p in r.packages if p.name.lower() in TORCHES]
         o.add("torch.not_imported", ERROR if listed else WARN,
               "collect_env could not import torch ('PyTorch version: N/A')"
@@ -207,15 +228,61 @@ def diagnose_report(r: Report, m: Matrix,
               [f"[{p.manager}] {p.name}=={p.version}" for p in listed[:3]])
     else:
         checks_env.check_torch(v, m, o)
+    check_rocm(r, v, o)
     check_installs(r, v, o)
     check_libraries(r, v, o)
     check_pasted(errors, v, m, o)
-    rec = recommend(v, m, Request())
+    o.items = [_as_report(f, o) for f in o.items if not _superseded(f, o, v)]
+    rec = _for_that_host(recommend(v, m, Request()), r, v, m)
     # the leading finding names the cause: findings with a cause code first, in the table's
     # precedence, then the rest by severity (a driver older than envbuild's matrix is no cause
     # of the reporter's failure, a CPU-only torch is)
     findings = sorted(o.items, key=lambda f: (causes.rank(f.id), -f.severity.rank))
     return ReportDiagnosis(findings, rec, v.facts, v, unjudged(r, v))
+
+
+def _superseded(f: Finding, o: Out, v: View) -> bool:
+    """What a report makes moot: a CUDA build's 'runs on the CPU' note once no_driver names the
+    cause; the macOS version under Rosetta (the report has only the 10.16 Rosetta shows); a
+    driver 'older than the matrix' when only its lower bound is known."""
+    return ((f.id == "torch.gpu_build_no_gpu" and o.has("torch.no_driver"))
+            or (f.id == "macos.version_unknown" and o.has("macos.rosetta"))
+            or (f.id == "nvidia.driver_old" and bool(v.driver_inferred)))
+
+
+def _as_report(f: Finding, o: Out) -> Finding:
+    """A driver older than every CUDA image envbuild knows is an error for doctor (nothing it
+    builds runs there) but not a fault of the reporter's setup, which may work: a warning here,
+    the recommendation says what runs."""
+    from dataclasses import replace
+
+    if f.id == "nvidia.driver_old" and f.severity is ERROR:
+        return replace(f, severity=WARN)
+    return f
+
+
+def _for_that_host(rec: Recommendation, r: Report, v: View, m: Matrix) -> Recommendation:
+    from dataclasses import replace
+
+    from envbuild.doctor.recommend import checked
+
+    if rec.target == "cpu" and v.driver_inferred and v.nvidia:
+        # only a lower bound of the driver is known: the CUDA image for these GPUs, with the
+        # driver it needs said, rather than the CPU for a driver that may be newer
+        gpus = tuple(arch_name(cc) for cc in v.ccs)
+        cuda = checked(Recommendation("cuda", gpus=gpus), m)
+        if cuda.target == "cuda":
+            return replace(cuda, reason=f"the report does not give the driver ({v.driver_label})"
+                           ": check `nvidia-smi` there against what this image needs "
+                           "(`envbuild resolve` with these options says)")
+    reason = rec.reason.replace("this host", "that host")
+    if v.driver_inferred:  # the resolver was asked for the least driver it can be
+        reason = reason.replace(f"driver {v.driver} ", f"driver {v.driver_label} ", 1)
+    if rec.target == "cpu" and "gpus" not in r.labels and "driver" not in r.labels \
+            and r.cuda_available is None:
+        reason = ("the report is cut before its GPU and driver lines: the CPU image until they "
+                  "are known")
+    return replace(rec, reason=reason)
 
 
 def check_pasted(errors: tuple[PastedError, ...], v: View, m: Matrix, o: Out) -> None:
@@ -225,8 +292,9 @@ def check_pasted(errors: tuple[PastedError, ...], v: View, m: Matrix, o: Out) ->
     seen = {f.cause for f in o.items if f.cause}
     for e in errors:
         if v.wsl and e.id in causes.WSL_LIBCUDA:
-            gotcha = wsl.table(m, "libcuda_unversioned")
-            fid, fix = "wsl.libcuda_unversioned", f"`{gotcha.get('fix', '')}`; {e.fix}"
+            gotcha = str(wsl.table(m, "libcuda_unversioned").get("fix", ""))
+            fid = "wsl.libcuda_unversioned"
+            fix = e.fix if gotcha in e.fix else f"`{gotcha}`; {e.fix}"
         else:
             fid, fix = f"explain.{e.id}", e.fix
         cause = causes.cause_of(fid)
@@ -238,19 +306,43 @@ def check_pasted(errors: tuple[PastedError, ...], v: View, m: Matrix, o: Out) ->
 
 
 def check_no_driver(r: Report, v: View, o: Out) -> None:
-    """A CUDA build, and no NVIDIA driver in the report (nvidia-smi found none)."""
-    if v.torch_flavor != "cuda" or v.driver or v.darwin or r.cuda_available:
+    """A CUDA build, and no NVIDIA driver in the report (nvidia-smi found none): an error where
+    the report lists GPUs or torch said 'Found no NVIDIA driver', else a warning (a machine
+    without a GPU looks the same). On WSL 2 the driver is the Windows one: wsl.no_gpu says so."""
+    if v.torch_flavor != "cuda" or v.driver or v.darwin or v.wsl or r.cuda_available:
         return
-    listed = " (it lists no GPU either)" if not r.gpus else ""
-    warned = (["torch: 'Found no NVIDIA driver on your system'"] if r.no_driver_warning
-              else [])
-    o.add("torch.no_driver", ERROR,
+    if "driver" not in r.labels and not r.no_driver_warning:
+        return  # the report is cut before the driver line: not judged
+    evidence = (["torch: 'Found no NVIDIA driver on your system'"] if r.no_driver_warning
+                else [])
+    if "driver" in r.labels:
+        evidence.append(f"Nvidia driver version: {r.driver or 'Could not collect'}")
+    if r.cuda_available is False:
+        evidence.append("Is CUDA available: False")
+    sure = bool(r.gpus) or r.no_driver_warning
+    o.add("torch.no_driver", ERROR if sure else WARN,
           f"torch {r.torch} is a CUDA {v.torch_cuda} build, and the report shows no NVIDIA "
-          f"driver{listed}: 'Found no NVIDIA driver on your system', CUDA is unavailable",
-          "install the NVIDIA driver for the GPU (`nvidia-smi` must work), then check again; "
-          "on a machine without an NVIDIA GPU, use a CPU build",
-          [*warned, f"Nvidia driver version: {r.driver or 'Could not collect'}",
-           f"Is CUDA available: {r.cuda_available}"])
+          "driver" + ("" if r.gpus else " and no GPU") + ": CUDA is unavailable"
+          + ("" if sure else " (on a machine without an NVIDIA GPU that is expected: it runs on "
+             "the CPU)"),
+          "install the NVIDIA driver for the GPU (`nvidia-smi` must work), then check again",
+          evidence)
+
+
+def check_rocm(r: Report, v: View, o: Out) -> None:
+    """A ROCm build that finds no GPU, with an AMD GPU listed: what a report cannot see
+    (/dev/kfd, the render group, the amdgpu driver) is the likely cause."""
+    if v.torch_flavor != "rocm" or r.cuda_available is not False or not r.gpus:
+        return
+    if o.has("torch.gfx_missing"):
+        return
+    o.add("torch.cuda_unavailable", ERROR,
+          f"torch {r.torch} is a ROCm build and torch.cuda.is_available() is False although the "
+          f"report lists {', '.join(r.gpus) or 'an AMD GPU'}",
+          "check that this user can open /dev/kfd and /dev/dri/renderD* (`sudo usermod -aG "
+          "render,video $USER`, then log in again) and that the amdgpu driver is loaded; run "
+          "`envbuild doctor` on that host to see which",
+          [f"HIP runtime version: {r.hip or 'Could not collect'}", "Is CUDA available: False"])
 
 
 def check_wsl(r: Report, v: View, m: Matrix, o: Out) -> None:
@@ -258,6 +350,9 @@ def check_wsl(r: Report, v: View, m: Matrix, o: Out) -> None:
     if not v.wsl:
         return
     kernel = next((p for p in (r.platform, r.os) if "microsoft" in p.lower()), r.platform)
+    if "wsl2" not in kernel.lower() and "microsoft-standard" not in kernel.lower():
+        checks_host.no_gpu_bridge(o, kernel, wsl1=True)  # WSL 1: no GPU at all
+        return
     o.add("wsl.detected", INFO, f"WSL2 ({kernel})")
     if v.torch_flavor == "cuda" and not v.driver and not r.cuda_available:
         o.add("wsl.no_gpu", ERROR,

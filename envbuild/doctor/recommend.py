@@ -139,7 +139,9 @@ def recommend_wsl(v: View, m: Matrix, req: Request, pin: Callable[[str], str]) -
         return Recommendation("cpu", reason=f"no CUDA torch wheel runs on driver {driver} "
                               f"with {arch}")
     native = v.driver_cuda(m)
-    why = (f"Windows driver {driver} runs CUDA <= {native}; newest CUDA with torch wheels for "
+    runs = f"runs CUDA <= {native}" if native else "runs CUDA wheels only through minor-version " \
+        "compatibility"
+    why = (f"Windows driver {driver} {runs}; newest CUDA with torch wheels for "
            f"{arch}: {choice.tag} (torch {choice.torch})")
     alts = []
     newest = compat.newest_torch_choice(m, driver, ccs, True)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import textwrap
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuild.common.echo import escaped
-from envbuild.doctor.collect_env import Report
 from envbuild.doctor.model import Finding, HostFacts, Recommendation, Severity
+
+if TYPE_CHECKING:
+    from envbuild.doctor.collect_env import Report
 
 WIDTH = 100
 _LABEL = {Severity.OK: "ok", Severity.INFO: "info", Severity.WARN: "WARN", Severity.ERROR: "ERROR"}
@@ -63,8 +65,8 @@ def render(findings: list[Finding], rec: Recommendation, facts: HostFacts,
         lines += _wrap(f"({rec.reason})", "  ")
     for alt in rec.alternatives:
         lines += _wrap("or: " + alt, "  ")
-    for extra in after:
-        lines += ["", *_wrap(extra, "")]
+    for extra in after:  # a command stays on one line: it is copied and pasted
+        lines += ["", *(extra.split("\n") if extra.startswith(PIP_LEAD) else _wrap(extra, ""))]
     return "\n".join(escaped(line) for line in lines) + "\n"  # a recording's terminal escapes
 
 
@@ -78,19 +80,12 @@ QUOTED = (("torch", "PyTorch version"), ("cuda_built", "CUDA used to build PyTor
 
 
 def report_facts(report: Report) -> list[str]:
-    """The report's lines the judgement used, as collect_env printed them (one value a line)."""
-    out = []
-    for field, label in QUOTED:
-        value = getattr(report, field)
-        if value is None or value == "" or value == ():
-            continue
-        if isinstance(value, bool):
-            value = str(value)
-        if isinstance(value, tuple):
-            value = "; ".join(value[:8]) + (f"; ... ({len(value)} in all)" if len(value) > 8
-                                            else "")
-        out.append(f"{label}: {value}")
-    for w, text in ((report.driver_cuda, f"(torch's warning) the driver's CUDA: "
+    """The report's lines the judgement used, as they were pasted, and torch's warnings."""
+    from envbuild.doctor.from_report import TORCHES
+
+    fields = {f for f, _ in QUOTED}
+    out = [line for f, line in report.lines if f in fields]
+    for w, text in ((report.driver_cuda, "(torch's warning) the driver's CUDA: "
                      f"{report.driver_cuda}"),
                     (report.no_driver_warning, "(torch's warning) Found no NVIDIA driver on "
                      "your system"),
@@ -98,27 +93,29 @@ def report_facts(report: Report) -> list[str]:
                      + " ".join(f"sm_{c.replace('.', '')}" for c in report.incompatible_ccs))):
         if w:
             out.append(text)
-    out += [f"[{p.manager}] {p.name} {p.version} {p.build}".rstrip() for p in report.packages
-            if p.name.lower() in _QUOTED_PACKAGES or p.name.lower().startswith("nvidia-")][:12]
-    return out
-
-
-_QUOTED_PACKAGES = ("torch", "pytorch", "torch-nightly", "torchvision", "torchaudio",
-                    "cudatoolkit", "pytorch-cuda", "cpuonly")
+    wanted = (*TORCHES, "torchvision", "torchaudio", "cudatoolkit", "pytorch-cuda", "cpuonly")
+    out += [line for f, line in report.lines if f == "libraries" and (
+        any(f"] {n}" in line.lower().replace("_", "-") for n in wanted) or "nvidia-" in line
+    )][:12]
+    return out[:40]
 
 
 def report_heading(report: Report, facts: HostFacts, source: str) -> str:
-    torch = f"torch {report.torch}" if report.torch else "no importable torch"
+    torch = (f"torch {report.torch}" if report.torch else "no importable torch"
+             if "torch" in report.labels else "torch not shown: the report is cut above it")
     where = report.os or f"{facts.system} {facts.machine}".strip()
     return (f"envbuild doctor --collect-env: the report in {source} ({torch} on {where}"
             + (f", Python {facts.python.get('version')}" if facts.python.get("version") else "")
             + ")")
 
 
+PIP_LEAD = "Without envbuild, in that Python:\n  "
+
+
 def report_after(report: Report, unjudged: tuple[str, ...], pip: str) -> tuple[str, ...]:
     out = []
     if pip:
-        out.append(f"Without envbuild, on that host: {pip}")
+        out.append(PIP_LEAD + pip)
     if unjudged:
         out.append("Not judged from the report: " + "; ".join(unjudged) + ".")
     if report.notes:
@@ -138,17 +135,19 @@ def report_json(findings: list[Finding], rec: Recommendation, facts: HostFacts, 
                      "platform": report.platform, "python": report.python,
                      "cuda_available": report.cuda_available, "gpus": list(report.gpus),
                      "driver": report.driver, "driver_cuda": report.driver_cuda,
-                     "cudnn": list(report.cudnn), "hip": report.hip,
+                     "cudnn": list(report.cudnn), "hip": report.hip, "miopen": report.miopen,
+                     "libc": report.libc, "debug": report.debug,
                      "packages": [f"[{p.manager}] {p.name}=={p.version}" for p in
                                   report.packages[:64]],
                      "uncollected": list(report.uncollected)}
+    out["report"]["notes"] = list(report.notes)
     out["cause"] = next((f.cause for f in findings if f.cause), "")
     out["unjudged"] = list(unjudged)
     out["pip_install"] = pip
     return out
 
 
-_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_[]<>#|!~"})
+_MD_SPECIAL = str.maketrans({**{c: "\\" + c for c in "\\`*_[]<>#|!~"}, "@": "&#64;"})
 
 
 def _md(text: str) -> str:
@@ -168,28 +167,32 @@ def markdown(findings: list[Finding], rec: Recommendation, report: Report,
     that works on that host, and what the report could not tell."""
     lines = ["**envbuild doctor** on this `collect_env` report", ""]
     problems = [f for f in findings if f.severity in (Severity.ERROR, Severity.WARN)]
-    if problems:
-        lead = problems[0]
-        cause = f" (`{lead.cause}`)" if lead.cause else ""
-        lines += [f"**Cause{cause}:** {_md(lead.message)}", "",
+    caused = [f for f in problems if f.cause]
+    if caused:
+        lead = caused[0]
+        lines += [f"**Cause (`{lead.cause}`):** {_md(lead.message)}", "",
                   f"**Fix:** {_md(lead.remediation)}", ""]
-        if len(problems) > 1:
-            lines += ["Also:"]
-            lines += [f"- {_md(f.message)}" + (f" (`{f.cause}`)" if f.cause else "")
-                      for f in problems[1:6]]
-            lines += [""]
     else:
-        lines += ["No problem found in the report.", ""]
+        lead = None
+        lines += ["No cause of a failure found in the report.", ""]
+    rest = [f for f in problems if f is not lead]
+    if rest:
+        lines += ["Also:" if lead else "Notes:"]
+        lines += [f"- {_md(f.message)}" + (f" (`{f.cause}`)" if f.cause else "")
+                  for f in rest[:6]]
+        lines += [""]
     lines += ["From the report:", "", "```text", *(_code(x) for x in report_facts(report)),
               "```", "", "What runs on that host (resolved by envbuild):", "", "```sh",
               _code(rec.command), "```"]
     if rec.reason:
         lines += [f"({_md(rec.reason)})"]
     for alt in rec.alternatives:
-        lines += ["", "or:", "", "```sh", _code(alt.split("  (")[0]), "```",
-                  f"({_md(alt.partition('  (')[2].rstrip(')'))})" if "  (" in alt else ""]
+        command, _, why = alt.partition("  (")
+        lines += ["", "or:", "", "```sh", _code(command), "```"]
+        if why:
+            lines += [f"({_md(why[:-1] if why.endswith(')') else why)})"]
     if pip:
-        lines += ["", "Without envbuild:", "", "```sh", _code(pip), "```"]
+        lines += ["", "Without envbuild, in that Python:", "", "```sh", _code(pip), "```"]
     if unjudged:
         lines += ["", "<sub>Not judged from the report: " + _md("; ".join(unjudged))
                   + ".</sub>"]

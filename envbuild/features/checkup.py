@@ -58,9 +58,11 @@ class ReportCheck:
 
     @property
     def failed(self) -> bool:
+        """The report shows a broken setup: an error, or a warning that names a cause."""
         from envbuild.doctor.model import Severity
 
-        return any(f.severity is Severity.ERROR for f in self.findings)
+        return any(f.severity is Severity.ERROR or (f.severity is Severity.WARN and f.cause)
+                   for f in self.findings)
 
 
 def doctor_report(source: str, *, matrix_dir: Path | None = None) -> ReportCheck:
@@ -72,14 +74,23 @@ def doctor_report(source: str, *, matrix_dir: Path | None = None) -> ReportCheck
     from envbuild.features.explain import explain
 
     data, name = _read_report(source)
-    text = data.decode("utf-8", errors="replace").lstrip("\ufeff")
+    text = _decode(data)
     report = parse(text)
     m = matrix.load(matrix_dir)
     errors = tuple(PastedError(x.id, x.title, x.cause, x.fix, x.line)
                    for x in explain(text, m) if not x.harmless)
     d = diagnose_report(report, m, errors)
+    python = ".".join(d.facts.python.get("version", "").split(".")[:2])
     return ReportCheck(d.findings, d.recommendation, d.facts, report, d.unjudged,
-                       pip_line(d.recommendation, m), name, len(data))
+                       pip_line(d.recommendation, m, python, d.facts.system), name, len(data))
+
+
+def _decode(data: bytes) -> str:
+    """UTF-8 (bad bytes replaced), or UTF-16 as Windows PowerShell 5's `>` writes it."""
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff") or (len(data) > 64 and data[1:64:2].count(0) > 24):
+        codec = "utf-16" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-16-le"
+        return data.decode(codec, errors="replace").lstrip("\ufeff")
+    return data.decode("utf-8", errors="replace").lstrip("\ufeff")
 
 
 def _read_report(source: str) -> tuple[bytes, str]:
@@ -91,6 +102,8 @@ def _read_report(source: str) -> tuple[bytes, str]:
 
     what, hint = "collect_env report", ("save it with `python -m torch.utils.collect_env > "
                                         "env.txt`, or pipe it on stdin")
+    if not source:
+        raise UsageError("--collect-env needs a file name (or - for stdin)", hint)
     if source == "-":
         if sys.stdin is None or sys.stdin.isatty():
             raise UsageError("no collect_env report on stdin",
@@ -118,9 +131,10 @@ def _read_report(source: str) -> tuple[bytes, str]:
     return data, name
 
 
-def pip_line(rec: Recommendation, m: Matrix) -> str:
-    """The recommendation as one `pip install` for people who do not use envbuild: the exact
-    torch builds and their index ('' when it does not resolve)."""
+def pip_line(rec: Recommendation, m: Matrix, python: str = "", system: str = "Linux") -> str:
+    """The recommendation as one `pip install` for people who do not use envbuild, in that
+    host's Python (`python`: its X.Y) on that host's system: the exact torch builds and their
+    index; '' when no torch envbuild knows installs there."""
     import shlex
 
     from envbuild.common.errors import EnvbuildError
@@ -130,9 +144,13 @@ def pip_line(rec: Recommendation, m: Matrix) -> str:
 
     try:
         spec = resolve(Ask(target=rec.target, cuda=rec.cuda or None, torch=rec.torch or None,
-                           rocm=rec.rocm or None, driver=rec.driver or None, gpus=rec.gpus), m)
+                           rocm=rec.rocm or None, driver=rec.driver or None, gpus=rec.gpus,
+                           python=python or None), m)
     except EnvbuildError:
         return ""
+    if system == "Darwin":  # PyPI's macOS wheels: no local tag, no index of PyTorch's own
+        pins = [p.partition("+")[0] for p in torch_pins(spec)]
+        return " ".join(shlex.quote(a) for a in ["pip", "install", *pins])
     args = ["pip", "install", *torch_pins(spec)]
     if spec.index_url and "pypi.org" not in spec.index_url:
         args += ["--index-url", spec.index_url]

@@ -31,7 +31,7 @@ def test_a_broken_report_names_its_cause_and_exits_1() -> None:
     first = next(ln for ln in lines if ln.startswith("  ERROR"))
     assert "torch.arch_missing" in first
     assert "Recommended for that host:" in r.stdout and "--gpu sm_120" in r.stdout
-    assert "Without envbuild, on that host: pip install torch==" in r.stdout
+    assert "Without envbuild, in that Python:\n  pip install torch==" in r.stdout
     assert "Not judged from the report:" in r.stdout
 
 

@@ -47,7 +47,7 @@ def _diagnose(text: str, m: Matrix):  # type: ignore[no-untyped-def]
 
 def _resolves(rec: Recommendation, m: Matrix) -> None:
     resolve(Ask(target=rec.target, cuda=rec.cuda or None, torch=rec.torch or None,
-                driver=rec.driver or None, gpus=rec.gpus), m)
+                rocm=rec.rocm or None, driver=rec.driver or None, gpus=rec.gpus), m)
 
 
 # ---------------------------------------------------------------- the real reports
@@ -93,9 +93,15 @@ def test_each_real_report_gets_a_command_that_resolves(slug: str, matrix: Matrix
     for alt in d.recommendation.alternatives:
         argv = alt.split("  (")[0].split()
         assert argv[:2] == ["envbuild", "make"]
-        opts = dict(zip(argv[2::2], argv[3::2], strict=False))
-        resolve(Ask(target=opts["--target"], gpus=tuple(
-            argv[i + 1] for i, a in enumerate(argv) if a == "--gpu")), matrix)
+        flags = {a: argv[i + 1] for i, a in enumerate(argv) if a.startswith("--")
+                 and i + 1 < len(argv) and not argv[i + 1].startswith("--")}
+        assert set(flags) | {"--forward-compat"} >= {a for a in argv if a.startswith("--")}
+        assert set(flags) <= {"--target", "--cuda", "--torch", "--rocm", "--driver", "--gpu"}
+        resolve(Ask(target=flags["--target"], cuda=flags.get("--cuda"),
+                    torch=flags.get("--torch"), rocm=flags.get("--rocm"),
+                    driver=flags.get("--driver"), forward_compat="--forward-compat" in argv,
+                    gpus=tuple(argv[i + 1] for i, a in enumerate(argv) if a == "--gpu")),
+                matrix)
     pip = pip_line(d.recommendation, matrix)
     assert pip.startswith("pip install torch==")
 
@@ -319,8 +325,14 @@ def test_the_docs_example_is_what_envbuild_prints(tmp_path: Path, monkeypatch: p
         c.report, c.facts, c.source), host="that host", after=report.report_after(
         c.report, c.unjudged, c.pip_install))
     assert out.rstrip("\n") == shown
-    assert (FIXTURES / "pt150733-sm120-rtx5090d-cu126" / "report.txt").read_text().rstrip(
-        "\n") in page
+    # the report is shown whole, in a fence its own ``` cannot close
+    block = page.split("\n````text\n")[1].split("\n````\n")[0]
+    assert block == (FIXTURES / "pt150733-sm120-rtx5090d-cu126" / "report.txt").read_text(
+        ).rstrip("\n")
+    outside = page.replace(block, "")
+    fences = [ln for ln in outside.splitlines() if ln.startswith("```")]
+    assert fences.count("````text") == fences.count("````") == 1
+    assert len(fences) % 2 == 0 and "```text" in fences
 
 
 # ---------------------------------------------------------------- report-only checks, on real
@@ -357,3 +369,68 @@ def test_a_system_cudnn_of_another_major_is_a_warning(matrix: Matrix) -> None:
     same = [f for f in _diagnose(H100_REPORT.read_text(), matrix).findings
             if f.id == "libs.cudnn_system"]
     assert same == []  # 9.14 beside the wheel's 9.19: one major, nothing to say
+
+
+# ---------------------------------------------------------------- what newer and odder pastes
+# add to a real report
+
+REAL = FIXTURES / "pt110792-healthy-4x-rtx3090-1.13" / "report.txt"
+
+
+@pytest.mark.parametrize("edit", [
+    # a label collect_env added later (torch 2.6+), and one it may add tomorrow
+    lambda t: t.replace("ROCM used to build PyTorch: N/A", "ROCM used to build PyTorch: N/A\n"
+                        "XPU used to build PyTorch: N/A\nSome future label: 42"),
+    # MIG devices under a GPU line
+    lambda t: re.sub(r"(?m)^(GPU 0: .*)$", r"\1\n  MIG 3g.71gb     Device  0: (UUID: x)", t,
+                     count=1),
+    # a banner format (vLLM's copy of collect_env): === lines and section titles
+    lambda t: "==============================\n        System Info\n"
+              "==============================\n" + t.replace("\nOS:", "\n====\n  PyTorch Info\n"
+                                                           "====\nOS:"),
+    # NUL bytes at line ends, a prose line with a label before the report
+    lambda t: t.replace("\n", "\x00\n"),
+    lambda t: "I use PyTorch version: 1.13.0 on CentOS\n\n```\n" + t + "\n```",
+])
+def test_newer_and_odder_pastes_read_the_same_facts(edit: object, matrix: Matrix) -> None:
+    text = REAL.read_text()
+    base = parse(text)
+    got = parse(edit(text))  # type: ignore[operator]
+    for name in ("torch", "cuda_built", "os", "driver", "gpus", "cuda_available", "platform"):
+        assert getattr(got, name) == getattr(base, name), name
+    assert _diagnose(edit(text), matrix).recommendation == _diagnose(text, matrix)\
+        .recommendation  # type: ignore[operator]
+
+
+def test_a_utf16_file_from_windows_powershell_is_read(tmp_path: Path) -> None:
+    p = tmp_path / "env.txt"
+    p.write_bytes(REAL.read_text().encode("utf-16"))  # with its BOM, as PowerShell 5 writes
+    assert doctor_report(str(p)).report == parse(REAL.read_text())
+
+
+def test_cuda_available_without_driver_lines_is_a_gpu_host(matrix: Matrix) -> None:
+    """nvidia-smi missing there ('Could not collect'), yet CUDA works: a GPU host whose driver
+    is at least what torch's CUDA needs; never the CPU image."""
+    text = re.sub(r"(?m)^(Nvidia driver version|GPU models and configuration):.*$",
+                  r"\1: Could not collect", REAL.read_text())
+    text = re.sub(r"(?m)^GPU [1-9]: .*\n", "", text)
+    d = _diagnose(text, matrix)
+    assert d.recommendation.target == "cuda"
+    assert not [f for f in d.findings if f.severity is Severity.ERROR]
+    assert "the report does not give the driver" in d.recommendation.reason or \
+        ">= " in d.recommendation.reason
+
+
+def test_a_cuda_build_without_gpu_or_driver_is_a_warning_not_an_error(matrix: Matrix) -> None:
+    """A laptop without an NVIDIA GPU reports the same as a GPU host without its driver: no
+    error, and the message says both."""
+    text = re.sub(r"(?m)^(Nvidia driver version|GPU models and configuration):.*$",
+                  r"\1: Could not collect", REAL.read_text())
+    text = re.sub(r"(?m)^GPU \d: .*\n", "", text).replace("Is CUDA available: True",
+                                                          "Is CUDA available: False")
+    d = _diagnose(text, matrix)
+    nodrv = [f for f in d.findings if f.id == "torch.no_driver"]
+    assert nodrv and nodrv[0].severity is Severity.WARN and "without an NVIDIA GPU" in \
+        nodrv[0].message
+    assert "Is CUDA available: False" in nodrv[0].evidence
+    assert not [f for f in d.findings if f.id == "torch.gpu_build_no_gpu"]
