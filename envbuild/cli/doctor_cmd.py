@@ -81,7 +81,7 @@ def _report(source: str, json_out: bool, markdown: bool, verbose: bool,
         sys.stdout.write(report.render(
             c.findings, c.recommendation, c.facts, verbose,
             heading=report.report_heading(c.report, c.facts, c.source), host="that host",
-            after=report.report_after(c.report, c.unjudged, c.pip_install)))
+            after=report.report_after(c.report, c.unjudged, c.pip_install, c.facts)))
     if c.failed:
         raise typer.Exit(EXIT_FAILED)
 

@@ -112,10 +112,15 @@ def report_heading(report: Report, facts: HostFacts, source: str) -> str:
 PIP_LEAD = "Without envbuild, in that Python:\n  "
 
 
-def report_after(report: Report, unjudged: tuple[str, ...], pip: str) -> tuple[str, ...]:
+def report_after(report: Report, unjudged: tuple[str, ...], pip: str,
+                 facts: HostFacts | None = None) -> tuple[str, ...]:
     out = []
+    python = facts.python.get("version", "") if facts is not None else ""
     if pip:
         out.append(PIP_LEAD + pip)
+    elif python:
+        out.append(f"Without envbuild: no torch release envbuild knows installs in that Python "
+                   f"({python}) for that command; a newer Python, or the image, is the way")
     if unjudged:
         out.append("Not judged from the report: " + "; ".join(unjudged) + ".")
     if report.notes:

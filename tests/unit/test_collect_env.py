@@ -323,7 +323,7 @@ def test_the_docs_example_is_what_envbuild_prints(tmp_path: Path, monkeypatch: p
     c = doctor_report("env.txt")
     out = report.render(c.findings, c.recommendation, c.facts, heading=report.report_heading(
         c.report, c.facts, c.source), host="that host", after=report.report_after(
-        c.report, c.unjudged, c.pip_install))
+        c.report, c.unjudged, c.pip_install, c.facts))
     assert out.rstrip("\n") == shown
     # the report is shown whole, in a fence its own ``` cannot close
     block = page.split("\n````text\n")[1].split("\n````\n")[0]
