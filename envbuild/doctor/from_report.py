@@ -63,7 +63,7 @@ def system_of(r: Report) -> tuple[str, str]:
     os_, plat = r.os.lower(), r.platform.lower()
     if "windows" in os_ or plat.startswith("windows"):
         system = "Windows"
-    elif "mac" in os_ or plat.startswith(("macos", "darwin")):
+    elif os_.startswith(("mac os", "macos", "mac osx")) or plat.startswith(("macos", "darwin")):
         system = "Darwin"
     else:
         system = "Linux"
