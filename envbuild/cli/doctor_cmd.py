@@ -76,7 +76,7 @@ def _report(source: str, json_out: bool, markdown: bool, verbose: bool,
                                      c.unjudged, c.pip_install, c.source, c.size))
     elif markdown:
         sys.stdout.write(report.markdown(c.findings, c.recommendation, c.report, c.unjudged,
-                                         c.pip_install))
+                                         c.pip_install, c.facts.python.get("version", "")))
     else:
         sys.stdout.write(report.render(
             c.findings, c.recommendation, c.facts, verbose,

@@ -167,7 +167,7 @@ def _code(text: str) -> str:
 
 
 def markdown(findings: list[Finding], rec: Recommendation, report: Report,
-             unjudged: tuple[str, ...], pip: str) -> str:
+             unjudged: tuple[str, ...], pip: str, python: str = "") -> str:
     """A reply to paste into the issue: the cause first, the facts it used quoted, the command
     that works on that host, and what the report could not tell."""
     lines = ["**envbuild doctor** on this `collect_env` report", ""]
@@ -198,6 +198,9 @@ def markdown(findings: list[Finding], rec: Recommendation, report: Report,
             lines += [f"({_md(why[:-1] if why.endswith(')') else why)})"]
     if pip:
         lines += ["", "Without envbuild, in that Python:", "", "```sh", _code(pip), "```"]
+    elif python:
+        lines += ["", f"Without envbuild: no torch release envbuild knows installs in that "
+                  f"Python ({_md(python)}) for that command."]
     if unjudged:
         lines += ["", "<sub>Not judged from the report: " + _md("; ".join(unjudged))
                   + ".</sub>"]
