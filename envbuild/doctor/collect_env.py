@@ -62,7 +62,7 @@ _LIB = re.compile(r"\[(pip3?|conda)\]\s+(.*)")
 _GPU_LINE = re.compile(r"GPU\s*(\d+)\s*[:\uff1a]\s*(.*)")
 _QUOTE = re.compile(r"(?:>\s*)+")
 _FENCE = re.compile(r"(?:`{3,}|~{3,})")
-_TAG = re.compile(r"</?(?:details|summary|pre|code)\b[^>]*>", re.IGNORECASE)
+_TAG = re.compile(r"</?(?:details|summary|pre|code)\b[^>\n]{0,200}>", re.IGNORECASE)  # bounded
 _PIP_REQ = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*(\S+)")
 _TORCH_VERSION = re.compile(r"\d+\.\d+[0-9A-Za-z.+_-]*")
 # What torch prints while collect_env imports it (pasted with the report):

@@ -125,3 +125,24 @@ def test_a_huge_or_empty_or_reportless_input_is_refused(tmp_path: Path) -> None:
 def test_help_documents_the_option() -> None:
     r = run_cli("doctor", "--help")
     assert "--collect-env" in r.stdout and "--markdown" in r.stdout
+
+
+TOKENS = ["<details", "<summary ", "> ", "```", "GPU 0: ", "[pip3] torch==", "[conda] pytorch ",
+          "PyTorch version: ", "found version 11040", "sm_120 is not compatible", "9" * 50,
+          "\uff1a"]
+
+
+@pytest.mark.parametrize("token", TOKENS)
+@pytest.mark.parametrize("shape", ["one line", "many lines"])
+def test_a_megabyte_of_one_token_ends_quickly(token: str, shape: str, tmp_path: Path) -> None:
+    """A hang guard over generated pathological inputs (every regex of the parser sees ~1 MiB of
+    the token it reacts to): the run ends well inside the timeout, with exit 0, 1 or 2 and no
+    traceback. Speed itself is measured in `make bench`, not here."""
+    head = "PyTorch version: 2.5.1+cu124\nOS: Ubuntu 22.04 (x86_64)\nIs CUDA available: False\n"
+    sep = "" if shape == "one line" else "\n"
+    body = (token + sep) * ((1 << 20) // (len(token.encode()) + len(sep)) - 64)
+    p = tmp_path / "env.txt"
+    p.write_text(head + body)
+    r = run_cli("doctor", "--collect-env", str(p), "--json", timeout=120)
+    assert r.returncode in (0, 1, 2), r.stderr
+    assert "Traceback" not in r.stderr
