@@ -129,7 +129,9 @@ def test_help_documents_the_option() -> None:
 
 TOKENS = ["<details", "<summary ", "> ", "```", "GPU 0: ", "[pip3] torch==", "[conda] pytorch ",
           "PyTorch version: ", "found version 11040", "sm_120 is not compatible", "9" * 50,
-          "\uff1a"]
+          "\uff1a", 'handle_0 INTERNAL ASSERT FAILED at "',
+          "libtorch_cuda.so: undefined symbol: nccl",
+          "Could not load library libcudnn_a.so.8. Error: /x"]
 
 
 @pytest.mark.parametrize("token", TOKENS)
