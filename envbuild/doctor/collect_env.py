@@ -203,8 +203,10 @@ def parse(text: str) -> Report:
     segments = _segments(labelled)
     best = max(segments, key=lambda seg: seg[2], default=None)
     if best is None or best[2] < 3:
-        raise UsageError("no collect_env report found: no 'PyTorch version:' line with the "
-                         "report's other lines",
+        found = best[2] if best is not None else 0
+        raise UsageError("no collect_env report found: a report has 'PyTorch version:', 'OS:', "
+                         f"'Is CUDA available:' and more such lines; this text has {found} of "
+                         "them together",
                          "paste the whole output of `python -m torch.utils.collect_env`")
     start, end, _ = best
     values: dict[str, list[str]] = {}
