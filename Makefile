@@ -47,7 +47,7 @@ cli: venv
 	$(BIN)/pytest -q tests/cli
 
 test: venv engine fixtures slurm lint
-	ENVBUILD_WORK=$(abspath $(WORK)) $(BIN)/pytest -q
+	ENVBUILD_WORK=$(abspath $(WORK)) $(BIN)/pytest -q --durations=30  # the slowest tests: where CI time goes
 
 # every golden: the rendered contexts (tests/golden/<case>) and the cluster files (tests/golden/cluster)
 golden: venv
