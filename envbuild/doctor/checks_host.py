@@ -52,7 +52,7 @@ def check_wsl(v: View, m: Matrix, o: Out) -> None:
     blocked = wsl2_table(m, "gpu_access_blocked")
     smi = [f"nvidia-smi: {line}" for line in tail(v.smi_text, 1)] if v.gpu_blocked else []
     installed = [p for p in parse.dpkg_installed(stdout_of(f, model.DPKG))
-                 if rules.driver_package(p, rule["driver_packages"])]
+                 if rules.driver_package(p, rule["driver_packages"]) and wsl.apt_name(p)]
     first = first_resolved(f, "libcuda.so.1")
     outside = first and not first[0].startswith("/usr/lib/wsl/")
     if installed or outside:
