@@ -38,6 +38,13 @@ MAX_LEN = 200
 # A trailing `-` is apt's "remove this package" modifier (`python3-` removes python3), so a name
 # may not end with one; a trailing `+` (install) stays allowed: g++ and c++ are real names.
 _APT_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]*[a-z0-9+.]$", re.ASCII)
+
+
+def apt_name(name: str) -> bool:
+    """A Debian package name by policy (what `apt-get` may be given as one)."""
+    return len(name) <= MAX_LEN and _APT_NAME.match(name) is not None
+
+
 _APT_VERSION = re.compile(r"^([0-9]+:)?[0-9]([A-Za-z0-9.+~:-]*[A-Za-z0-9.+~])?$", re.ASCII)
 # pip's own direct-URL fragments (a hash pin, egg=, subdirectory=); anything else may be a token
 _URL_FRAGMENT = re.compile(

@@ -28,8 +28,17 @@ def driver_globs(m: Matrix) -> list[str]:
     return rules.linux_driver_rule(m.extra.get("wsl2"))["driver_packages"]
 
 
+def apt_name(name: str) -> bool:
+    """A Debian package name (Debian policy, core/packages.py): a recorded name that is not one
+    (a damaged or hostile recording) goes into no command."""
+    from envbuild.core.packages import apt_name as policy  # packaging: only when a WSL host has one
+
+    return policy(name)
+
+
 def purge(packages: Sequence[str]) -> str:
-    """The one command that removes Linux driver packages found inside WSL 2."""
+    """The one command that removes Linux driver packages found inside WSL 2 (names checked by
+    the caller: Debian package names, or the matrix's globs)."""
     names = " ".join(shlex.quote(p) for p in packages)
     return f"`sudo apt-get purge {names}`, then `sudo ldconfig`"
 

@@ -23,7 +23,6 @@ from envbuild.doctor.view import (
     stdout_of,
     tail,
     torch_probe,
-    wsl2_table,
 )
 from envbuild.matrix import Matrix
 from envbuild.validator import rules
@@ -42,10 +41,10 @@ def check_wsl(v: View, m: Matrix, o: Out) -> None:
         o.add("wsl.detected", INFO, f"WSL2 ({release or 'kernel release not recorded'}) with GPU "
               f"paravirtualization (/dev/dxg){where}")
     rule = rules.linux_driver_rule(m.extra.get("wsl2"))
-    blocked = wsl2_table(m, "gpu_access_blocked")
+    blocked = wsl.table(m, "gpu_access_blocked")
     smi = [f"nvidia-smi: {line}" for line in tail(v.smi_text, 1)] if v.gpu_blocked else []
     installed = [p for p in parse.dpkg_installed(stdout_of(f, model.DPKG))
-                 if rules.driver_package(p, rule["driver_packages"])]
+                 if rules.driver_package(p, rule["driver_packages"]) and wsl.apt_name(p)]
     first = first_resolved(f, "libcuda.so.1")
     outside = first and not first[0].startswith("/usr/lib/wsl/")
     if installed or outside:
@@ -88,7 +87,7 @@ def check_wsl(v: View, m: Matrix, o: Out) -> None:
     elif first:
         unversioned = first_resolved(f, "libcuda.so")
         if unversioned is None:
-            gotcha = wsl2_table(m, "libcuda_unversioned")
+            gotcha = wsl.table(m, "libcuda_unversioned")
             o.add("wsl.libcuda_unversioned", WARN,
                   f"libcuda.so.1 comes from the Windows driver ({first[0]}), but the loader "
                   f"cache has no unversioned libcuda.so, though {WSL_LIB} holds it: code that "
@@ -120,7 +119,7 @@ def no_gpu_bridge(o: Out, release: str, wsl1: bool) -> None:
 def check_wsl_memory(v: View, m: Matrix, o: Out) -> None:
     """The VM's RAM (the .wslconfig limit, as /proc/meminfo shows it inside WSL2) against the
     GPUs' memory, and the pinned-memory / NCCL limits of WSL2 (matrix/wsl2.toml)."""
-    cfg = wsl2_table(m, "wslconfig")
+    cfg = wsl.table(m, "wslconfig")
     where = f"`{cfg.get('memory_key', 'memory=')}` in {cfg.get('file', '.wslconfig')}"
     default = f"; WSL's default is {cfg['memory_default']}" if cfg.get("memory_default") else ""
     mem = parse.meminfo_kib(v.facts.file(model.MEMINFO))

@@ -109,7 +109,7 @@ def build_view(f: HostFacts, m: Matrix) -> View:
         v.smi_text = xml.text
         v.smi = parse.nvsmi_xml(xml.stdout) if xml.ok else None
     v.mismatch = "driver/library version mismatch" in v.smi_text.lower()
-    blocked = str(wsl2_table(m, "gpu_access_blocked").get("nvml_error", ""))
+    blocked = str(wsl.table(m, "gpu_access_blocked").get("nvml_error", ""))
     v.gpu_blocked = v.wsl and bool(blocked) and blocked.lower() in v.smi_text.lower()
     lib_versions = [parse.lib_version_from_path(r) for p, r in f.resolved.items()
                     if "libnvidia-ml.so" in p and "/stubs/" not in r]
@@ -165,11 +165,6 @@ def build_view(f: HostFacts, m: Matrix) -> View:
                 rel = m.torch_release(minor_of(torch))
                 v.torch_cuda = rules.cuda_of_tag(rel.default_variant) if rel else ""
     return v
-
-
-def wsl2_table(m: Matrix, name: str) -> dict[str, Any]:
-    """One table of matrix/wsl2.toml ({} when the matrix has none)."""
-    return wsl.table(m, name)
 
 
 def default_flavor(m: Matrix, torch: str) -> str:

@@ -687,3 +687,36 @@ def test_a_version_of_absurd_length_in_a_recording_is_no_traceback(
     path.write_text(text)
     findings, _ = evaluate.diagnose(record.load(tmp_path / case), small, Request())
     assert findings
+
+
+_HOSTILE_TAIL = st.text(st.characters(blacklist_categories=("Z", "C"), blacklist_characters=":"),
+                        min_size=1, max_size=40)
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tail=_HOSTILE_TAIL, prefix=st.sampled_from(["nvidia-driver-", "nvidia-utils-",
+                                                   "libnvidia-compute-"]))
+def test_a_recorded_package_name_reaches_the_purge_command_only_when_debian_allows_it(
+        tail: str, prefix: str, small: Matrix) -> None:
+    """A dpkg recording is user input: a driver package name with shell or Markdown characters
+    (`$(...)`, backticks, quotes, `;`, unicode) matches the driver glob but is no Debian package
+    name, so it goes into no command; the command printed is one the shell splits into exactly
+    `sudo apt-get purge NAMES` of Debian names."""
+    import shlex
+
+    facts = record.load(FIXTURES / "wsl2-linux-driver")
+    name = prefix + tail
+    dpkg = facts.outputs[model.DPKG]
+    facts = replace(facts, outputs={**facts.outputs, model.DPKG: replace(
+        dpkg, stdout=dpkg.stdout + f"ii  {name}  535.183.01  amd64  NVIDIA\n")})
+    f = next(f for f in evaluate.diagnose(facts, small)[0] if f.id == "wsl.linux_driver_installed")
+    command = re.search(r"`(sudo apt-get purge [^`]*)`", f.remediation)
+    assert command, f.remediation
+    argv = shlex.split(command.group(1))
+    assert argv[:3] == ["sudo", "apt-get", "purge"] and argv[3:]
+    from envbuild.core.packages import apt_name
+
+    for word in argv[3:]:
+        assert apt_name(word) or "*" in word, word
+    assert (name in argv) == apt_name(name)
