@@ -32,17 +32,57 @@ def doctor(
     save: Annotated[Path | None, typer.Option(
         "--save", metavar="DIR", help="Also record the raw probe outputs into DIR.")] = None,
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Show all evidence.")] = False,
+    collect_env: Annotated[str | None, typer.Option(
+        "--collect-env", metavar="FILE",
+        help="Judge a pasted `python -m torch.utils.collect_env` report (FILE, or - for stdin) "
+             "instead of this host: the same findings, with cause codes, and the command that "
+             "works there.")] = None,
+    markdown: Annotated[bool, typer.Option(
+        "--markdown", help="With --collect-env: print a reply to paste into the issue.")] = False,
     matrix_dir: Annotated[Path | None, typer.Option("--matrix", hidden=True)] = None,
 ) -> None:
     from envbuild.doctor import report
     from envbuild.features.checkup import doctor as diagnose
 
+    if collect_env is not None:
+        if cuda or facts_dir is not None or save is not None:
+            raise UsageError("--collect-env judges a report: --cuda, --facts and --save are for "
+                             "this host", "drop them, or drop --collect-env")
+        _report(collect_env, json_out, markdown, verbose, matrix_dir)
+        return
+    if markdown:
+        raise UsageError("--markdown goes with --collect-env FILE",
+                         "e.g. envbuild doctor --collect-env env.txt --markdown")
     d = diagnose(cuda=cuda, facts_dir=facts_dir, save=save, matrix_dir=matrix_dir)
     if json_out:
         emit_json(report.to_json(d.findings, d.recommendation, d.facts))
     else:
         sys.stdout.write(report.render(d.findings, d.recommendation, d.facts, verbose))
     if d.failed:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _report(source: str, json_out: bool, markdown: bool, verbose: bool,
+            matrix_dir: Path | None) -> None:
+    from envbuild.doctor import report
+    from envbuild.features.checkup import doctor_report
+
+    if json_out and markdown:
+        raise UsageError("--json and --markdown are two outputs: give one",
+                         "e.g. envbuild doctor --collect-env env.txt --markdown")
+    c = doctor_report(source, matrix_dir=matrix_dir)
+    if json_out:
+        emit_json(report.report_json(c.findings, c.recommendation, c.facts, c.report,
+                                     c.unjudged, c.pip_install, c.source, c.size))
+    elif markdown:
+        sys.stdout.write(report.markdown(c.findings, c.recommendation, c.report, c.unjudged,
+                                         c.pip_install, c.facts.python.get("version", "")))
+    else:
+        sys.stdout.write(report.render(
+            c.findings, c.recommendation, c.facts, verbose,
+            heading=report.report_heading(c.report, c.facts, c.source), host="that host",
+            after=report.report_after(c.report, c.unjudged, c.pip_install, c.facts)))
+    if c.failed:
         raise typer.Exit(EXIT_FAILED)
 
 

@@ -30,7 +30,7 @@ def at_least(version: str, floor: str) -> bool:
 def ga_driver(m: Matrix, cuda: str, windows: bool = False) -> str:
     """The driver CUDA minor `cuda` shipped with: the oldest that runs it natively ('' when
     unknown)."""
-    rel = m.cuda_release(cuda)
+    rel = m.cuda_release(cuda) or m.cuda_history_row(cuda)  # history: CUDA of old torch builds
     if rel is None:
         return ""
     return rel.ga_driver_windows if windows else rel.ga_driver_linux
@@ -84,6 +84,14 @@ def newest_torch(m: Matrix) -> TorchRelease | None:
 
 def variant(m: Matrix, release: str, tag: str) -> Variant | None:
     return next((v for v in m.variants_of(release) if v.tag == tag), None)
+
+
+def covering(m: Matrix, cc: str, native: bool = False) -> list[Variant]:
+    """The CUDA wheels (torch release and variant) that run on compute capability cc, oldest
+    release first; `native`: only those with its kernels compiled in (no PTX JIT)."""
+    return [v for rel in m.torch for v in m.variants_of(rel.version)
+            if v.kind == "cuda" and covers(v, cc)
+            and (not native or arch_covers(v.sass, (), cc) is not None)]
 
 
 def newest_release_with(m: Matrix, tag: str, ccs: Iterable[str] = ()) -> TorchRelease | None:

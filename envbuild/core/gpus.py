@@ -32,20 +32,32 @@ def gpu_index(matrix: Matrix) -> dict[str, Gpu]:
     return out
 
 
-def gpu_cc(m: Matrix, product: str) -> str:
-    """Compute capability of an NVIDIA product name via gpus.toml (exact, else the longest
-    known name found as whole words inside it: 'NVIDIA A100-SXM4-64GB' is an A100)."""
+def _lookup(m: Matrix, product: str, vendor: str) -> Gpu | None:
+    """The gpus.toml row of a product name (exact, else the longest known name found as whole
+    words inside it: 'NVIDIA A100-SXM4-64GB' is an A100)."""
     target = name_key(product)
-    best, best_len = "", 0
+    best, best_len = None, 0
     for g in m.gpus:
-        if g.vendor != "nvidia":
+        if g.vendor != vendor:
             continue
         for n in (g.name, *g.aliases):
             k = name_key(n)
             if not k:
                 continue
             if k == target:
-                return g.cc
+                return g
             if re.search(rf"(?<!\w){re.escape(k)}(?!\w)", target) and len(k) > best_len:
-                best, best_len = g.cc, len(k)
+                best, best_len = g, len(k)
     return best
+
+
+def gpu_cc(m: Matrix, product: str) -> str:
+    """Compute capability of an NVIDIA product name via gpus.toml ('' when unknown)."""
+    g = _lookup(m, product, "nvidia")
+    return g.cc if g is not None else ""
+
+
+def gpu_gfx(m: Matrix, product: str) -> str:
+    """The gfx target of an AMD product name via gpus.toml ('' when unknown)."""
+    g = _lookup(m, product, "amd")
+    return g.gfx if g is not None and g.gfx else ""

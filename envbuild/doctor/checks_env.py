@@ -190,8 +190,8 @@ def check_torch(v: View, m: Matrix, o: Out) -> None:
     kind = {"cpu": "CPU-only build", "rocm": "ROCm build", "unknown": "unknown build"}.get(
         v.torch_flavor, f"CUDA {v.torch_cuda} build")
     if v.darwin:
-        kind = "macOS build, MPS " + ("available" if probe.get("mps_available") else
-                                      "not available")
+        kind = ("macOS build" if "mps_available" not in probe else "macOS build, MPS "
+                + ("available" if probe["mps_available"] else "not available"))
     o.add("torch.installed", OK, f"torch {torch} ({kind}) in {exe}")
     if v.torch_flavor == "cpu" and (v.gpus or v.nvidia) and not v.darwin:
         o.add("torch.cpu_wheel", WARN, "this torch is a CPU-only build but the host has an "
@@ -208,12 +208,13 @@ def check_torch(v: View, m: Matrix, o: Out) -> None:
         o.add("torch.wrong_vendor", WARN, f"torch {torch} is a ROCm build on an NVIDIA host",
               "use the environment recommended below")
     if v.torch_flavor == "cuda" and v.driver and v.torch_cuda:
-        how = compat.how_runs(m, v.driver, v.torch_cuda, v.wsl)
+        how = compat.how_runs(m, v.driver, v.torch_cuda, v.windows_driver)
         if not how:
-            floor = compat.mvc_floor(m, major_of(v.torch_cuda), v.wsl)
             o.add("torch.driver_too_old", ERROR,
-                  f"torch {torch} needs driver >= {floor} (CUDA {v.torch_cuda}); this host has "
-                  f"{v.driver}: 'CUDA driver version is insufficient for CUDA runtime version'",
+                  f"torch {torch} (CUDA {v.torch_cuda}) needs "
+                  f"{driver_need(m, v.torch_cuda, v.windows_driver)}; the driver is "
+                  f"{v.driver_label}: 'CUDA driver version is insufficient for CUDA runtime "
+                  "version'",
                   "upgrade the driver, or use the environment recommended below")
     if v.torch_flavor == "cuda" and v.gpus:
         var = installed_variant(v, m, torch, probe)
@@ -222,7 +223,8 @@ def check_torch(v: View, m: Matrix, o: Out) -> None:
                 o.add("torch.arch_missing", ERROR,
                       f"torch {torch} has no kernels for GPU {g.index} {g.name} (compute "
                       f"capability {g.cc}): 'no kernel image is available for execution on the "
-                      "device'", "use the environment recommended below", [
+                      f"device'; {wheels_for(m, g.cc)}",
+                      "use the environment recommended below", [
                           "sass: " + " ".join(var.sass), "ptx: " + (" ".join(var.ptx) or "-")])
         if probe and probe.get("cuda_available") is False and not o.has("torch.arch_missing") \
                 and not o.has("torch.driver_too_old") and not o.has(
@@ -241,6 +243,39 @@ def check_torch(v: View, m: Matrix, o: Out) -> None:
                   f"torch {torch} has no code objects for "
                   + ", ".join(sorted(set(v.amd_gfx) - gfx))
                   + " ('hipErrorNoBinaryForGpu')", "use the environment recommended below")
+
+
+def wheels_for(m: Matrix, cc: str) -> str:
+    """Which torch wheels have kernels for cc, in words: the first release and variant with
+    them compiled in (and an older one that runs it only through PTX JIT), and the newest."""
+    native = compat.covering(m, cc, native=True)
+    jit = compat.covering(m, cc)
+    if not jit:
+        return f"no torch wheel envbuild knows has kernels for compute capability {cc}"
+    if not native:
+        return (f"only PTX JIT runs it: from torch {jit[0].release} ({jit[0].tag}); no wheel "
+                "envbuild knows has its kernels compiled in")
+    first, last = native[0], native[-1]
+    said = f"the first torch with kernels for it is {first.release} ({first.tag})"
+    if jit[0] is not first and jit[0].release != first.release:
+        said += f" (from {jit[0].release} ({jit[0].tag}) only through PTX JIT)"
+    return said + (f", the newest {last.release} ({last.tag})" if last.release != first.release
+                   else "")
+
+
+def driver_need(m: Matrix, cuda: str, windows: bool) -> str:
+    """What a CUDA minor needs of the driver, natively and through minor-version compatibility,
+    in words: 'driver >= 550.54.14 natively, or >= 525.60.13 through minor-version
+    compatibility'."""
+    ga = compat.ga_driver(m, cuda, windows)
+    floor = compat.mvc_floor(m, major_of(cuda), windows)
+    native = f"driver >= {ga} natively" if ga else "a driver envbuild has no floor for"
+    if floor and floor != ga:
+        return f"{native}, or >= {floor} through minor-version compatibility"
+    if not floor and ga and m.cuda_history_row(minor_of(cuda)) is not None:
+        # an old CUDA: NVIDIA's minor-version compatibility table has no row for its major
+        return f"{native} (CUDA {major_of(cuda)}.x has no minor-version compatibility)"
+    return native
 
 
 def installed_variant(v: View, m: Matrix, torch: str,

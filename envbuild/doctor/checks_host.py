@@ -35,14 +35,7 @@ def check_wsl(v: View, m: Matrix, o: Out) -> None:
         return
     release = (f.file(model.OSRELEASE) or "").strip()
     if "/dev/dxg" not in f.devices:
-        wsl1 = "wsl2" not in release.lower()
-        o.add("wsl.no_gpu_bridge", ERROR,
-              f"WSL{'1' if wsl1 else '2'} without /dev/dxg: the Windows GPU is not shared with "
-              "this distribution",
-              "in PowerShell on Windows run `wsl.exe --set-version <distro> 2` (`wsl.exe -l -v` "
-              "lists the distribution names) and `wsl.exe --update`, and install "
-              "the current Windows NVIDIA driver (nothing NVIDIA inside the distribution)",
-              [f"/proc/sys/kernel/osrelease: {release}"])
+        no_gpu_bridge(o, release, wsl1="wsl2" not in release.lower())
     else:
         where = f" inside a {f.container} container" if f.container else ""
         o.add("wsl.detected", INFO, f"WSL2 ({release or 'kernel release not recorded'}) with GPU "
@@ -112,6 +105,17 @@ def check_wsl(v: View, m: Matrix, o: Out) -> None:
     check_wsl_memory(v, m, o)
 
 
+def no_gpu_bridge(o: Out, release: str, wsl1: bool) -> None:
+    """WSL without the GPU bridge (/dev/dxg), WSL 1 above all: the Windows GPU is not shared."""
+    o.add("wsl.no_gpu_bridge", ERROR,
+          f"WSL{'1' if wsl1 else '2'} without /dev/dxg: the Windows GPU is not shared with "
+          "this distribution",
+          "in PowerShell on Windows run `wsl.exe --set-version <distro> 2` (`wsl.exe -l -v` "
+          "lists the distribution names) and `wsl.exe --update`, and install "
+          "the current Windows NVIDIA driver (nothing NVIDIA inside the distribution)",
+          [f"/proc/sys/kernel/osrelease: {release}"])
+
+
 def check_wsl_memory(v: View, m: Matrix, o: Out) -> None:
     """The VM's RAM (the .wslconfig limit, as /proc/meminfo shows it inside WSL2) against the
     GPUs' memory, and the pinned-memory / NCCL limits of WSL2 (matrix/wsl2.toml)."""
@@ -171,23 +175,33 @@ def check_nvidia(v: View, m: Matrix, rules: HostRules, o: Out) -> None:
         o.add("nvidia.smi_failed", ERROR, "nvidia-smi cannot talk to the NVIDIA driver",
               "check `dmesg | grep -i nvrm` for the driver's own error; reinstall the driver "
               "matching the running kernel and reboot", tail(xml.text) or (xml.error,))
+    check_driver_and_gpus(v, m, o)
+    check_nvidia_gpu_state(v, o)
+    check_nvidia_nodes(v, rules, o)
+
+
+def check_driver_and_gpus(v: View, m: Matrix, o: Out) -> None:
+    """The driver against the CUDA releases and the GPUs' driver windows, and the GPUs: what a
+    host's probes and a collect_env report both tell."""
     driver = v.driver
     if driver:
-        native = compat.cuda_for_driver(m, driver, v.wsl)
+        native = compat.cuda_for_driver(m, driver, v.windows_driver)
         reported = f" (nvidia-smi reports CUDA {v.smi.cuda})" if v.smi and v.smi.cuda else ""
-        side = "Windows driver" if v.wsl else "driver"
+        side = "Windows driver" if v.windows_driver else "driver"
+        named = v.driver_label
         if native:
             o.add("nvidia.driver", OK,
-                  f"NVIDIA {side} {driver} runs CUDA <= {native} natively{reported}")
+                  f"NVIDIA {side} {named} runs CUDA <= {native} natively{reported}")
         else:
             oldest = m.cuda[0] if m.cuda else None
             need = (f" (CUDA {oldest.version} needs >= "
-                    f"{compat.ga_driver(m, oldest.version, v.wsl)})" if oldest else "")
-            choice = compat.choose_cuda(m, driver, v.ccs, v.wsl)
+                    f"{compat.ga_driver(m, oldest.version, v.windows_driver)})" if oldest
+                    else "")
+            choice = compat.choose_cuda(m, driver, v.ccs, v.windows_driver)
             how = ("CUDA wheels run on it only through minor-version compatibility"
                    if choice else "no CUDA wheel envbuild knows runs on it")
             o.add("nvidia.driver_old", WARN if choice else ERROR,
-                  f"NVIDIA {side} {driver}{reported} is older than every CUDA release in the "
+                  f"NVIDIA {side} {named}{reported} is older than every CUDA release in the "
                   f"matrix{need}: {how}",
                   "install a current driver branch (see `envbuild matrix show cuda`)")
     for g in v.gpus:
@@ -196,15 +210,14 @@ def check_nvidia(v: View, m: Matrix, rules: HostRules, o: Out) -> None:
                   f"GPU {g.index} ({g.name}): compute capability unknown (not in gpus.toml, "
                   "and this nvidia-smi has no compute_cap field)",
                   "the recommendation below does not check arch coverage for it")
-    if driver and not v.wsl:
+    if driver and not v.windows_driver and not v.driver_inferred:  # a lower bound is no driver
         check_driver_window(v, m, driver, o)
     if v.gpus:
         counts = Counter((g.name, g.cc, round(g.memory_mib / 1024)) for g in v.gpus)
-        desc = "; ".join(f"{n} x {name} (compute capability {cc or '?'}, {mem} GiB)"
+        desc = "; ".join(f"{n} x {name} (compute capability {cc or '?'}"
+                         + (f", {mem} GiB)" if mem else ")")
                          for (name, cc, mem), n in counts.items())
         o.add("nvidia.gpus", OK, desc)
-    check_nvidia_gpu_state(v, o)
-    check_nvidia_nodes(v, rules, o)
 
 
 def check_driver_window(v: View, m: Matrix, driver: str, o: Out) -> None:
@@ -292,9 +305,9 @@ def check_request(v: View, m: Matrix, req: Request, o: Out) -> None:
               f"CUDA {cuda} cannot run on this host: no usable NVIDIA driver",
               "images for it can still be built here and run on a GPU host")
         return
-    how = compat.how_runs(m, v.driver, cuda, v.wsl)
-    ga = compat.ga_driver(m, cuda, v.wsl)
-    floor = compat.mvc_floor(m, major_of(cuda), v.wsl)
+    how = compat.how_runs(m, v.driver, cuda, v.windows_driver)
+    ga = compat.ga_driver(m, cuda, v.windows_driver)
+    floor = compat.mvc_floor(m, major_of(cuda), v.windows_driver)
     native = v.driver_cuda(m)
     if how == "native":
         o.add("cuda.request_ok", OK, f"driver {v.driver} runs CUDA {cuda} natively "
@@ -404,7 +417,8 @@ def check_macos(v: View, m: Matrix, o: Out) -> None:
               "in /opt/homebrew, and recreate the environment with it",
               [f"sysctl.proc_translated: 1; platform.machine: {f.machine}"])
     elif not v.apple_silicon:
-        o.add("macos.intel", WARN, f"Intel Mac ({cpu or f.machine}): PyTorch has no MPS or GPU "
+        o.add("macos.intel", WARN, f"Intel Mac ({cpu or f.machine or 'x86_64'}): PyTorch has no "
+              "MPS or GPU "
               "support here", "environments here run on the CPU")
     else:
         o.add("macos.apple_silicon", OK, f"{cpu or 'Apple silicon'} (arm64)")

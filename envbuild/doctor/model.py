@@ -32,9 +32,17 @@ class Finding:
     remediation: str = ""
     evidence: tuple[str, ...] = ()
 
+    @property
+    def cause(self) -> str:
+        """The stable cause code (causes.py; '' when the finding names none)."""
+        from envbuild.doctor.causes import cause_of
+
+        return cause_of(self.id)
+
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "severity": str(self.severity), "message": self.message,
-                "remediation": self.remediation, "evidence": list(self.evidence)}
+        return {"id": self.id, "severity": str(self.severity), "cause": self.cause,
+                "message": self.message, "remediation": self.remediation,
+                "evidence": list(self.evidence)}
 
 
 @record

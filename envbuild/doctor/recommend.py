@@ -59,7 +59,7 @@ def recommend_cuda(v: View, m: Matrix, req: Request, pin: Callable[[str], str]) 
     if not driver:
         return Recommendation("cpu", reason="NVIDIA GPU without a working driver: fix the "
                               "driver, then run `envbuild doctor` again")
-    if v.wsl:
+    if v.windows_driver:
         return recommend_wsl(v, m, req, pin)
     # One voice: the image for this host is what `envbuild resolve --driver D --gpu sm_XY`
     # gives (the newest torch whose wheel this driver runs, natively or through minor-version
@@ -77,12 +77,22 @@ def recommend_cuda(v: View, m: Matrix, req: Request, pin: Callable[[str], str]) 
     spec, problem = _resolve(m, driver=driver, gpus=gpus)
     if spec is None:
         return Recommendation("cpu", reason=f"no CUDA torch wheel runs on driver {driver} "
-                              f"with {arch}: {problem}")
+                              f"with {arch}: {problem}", alternatives=_after_upgrade(m, gpus))
     native = v.driver_cuda(m)
     runs = f"driver {driver} runs CUDA <= {native}" if native else f"driver {driver}"
     return Recommendation("cuda", reason=f"{asked}{runs}; for {arch}: {_what(spec)}",
                           alternatives=_fwd(v, m, driver, spec.torch), gpus=gpus,
                           driver=driver)
+
+
+def _after_upgrade(m: Matrix, gpus: tuple[str, ...]) -> tuple[str, ...]:
+    """The CUDA image for these GPUs once the driver is upgraded (resolved here, so it
+    resolves), with the driver it needs; () when no wheel covers the GPUs at all."""
+    spec, _ = _resolve(m, gpus=gpus)
+    if spec is None or not spec.min_driver:
+        return ()
+    return (f"{Recommendation('cuda', gpus=gpus).command}  (after a driver upgrade to >= "
+            f"{spec.min_driver}: {_what(spec)})",)
 
 
 def _resolve(m: Matrix, **ask: object) -> tuple[Spec | None, str]:
@@ -129,7 +139,9 @@ def recommend_wsl(v: View, m: Matrix, req: Request, pin: Callable[[str], str]) -
         return Recommendation("cpu", reason=f"no CUDA torch wheel runs on driver {driver} "
                               f"with {arch}")
     native = v.driver_cuda(m)
-    why = (f"Windows driver {driver} runs CUDA <= {native}; newest CUDA with torch wheels for "
+    runs = f"runs CUDA <= {native}" if native else "runs CUDA wheels only through minor-version " \
+        "compatibility"
+    why = (f"Windows driver {driver} {runs}; newest CUDA with torch wheels for "
            f"{arch}: {choice.tag} (torch {choice.torch})")
     alts = []
     newest = compat.newest_torch_choice(m, driver, ccs, True)

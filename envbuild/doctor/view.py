@@ -50,6 +50,13 @@ class View:
     torch_flavor: str = ""  # cpu | cuda | rocm | unknown | "" (not installed)
     torch_cuda: str = ""
     gpu_blocked: bool = False  # WSL 2: NVML says "GPU access blocked by the operating system"
+    windows: bool = False  # native Windows (a collect_env report from there; doctor runs on Linux)
+    driver_inferred: str = ""  # how a report's driver number was inferred ('' when it was read)
+
+    @property
+    def windows_driver(self) -> bool:
+        """The driver's number is a Windows driver's (WSL 2 or Windows): its own CUDA floors."""
+        return self.wsl or self.windows
 
     @property
     def driver(self) -> str:
@@ -57,9 +64,15 @@ class View:
         found = [v for v in (self.kernel_driver, self.nvml_driver) if v]
         return min(found, key=version_key) if found else ""
 
+    @property
+    def driver_label(self) -> str:
+        """The driver as findings name it: '535.104.05', or '>= 470.42.01 (how it was inferred)'
+        when a report gave only the driver's CUDA version."""
+        return f">= {self.driver} ({self.driver_inferred})" if self.driver_inferred else self.driver
+
     def driver_cuda(self, m: Matrix) -> str:
         """Newest CUDA the driver runs natively: from the matrix, else what nvidia-smi reports."""
-        native = compat.cuda_for_driver(m, self.driver, self.wsl) if self.driver else ""
+        native = compat.cuda_for_driver(m, self.driver, self.windows_driver) if self.driver else ""
         return native or (self.smi.cuda if self.smi is not None else "")
 
     @property

@@ -40,6 +40,16 @@ class CudaCompat(Row):
 
 
 @record
+class CudaHistory(Row):
+    """A CUDA minor older than every [[release]] row: only its GA driver, to judge old torch
+    builds in collect_env reports (no images, no wheels; nothing resolves to it)."""
+
+    version: str
+    ga_driver_linux: str
+    ga_driver_windows: str = ""
+
+
+@record
 class CompatPackage(Row):
     """NVIDIA's forward-compatibility libraries (cuda_compat in redistrib_<latest>.json): a newer
     libcuda that lets an older driver branch run CUDA `cuda` (and older minors of its major)
@@ -176,6 +186,7 @@ class Matrix:
     gpus: tuple[Gpu, ...]
     rocm: tuple[RocmRelease, ...]
     oses: tuple[OsInfo, ...]
+    cuda_history: tuple[CudaHistory, ...]
     sources: Mapping[str, Mapping[str, Any]]
     meta: Mapping[str, Mapping[str, Any]]
     extra: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -183,6 +194,9 @@ class Matrix:
     # Lookups used by the resolver; all small linear scans over tuples kept in version order.
     def cuda_release(self, minor: str) -> CudaRelease | None:
         return next((r for r in self.cuda if r.version == minor), None)
+
+    def cuda_history_row(self, minor: str) -> CudaHistory | None:
+        return next((r for r in self.cuda_history if r.version == minor), None)
 
     def compat_floor(self, major: int) -> CudaCompat | None:
         return next((c for c in self.cuda_compat if c.major == major), None)
@@ -224,6 +238,7 @@ TABLES: tuple[tuple[str, str, type[Row], str], ...] = (
     ("cuda", "release", CudaRelease, "cuda"),
     ("cuda", "image", CudaImage, "images"),
     ("cuda", "compat_package", CompatPackage, "compat_packages"),
+    ("cuda", "history", CudaHistory, "cuda_history"),
     ("torch", "release", TorchRelease, "torch"),
     ("torch", "patch", TorchPatch, "patches"),
     ("torch", "variant", Variant, "variants"),

@@ -139,7 +139,10 @@ def test_cli_json_on_a_fixture() -> None:
     assert r.returncode == 1, r.stderr
     doc = json.loads(r.stdout)
     assert doc["schema"] == 1 and doc["summary"]["error"] == 1
-    assert set(doc["findings"][0]) == {"id", "severity", "message", "remediation", "evidence"}
+    assert set(doc["findings"][0]) == {"id", "severity", "cause", "message", "remediation",
+                                       "evidence"}
+    causes = {f["id"]: f["cause"] for f in doc["findings"]}
+    assert causes["nvidia.driver_too_old"] == "driver_too_old" and causes["nvidia.driver"] == ""
     assert doc["recommendation"]["command"] == \
         "envbuild make --target cuda --driver 470.182.03 --gpu sm_70"
     assert doc["recommendation"]["argv"][:2] == ["envbuild", "make"]

@@ -9,7 +9,7 @@ from tests.support import run_cli
 
 @pytest.mark.parametrize(("gpu", "driver", "says"), [
     ("RTX 5090", "560.35.03", "older than the branches from R570"),
-    ("GTX 1080", "590.44.01", "newer than the branches up to R580"),
+    ("GTX 1080", "590.44.01", "to R580 that drive Pascal GPUs"),
     ("Tesla K80", "535.104.05", "newer than the branches up to R470"),
     ("H100", "515.48.07", "older than the branches from R520"),
 ])

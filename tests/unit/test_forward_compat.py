@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envbuild.common.errors import ConflictError, UsageError
@@ -56,6 +56,7 @@ def test_every_gpu_outside_nvidias_list_is_refused_saying_why(matrix: Matrix) ->
         assert "804" in info.value.message and info.value.hint
 
 
+@settings(deadline=None)  # each example resolves the whole matrix: seconds on a loaded box
 @given(branch=st.integers(min_value=525, max_value=579))
 def test_only_the_branches_a_package_serves(branch: int) -> None:
     m = load()
