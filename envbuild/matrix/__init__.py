@@ -20,9 +20,11 @@ from envbuild.matrix.model import (
     TorchPatch,
     TorchRelease,
     Variant,
+    WheelPlatform,
 )
 
 __all__ = [
     "Arch", "CompatPackage", "CudaCompat", "CudaImage", "CudaRelease", "Gpu", "Matrix", "OsInfo",
-    "Problem", "RocmRelease", "TorchPatch", "TorchRelease", "Variant", "check", "load", "parse",
+    "Problem", "RocmRelease", "TorchPatch", "TorchRelease", "Variant", "WheelPlatform", "check",
+    "load", "parse",
 ]

@@ -10,9 +10,11 @@ from typing import Any
 
 from envbuild.common.echo import shown
 from envbuild.common.versions import major_of, minor_of, parse_version, version_key
-from envbuild.matrix.model import TABLES, Matrix, Problem, Variant, where
+from envbuild.matrix.model import TABLES, Matrix, Problem, Variant, WheelPlatform, where
 from envbuild.matrix.rules import semantic_check
 from envbuild.validator.rules import cuda_tag
+
+WHERE = ("pypi", "index", "both")  # [[platform]] where: PyPI, index_base/<tag>, or both
 
 
 def _sources(m: Matrix) -> list[Problem]:
@@ -180,6 +182,35 @@ def _variants(m: Matrix) -> list[Problem]:
     return _each_row(m.variants, "torch.toml", "variant", messages)
 
 
+def _platforms(m: Matrix) -> list[Problem]:
+    """[[platform]] rows: a known release variant, a known platform and place, the arch list a
+    CUDA build needs; one row per (release, tag, platform)."""
+    known = tuple(m.meta.get("torch", {}).get("platforms", ()))
+    seen: set[tuple[str, str, str]] = set()
+
+    def messages(w: WheelPlatform) -> Iterator[str]:
+        key = (w.release, w.tag, w.platform)
+        if key in seen:
+            yield "a second row for this release, tag and platform"
+        seen.add(key)
+        v = next((x for x in m.variants_of(w.release) if x.tag == w.tag), None)
+        if v is None:
+            yield f"torch {w.release} has no [[variant]] {w.tag!r}"
+        if w.platform not in known[1:]:
+            yield (f"platform {w.platform!r} is not one of {', '.join(known[1:])} ([meta] "
+                   f"platforms; {known[0] if known else 'linux/amd64'} is the [[variant]] rows)")
+        if w.where not in WHERE:
+            yield f"where {w.where!r} is not one of {', '.join(WHERE)}"
+        if v is not None and v.kind == "cuda" and not w.sass:
+            yield "a CUDA build needs its sass arch list"
+        if v is not None and v.kind != "cuda" and (w.sass or w.ptx):
+            yield f"a {v.kind} build has no CUDA arch list"
+        yield from (f"arch {cc!r} is not in gpus.toml" for cc in (*w.sass, *w.ptx)
+                    if m.arch(cc) is None)
+
+    return _each_row(m.platforms, "torch.toml", "platform", messages)
+
+
 def _gpus(m: Matrix) -> list[Problem]:
     def messages(g: Any) -> Iterator[str]:
         if g.vendor == "nvidia" and m.arch(g.cc) is None:
@@ -204,7 +235,7 @@ def _oses(m: Matrix) -> list[Problem]:
 
 PARTS: tuple[Callable[[Matrix], list[Problem]], ...] = (
     _sources, _order, _gpu_names, _cuda_releases, _cuda_images, _torch_releases,
-    _torch_patches, _variants, _gpus, _rocm_oses, _oses,
+    _torch_patches, _variants, _platforms, _gpus, _rocm_oses, _oses,
 )
 
 

@@ -121,6 +121,20 @@ class Variant(Row):
 
 
 @record
+class WheelPlatform(Row):
+    """Where a torch release's wheel variant has wheels for a platform other than linux/amd64 (the
+    [[variant]] rows are the x86_64 facts), and the arch list there: linux/arm64 (aarch64;
+    NVIDIA's 'sbsa') wheels leave out archs no aarch64 GPU has and add Jetson Thor's 11.0."""
+
+    release: str
+    tag: str
+    platform: str  # linux/arm64
+    where: str  # pypi | index | both (index: index_base/<tag>)
+    sass: tuple[str, ...] = ()
+    ptx: tuple[str, ...] = ()
+
+
+@record
 class Arch(Row):
     cc: str
     name: str
@@ -182,6 +196,7 @@ class Matrix:
     torch: tuple[TorchRelease, ...]
     patches: tuple[TorchPatch, ...]
     variants: tuple[Variant, ...]
+    platforms: tuple[WheelPlatform, ...]
     archs: tuple[Arch, ...]
     gpus: tuple[Gpu, ...]
     rocm: tuple[RocmRelease, ...]
@@ -219,6 +234,11 @@ class Matrix:
     def patches_of(self, release: str) -> list[TorchPatch]:
         return list(self._by_release.get(release, ([], []))[1])
 
+    def platform_wheel(self, release: str, tag: str, platform: str) -> WheelPlatform | None:
+        """The [[platform]] row of a release variant on a platform (None: no wheels known)."""
+        return next((w for w in self.platforms if (w.release, w.tag, w.platform)
+                     == (release, tag, platform)), None)
+
     def os_info(self, os_id: str) -> OsInfo | None:
         return next((o for o in self.oses if o.id == os_id), None)
 
@@ -242,6 +262,7 @@ TABLES: tuple[tuple[str, str, type[Row], str], ...] = (
     ("torch", "release", TorchRelease, "torch"),
     ("torch", "patch", TorchPatch, "patches"),
     ("torch", "variant", Variant, "variants"),
+    ("torch", "platform", WheelPlatform, "platforms"),
     ("gpus", "arch", Arch, "archs"),
     ("gpus", "gpu", Gpu, "gpus"),
     ("rocm", "release", RocmRelease, "rocm"),
@@ -256,6 +277,8 @@ def label(row: Any) -> str:
     """How a problem names a row: its key fields, e.g. (release='2.5', tag='cu124')."""
     if isinstance(row, Variant):
         return f"(release={row.release!r}, tag={row.tag!r})"
+    if isinstance(row, WheelPlatform):
+        return f"(release={row.release!r}, tag={row.tag!r}, platform={row.platform!r})"
     if isinstance(row, CudaImage):
         return f"(cuda={row.cuda!r}, os={row.os!r})"
     for key in ("version", "name", "id", "cc", "torch", "major"):

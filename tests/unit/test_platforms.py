@@ -1,0 +1,91 @@
+"""linux/arm64 wheels in the matrix ([[platform]] rows of torch.toml): the facts read from PyPI's
+aarch64 wheels hold as rules over the rows, and a broken row is named by the check."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from envbuild.common.versions import version_key
+from envbuild.matrix import Matrix, check
+from tests.support import ROOT
+
+ARM = "linux/arm64"
+
+
+def _on_pypi(m: Matrix, release: str) -> list[str]:
+    return [w.tag for w in m.platforms if w.release == release and w.platform == ARM
+            and w.where in ("pypi", "both")]
+
+
+def test_pypi_aarch64_is_cpu_through_2_10_and_the_default_cuda_build_after(matrix: Matrix) -> None:
+    """PyPI serves one aarch64 torch a CPython: the CPU build up to 2.10 (pytorch/pytorch#160162),
+    the release's default CUDA variant from 2.11 (no CPU-only aarch64 wheel on PyPI then)."""
+    for rel in matrix.torch:
+        tags = _on_pypi(matrix, rel.version)
+        if version_key(rel.version) < version_key("2.4"):
+            continue  # not collected
+        if version_key(rel.version) <= version_key("2.10"):
+            assert tags == ["cpu"], rel.version
+        else:
+            assert tags == [rel.default_variant], rel.version
+
+
+def test_aarch64_cuda_wheels_have_no_orin_or_gb10_kernels(matrix: Matrix) -> None:
+    """No official aarch64 wheel has sm_87 (Jetson Orin: JetPack wheels only) or sm_121 (GB10
+    runs sm_120); Jetson Thor's 11.0 only from CUDA 13, and none of x86's 7.5/8.6."""
+    rows = [w for w in matrix.platforms if w.platform == ARM and w.sass]
+    assert rows
+    for w in rows:
+        variant = next(v for v in matrix.variants_of(w.release) if v.tag == w.tag)
+        assert not {"8.7", "12.1", "7.5", "8.6"} & {*w.sass, *w.ptx}, (w.release, w.tag)
+        assert ("11.0" in w.sass) == variant.version.startswith("13."), (w.release, w.tag)
+
+
+def test_every_platform_is_one_the_meta_lists(matrix: Matrix) -> None:
+    platforms = matrix.meta["torch"]["platforms"]
+    assert platforms[0] == "linux/amd64"
+    assert {w.platform for w in matrix.platforms} <= set(platforms[1:])
+    assert matrix.platform_wheel("2.13", "cu130", ARM) is not None
+    assert matrix.platform_wheel("2.13", "cu130", "linux/amd64") is None  # that is [[variant]]
+
+
+def _broken(tmp_path: Path, old: str, new: str) -> list[str]:
+    d = tmp_path / "matrix"
+    shutil.copytree(ROOT / "matrix", d)
+    text = (d / "torch.toml").read_text()
+    start = text.index("\n[[platform]]\n")
+    assert old in text[start:], old
+    (d / "torch.toml").write_text(text[:start] + text[start:].replace(old, new, 1))
+    return [str(p) for p in check(d)]
+
+
+@pytest.mark.parametrize(("old", "new", "says"), [
+    ('platform = "linux/arm64"', 'platform = "linux/riscv64"', "is not one of linux/arm64"),
+    ('platform = "linux/arm64"', 'platform = "linux/amd64"', "is not one of linux/arm64"),
+    ('where = "pypi"', 'where = "conda"', "where 'conda' is not one of pypi, index, both"),
+    ('tag = "cpu"', 'tag = "cu999"', "has no [[variant]] 'cu999'"),
+    ('sass = ["8.0", "9.0"', 'sass = ["8.0", "9.9"', "arch '9.9' is not in gpus.toml"),
+    ('sass = ["8.0", "9.0", "10.0", "11.0", "12.0"]', "sass = []",
+     "a CUDA build needs its sass arch list"),
+    ('tag = "cpu"\nplatform = "linux/arm64"\nwhere = "pypi"\n',
+     'tag = "cpu"\nplatform = "linux/arm64"\nwhere = "pypi"\nsass = ["8.0"]\n',
+     "a cpu build has no CUDA arch list"),
+    ('source = ["S-PYPI-TORCH-AARCH64"]', 'source = ["S-NO-SUCH"]', "S-NO-SUCH"),
+])
+def test_a_broken_platform_row_is_named(tmp_path: Path, old: str, new: str, says: str) -> None:
+    problems = _broken(tmp_path, old, new)
+    assert any("[[platform]]" in p and says in p for p in problems), problems
+
+
+def test_a_second_row_for_the_same_platform_wheel_is_named(tmp_path: Path) -> None:
+    d = tmp_path / "matrix"
+    shutil.copytree(ROOT / "matrix", d)
+    text = (d / "torch.toml").read_text()
+    start = text.index("\n[[platform]]\n")
+    end = text.index("\n[[platform]]\n", start + 1)
+    (d / "torch.toml").write_text(text + text[start:end])
+    problems = [str(p) for p in check(d)]
+    assert any("a second row for this release, tag and platform" in p for p in problems), problems
