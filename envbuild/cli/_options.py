@@ -39,6 +39,9 @@ Without = Annotated[list[str] | None, typer.Option(
 ForwardCompat = Annotated[bool, typer.Option(
     "--forward-compat", help="Allow a CUDA newer than --driver runs natively, through NVIDIA's "
     "forward-compatibility libraries (data-center GPUs only; needs --driver and --gpu).")]
+Platform = Annotated[str | None, typer.Option(
+    "--platform", help="Platform of the image: linux/amd64 | linux/arm64 (Grace Hopper, Grace "
+    "Blackwell, DGX Spark, Graviton); default: this host's.")]
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 Size = Annotated[bool, typer.Option(
     "--size", help="Estimate the image size per layer (asks the package indexes and the base "
@@ -48,14 +51,14 @@ Size = Annotated[bool, typer.Option(
 def make_request(target: str | None, cuda: str | None, rocm: str | None, torch: str | None,
                  python: str | None, driver: str | None, gpu: list[str] | None,
                  os: str | None, flavor: str | None, without: list[str] | None,
-                 forward_compat: bool = False) -> Request:
+                 forward_compat: bool = False, platform: str | None = None) -> Request:
     check_given(target=target, cuda=cuda, rocm=rocm, torch=torch, python=python, driver=driver,
-                os=os, flavor=flavor)
+                os=os, flavor=flavor, platform=platform)
     left_out = set(without or ())
     # Target names are case-insensitive (--target CPU); the resolver checks the value.
     return Request(target=target.strip().lower() if target else target, cuda=cuda, rocm=rocm,
                    torch=torch, python=python, driver=driver, gpus=tuple(gpu or ()), os=os,
-                   flavor=flavor, forward_compat=forward_compat,
+                   flavor=flavor, forward_compat=forward_compat, platform=platform,
                    components=tuple(c for c in COMPONENTS if c not in left_out)
                    + tuple(sorted(left_out - set(COMPONENTS))))
 
@@ -65,7 +68,8 @@ RequestMaker = Callable[[], Request]  # what a command with request_options() ge
 _REQUEST_OPTIONS: tuple[tuple[str, Any, bool | None], ...] = (
     ("target", Target, None), ("cuda", Cuda, None), ("rocm", Rocm, None), ("torch", Torch, None),
     ("python", Python, None), ("driver", Driver, None), ("gpu", Gpu, None), ("os", Os, None),
-    ("flavor", Flavor, None), ("without", Without, None), ("forward_compat", ForwardCompat, False))
+    ("flavor", Flavor, None), ("without", Without, None), ("forward_compat", ForwardCompat, False),
+    ("platform", Platform, None))
 
 
 def request_options(*, forward_compat: bool = True) -> Callable[[Callable[..., None]],

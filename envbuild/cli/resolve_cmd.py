@@ -34,6 +34,7 @@ def format_spec(d: dict[str, object]) -> str:
             ("CUDA image", d["cuda_image"]),
             ("CUDA image", f"none: plain base, NVIDIA_REQUIRE_CUDA=cuda>={d['require_cuda']}"
              if d.get("require_cuda") else None), ("cuDNN", d["cudnn"]), ("NCCL", d["nccl"]),
+            ("platform", d.get("platform") if d.get("platform") != "linux/amd64" else None),
             ("OS", d["os"]), ("base image", d["base_image"]), ("index", d["index_url"]),
             ("min driver", d["min_driver"]),
             ("fwd compat", f"NVIDIA's forward-compatibility libraries {d['forward_compat']}"

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from envbuild.common.record import record
 from envbuild.common.versions import version_key
-from envbuild.core import compat
+from envbuild.core import compat, targets
 from envbuild.core.request import GpuRef, Parsed
 from envbuild.core.spec import Spec
 from envbuild.matrix import (
@@ -219,6 +219,7 @@ def make_spec(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPatch, v: Var
         min_macos=min_macos,
         archs=tuple(arch_list(v)) if v.kind in ("cuda", "rocm") else (),
         gpus=tuple(g.to_json() for g in p.gpus),
+        platform=p.platform if targets.get(p.target).container else None,
         components=p.components,
         trace=tuple(t.lines),
         warnings=tuple(unverified),

@@ -79,6 +79,7 @@ class Request:
     components: tuple[str, ...] = COMPONENTS
     base: BaseFacts | None = None  # an inspected --base-image (make): the OS is the base's
     forward_compat: bool = False  # --forward-compat: a newer CUDA on an older driver branch
+    platform: str | None = None  # --platform linux/arm64; None: this host's
 
 
 @record
@@ -104,6 +105,7 @@ class Parsed:
     base: BaseFacts | None = None
     forward_compat: bool = False
     variant: str | None = None  # `--torch 2.5.1+cu121`: this wheel variant and no other
+    platform: str = "linux/amd64"  # the image's platform (envbuild.core.platforms)
 
 
 def check_given(**values: str | None) -> None:
@@ -280,6 +282,7 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
 
     target, why = _infer_target(req, gpus, variant)
     entry = targets.get(target)
+    platform = _platform(req, target, matrix)
     if variant is not None:
         _check_variant(req, variant, target, why)
     if req.driver is not None and not entry.takes_driver:
@@ -315,7 +318,27 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
                   components=tuple(c for c in COMPONENTS if c in req.components), given=given,
                   cuda_major=cuda_major, notes=tuple(notes), base=req.base,
                   forward_compat=req.forward_compat,
-                  variant=variant.tag if variant is not None else None)
+                  variant=variant.tag if variant is not None else None, platform=platform)
+
+
+def _platform(req: Request, target: str, matrix: Matrix) -> str:
+    """--platform (this host's when left out) for a container; ROCm wheels are linux/amd64
+    only; a native MPS environment has no container platform."""
+    from envbuild.core import platforms
+
+    if not targets.get(target).container:
+        if req.platform is not None:
+            raise UsageError(f"--platform does not apply to --target {target} (a native macOS "
+                             "environment, no container)", "leave out --platform")
+        return platforms.AMD64
+    platform = platforms.parse(req.platform, matrix) if req.platform is not None \
+        else platforms.host()
+    if target == "rocm" and platform != platforms.AMD64:
+        raise UsageError(f"ROCm has no {platform} wheels or images: PyTorch's ROCm builds and "
+                         "AMD's rocm/dev images are linux/amd64 only",
+                         "use --platform linux/amd64 for AMD GPUs, or --target cuda / cpu on "
+                         f"{platform}")
+    return platform
 
 
 def _variant_of(torch: str | None, matrix: Matrix) -> Variant | None:

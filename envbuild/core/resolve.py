@@ -13,7 +13,7 @@ import dataclasses
 
 from envbuild.common.errors import ConflictError, UsageError
 from envbuild.common.versions import major_of, minor_of, version_key
-from envbuild.core import compat, targets
+from envbuild.core import compat, platforms, targets
 from envbuild.core.alternatives import RELAX_HINT, with_alternatives
 from envbuild.core.candidate import (
     Reject,
@@ -78,6 +78,7 @@ def _ordered_variants(m: Matrix, rel: TorchRelease, kind: str,
 def resolve_parsed(m: Matrix, p: Parsed, alternatives: bool = True) -> Spec:
     """The spec, or ConflictError; with `alternatives`, the error carries the nearest requests
     that fit (each one resolved here), else it is raised bare (the alternatives' own probes)."""
+    m = platforms.on_platform(m, p.platform)
     if p.target == "cuda":
         check_host(m, p)
     releases = candidate_releases(m, p)
@@ -93,8 +94,25 @@ def resolve_parsed(m: Matrix, p: Parsed, alternatives: bool = True) -> Spec:
         return _resolve_major(m, p, alternatives)
     found = _search(m, p, releases)
     if isinstance(found, Spec):
-        return found
+        return _on_platform(m, p, found)
     raise _conflict(m, p, releases, found, alternatives)
+
+
+def _on_platform(m: Matrix, p: Parsed, spec: Spec) -> Spec:
+    """The platform's line in the trace, and PyPI as the index where the platform's wheels of
+    that variant are on PyPI only."""
+    if spec.platform in (None, platforms.AMD64):
+        return spec
+    how = "--platform" if "platform" in p.given else "this host's platform"
+    release = minor_of(spec.torch)
+    w = m.platform_wheel(release, spec.variant, p.platform)
+    where = {"pypi": "on PyPI", "index": "on the PyTorch index", "both": "on PyPI and the "
+             "PyTorch index"}.get(w.where if w else "", "")
+    line = (f"platform {p.platform} ({how}): torch {release} {spec.variant} has {p.platform} "
+            f"wheels {where}" + (f", built for {' '.join(spec.archs)}" if spec.archs else ""))
+    index = platforms.index_of(m, release, spec.variant, p.platform)
+    return dataclasses.replace(spec, index_url=index or spec.index_url,
+                               trace=(*spec.trace, line))
 
 
 def _fits(m: Matrix, p: Parsed) -> Spec | None:

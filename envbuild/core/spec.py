@@ -12,7 +12,9 @@ from envbuild.common.record import record
 
 SPEC_SCHEMA = 1
 # Left out of the identity and the JSON while None: the hashes of older specs stay stable.
-_OPTIONAL = ("max_driver", "require_cuda", "base_id", "forward_compat")
+_OPTIONAL = ("max_driver", "require_cuda", "base_id", "forward_compat", "platform")
+# The platform every spec had before --platform: left out of the identity, so those hashes stay.
+_DEFAULT_PLATFORM = "linux/amd64"
 
 
 @record
@@ -47,6 +49,8 @@ class Spec:
     base_id: str | None = None  # the inspected --base-image's id (sha256:...): the real base
     # --forward-compat: the version of NVIDIA's forward-compatibility libraries in the image
     forward_compat: str | None = None
+    # the container's platform (linux/amd64, linux/arm64); None for a native environment (MPS)
+    platform: str | None = None
 
     def identity(self) -> dict[str, Any]:
         """The fields that define the environment (the trace only explains it)."""
@@ -56,6 +60,8 @@ class Spec:
         for key in _OPTIONAL:  # absent unless set: the hashes of older specs stay stable
             if d[key] is None:
                 d.pop(key)
+        if d.get("platform") == _DEFAULT_PLATFORM:
+            d.pop("platform")
         return d
 
     @cached_property

@@ -82,6 +82,7 @@ class CudaImage(Row):
     cuda: str
     os: str
     flavors: tuple[str, ...]
+    platforms: tuple[str, ...] = ("amd64",)  # Docker's arch names of the manifest's images
 
 
 @record
