@@ -71,7 +71,9 @@ def on_platform(m: Matrix, platform: str) -> Matrix:
     releases = tuple(dataclasses.replace(r, default_variant=pypi.get(r.version, r.default_variant))
                      for r in m.torch)
     arch = platform.rsplit("/", 1)[-1]
-    images = tuple(i for i in m.images if arch in i.platforms)
+    images = tuple(dataclasses.replace(i, flavors=tuple(f for f in i.flavors
+                                                         if f not in i.amd64_only))
+                   for i in m.images if arch in i.platforms)
     return dataclasses.replace(m, variants=tuple(variants), torch=releases, images=images)
 
 

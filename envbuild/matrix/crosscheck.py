@@ -114,6 +114,11 @@ def _cuda_images(m: Matrix) -> list[Problem]:
             yield f"os {i.os!r} is not defined in os.toml"
         if not i.flavors:
             yield "no flavors"
+        arches = {p.rsplit("/", 1)[-1] for p in m.meta.get("torch", {}).get("platforms", ())}
+        yield from (f"platform {a!r} is not one of {', '.join(sorted(arches))} (torch.toml "
+                    "[meta] platforms)" for a in i.platforms if a not in arches)
+        yield from (f"amd64_only {f!r} is not one of its flavors" for f in i.amd64_only
+                    if f not in i.flavors)
 
     return _each_row(m.images, "cuda.toml", "image", messages)
 

@@ -82,7 +82,9 @@ class CudaImage(Row):
     cuda: str
     os: str
     flavors: tuple[str, ...]
-    platforms: tuple[str, ...] = ("amd64",)  # Docker's arch names of the manifest's images
+    # Docker's arch names of the tag's multi-arch manifest (every flavor, but amd64_only's)
+    platforms: tuple[str, ...] = ("amd64",)
+    amd64_only: tuple[str, ...] = ()  # flavors NVIDIA published for amd64 alone
 
 
 @record
