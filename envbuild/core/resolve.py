@@ -77,8 +77,17 @@ def _ordered_variants(m: Matrix, rel: TorchRelease, kind: str,
 
 def resolve_parsed(m: Matrix, p: Parsed, alternatives: bool = True) -> Spec:
     """The spec, or ConflictError; with `alternatives`, the error carries the nearest requests
-    that fit (each one resolved here), else it is raised bare (the alternatives' own probes)."""
-    m = platforms.on_platform(m, p.platform)
+    that fit (each one resolved here), else it is raised bare (the alternatives' own probes).
+    On a platform other than linux/amd64 the refusal says which platform's wheels it means."""
+    try:
+        return _resolve_on(platforms.on_platform(m, p.platform), p, alternatives)
+    except ConflictError as e:
+        if p.platform != platforms.AMD64 and p.platform not in e.message:
+            e.message = f"{e.message} (on {p.platform})"
+        raise
+
+
+def _resolve_on(m: Matrix, p: Parsed, alternatives: bool) -> Spec:
     if p.target == "cuda":
         check_host(m, p)
     releases = candidate_releases(m, p)

@@ -3,13 +3,22 @@ aarch64 wheels hold as rules over the rows, and a broken row is named by the che
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from envbuild.common.versions import version_key
+from envbuild.common.errors import ConflictError, UsageError
+from envbuild.common.versions import minor_of, version_key
+from envbuild.core import platforms
+from envbuild.core.request import Request
+from envbuild.core.resolve import resolve
+from envbuild.core.spec import Spec
 from envbuild.matrix import Matrix, check
+from envbuild.validator import rules
 from tests.support import ROOT
 
 ARM = "linux/arm64"
@@ -89,3 +98,79 @@ def test_a_second_row_for_the_same_platform_wheel_is_named(tmp_path: Path) -> No
     (d / "torch.toml").write_text(text + text[start:end])
     problems = [str(p) for p in check(d)]
     assert any("a second row for this release, tag and platform" in p for p in problems), problems
+
+
+# -- --platform: parsed, and the resolver on the platform's matrix --------------------------------
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("linux/arm64", ARM), ("arm64", ARM), ("aarch64", ARM), ("AARCH64", ARM),
+    (" linux/arm64/v8", ARM),
+    ("linux/amd64", "linux/amd64"), ("x86_64", "linux/amd64"), ("amd64", "linux/amd64")])
+def test_platform_names_as_users_write_them(text: str, want: str, matrix: Matrix) -> None:
+    assert platforms.parse(text, matrix) == want
+
+
+@given(st.text(max_size=200))
+@settings(max_examples=300, deadline=None)
+def test_any_other_platform_is_one_usage_error(text: str) -> None:
+    from envbuild.matrix import load
+
+    m = load()
+    if text.strip().lower() in (*platforms.ALIASES, *platforms.known(m)):
+        return
+    with pytest.raises(UsageError) as e:
+        platforms.parse(text, m)
+    assert "\n" not in e.value.message and len(e.value.message) < 300
+
+
+def _resolve(matrix: Matrix, **kw: object) -> Spec:
+    return resolve(Request(**kw), matrix)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("gpu", "cc", "runs"), [
+    ("GH200", "9.0", "sm_90"), ("GB200", "10.0", "sm_100"), ("GB300", "10.3", "sm_100"),
+    ("GB10", "12.1", "sm_120"), ("Jetson Thor", "11.0", "sm_110")])
+def test_grace_and_spark_gpus_resolve_to_an_arm64_cuda_wheel(gpu: str, cc: str, runs: str,
+                                                            matrix: Matrix) -> None:
+    s = _resolve(matrix, gpus=(gpu,), platform="linux/arm64")
+    assert (s.target, s.platform) == ("cuda", ARM)
+    w = matrix.platform_wheel(minor_of(s.torch), s.variant, ARM)
+    assert w is not None and s.archs == tuple(rules.arch_names(w.sass, w.ptx))
+    assert any(f"runs the wheel's {runs} cubin" in line for line in s.trace), s.trace
+    assert any(line.startswith(f"platform {ARM} (--platform)") for line in s.trace)
+
+
+def test_an_arm64_cuda_request_before_any_arm64_cuda_wheel_is_refused(matrix: Matrix) -> None:
+    """torch 2.6 has no linux/arm64 CUDA wheel envbuild knows (only PyPI's CPU build)."""
+    with pytest.raises(ConflictError) as e:
+        _resolve(matrix, target="cuda", torch="2.6", platform="linux/arm64")
+    assert e.value.alternatives, "a refusal names what resolves instead"
+
+
+def test_an_arm64_cpu_image_takes_pypi_up_to_2_10_and_the_cpu_index_after(matrix: Matrix) -> None:
+    old = _resolve(matrix, target="cpu", torch="2.9", platform="linux/arm64")
+    assert old.index_url == matrix.meta["torch"]["pypi_index"] and old.variant == "cpu"
+    new = _resolve(matrix, target="cpu", torch="2.13", platform="linux/arm64")
+    assert new.index_url.endswith("/cpu") and new.variant == "cpu"
+
+
+def test_rocm_on_arm64_is_refused_with_what_to_use(matrix: Matrix) -> None:
+    with pytest.raises(UsageError) as e:
+        _resolve(matrix, target="rocm", platform="linux/arm64")
+    assert "linux/amd64 only" in e.value.message and "--platform linux/amd64" in e.value.hint
+
+
+def test_the_platform_is_in_the_json_and_the_hash_but_amd64_hashes_stay(matrix: Matrix) -> None:
+    amd = _resolve(matrix, target="cpu", torch="2.13", platform="linux/amd64")
+    arm = _resolve(matrix, target="cpu", torch="2.13", platform="linux/arm64")
+    assert amd.to_json()["platform"] == "linux/amd64" and arm.to_json()["platform"] == ARM
+    assert "platform" not in amd.identity() and arm.identity()["platform"] == ARM
+    assert amd.hash != arm.hash
+    legacy = dataclasses.replace(amd, platform=None)  # a spec written before --platform
+    assert legacy.hash == amd.hash
+
+
+def test_a_native_mps_environment_takes_no_platform(matrix: Matrix) -> None:
+    with pytest.raises(UsageError):
+        _resolve(matrix, target="mps", platform="linux/arm64")
+    assert _resolve(matrix, target="mps").platform is None
