@@ -28,12 +28,15 @@ def table_rows(m: Matrix, table: str) -> tuple[list[str], list[list[Any]]]:
         for r in m.torch:
             patches = m.patches_of(r.version)
             variants = m.variants_of(r.version)
+            arm = [w for w in m.platforms if w.release == r.version and w.platform == "linux/arm64"]
             rows.append([r.version, r.released, [p.torch for p in patches],
                          [p.torchvision for p in patches], list(r.python),
                          [v.tag for v in variants], [v.tag for v in variants if not v.verified],
+                         [w.tag for w in arm], [w.tag for w in arm if not w.verified],
                          r.default_variant, r.mps_min_macos, r.verified])
         return (["torch", "released", "patches", "torchvision", "python", "variants",
-                 "unverified_variants", "pypi_default", "mps_macos", "verified"], rows)
+                 "unverified_variants", "arm64", "unverified_arm64", "pypi_default", "mps_macos",
+                 "verified"], rows)
     if table == "gpus":
         return (["gpu", "vendor", "arch", "aliases", "memory_gb", "verified"],
                 [[g.name, g.vendor, g.cc or g.gfx, list(g.aliases), g.memory_gb or None,
@@ -53,18 +56,18 @@ def table_rows(m: Matrix, table: str) -> tuple[list[str], list[list[Any]]]:
 
 def text_rows(header: list[str], rows: list[list[Any]]) -> tuple[list[str], list[list[str]]]:
     """The text view of table_rows: lists joined with commas, `verified` as yes or `*`, and the
-    unverified variant tags marked in place (their own column dropped)."""
-    cols = [i for i, h in enumerate(header) if h != "unverified_variants"]
+    unverified tags of a column X marked in place from its `unverified_X` column (dropped)."""
+    cols = [i for i, h in enumerate(header) if not h.startswith("unverified_")]
     out = []
     for row in rows:
         data = dict(zip(header, row, strict=True))
-        marked = set(data.get("unverified_variants", ()))
         cells = []
         for i in cols:
             name, value = header[i], row[i]
+            marked = set(data.get(f"unverified_{name}", ()))
             if name == "verified":
                 cells.append("yes" if value else MARK)
-            elif name == "variants":
+            elif f"unverified_{name}" in data:
                 cells.append(",".join(t + (MARK if t in marked else "") for t in value))
             else:
                 cells.append(_cell(value))
