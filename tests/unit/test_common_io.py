@@ -211,3 +211,22 @@ def test_a_key_that_is_not_alphanumeric_is_refused(key: str) -> None:
         return
     with pytest.raises(ValueError), stable_dir(Path("/nonexistent"), "envbuild-ctx-", key):
         pass
+
+
+def test_make_writes_a_wheelhouse_context_at_one_path_per_wheelhouse(tmp_path: Path) -> None:
+    """What lets BuildKit send only what changed: two builds from one wheelhouse use one path,
+    another wheelhouse another; without a wheelhouse, a fresh temporary directory."""
+    from envbuild.features.make import context_dir
+
+    a, b = tmp_path / "a" / "wheels", tmp_path / "b" / "wheels"
+    a.mkdir(parents=True)
+    b.mkdir(parents=True)
+    seen = []
+    for wheelhouse in (a, a, b):
+        with context_dir(wheelhouse) as d:
+            assert d.parent == wheelhouse.parent and d.name.startswith("envbuild-ctx-")
+            seen.append(d)
+        assert not d.exists()
+    assert seen[0] == seen[1] != seen[2]
+    with context_dir(None) as t1, context_dir(None) as t2:
+        assert t1 != t2 and t1.name.startswith("envbuild-ctx-")
