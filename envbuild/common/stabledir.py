@@ -24,13 +24,25 @@ OWNER = "owner.pid"  # in the claimed directory, beside what the caller writes
 
 
 def _alive(pid_file: Path) -> bool:
-    """Whether the pid written in pid_file names a running process (unreadable: assume so)."""
+    """Whether the pid written in pid_file names a running process. Read as at most 20 bytes of
+    a regular file, never through a link (another user's /tmp entry could point anywhere);
+    anything else counts as alive, so the caller leaves it alone."""
+    import stat
+
     try:
-        text = pid_file.read_text()[:20].strip()
+        fd = os.open(pid_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return False  # not yet written, or already removed: the race is settled by mkdir
     except OSError:
         return True
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return True
+        text = os.read(fd, 20).decode("ascii", "replace").strip()
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
     if not text.isdecimal() or int(text) <= 0:
         return False
     try:
@@ -48,7 +60,7 @@ def _claim(path: Path) -> bool:
         try:
             os.mkdir(path, 0o700)
         except FileExistsError:
-            if _alive(path / OWNER) or not path.is_dir() or path.is_symlink():
+            if path.is_symlink() or not path.is_dir() or _alive(path / OWNER):
                 return False
             trash = Path(tempfile.mkdtemp(prefix=path.name + "-stale-", dir=path.parent))
             try:

@@ -230,3 +230,23 @@ def test_make_writes_a_wheelhouse_context_at_one_path_per_wheelhouse(tmp_path: P
     assert seen[0] == seen[1] != seen[2]
     with context_dir(None) as t1, context_dir(None) as t2:
         assert t1 != t2 and t1.name.startswith("envbuild-ctx-")
+
+
+@pytest.mark.parametrize("owner", ["fifo", "dev-zero", "dir", "link"])
+def test_an_odd_owner_file_is_never_read_and_the_dir_is_left_alone(tmp_path: Path,
+                                                                    owner: str) -> None:
+    held = tmp_path / "envbuild-ctx-k7"
+    held.mkdir()
+    pid = held / stabledir.OWNER
+    if owner == "fifo":
+        os.mkfifo(pid)
+    elif owner == "dev-zero":
+        pid.symlink_to("/dev/zero")
+    elif owner == "dir":
+        pid.mkdir()
+    else:
+        (tmp_path / "elsewhere").write_text(str(_dead_pid()))
+        pid.symlink_to(tmp_path / "elsewhere")
+    with stable_dir(tmp_path, "envbuild-ctx-", "k7") as d:
+        assert d != held
+    assert held.is_dir()
