@@ -311,6 +311,28 @@ def context_parent(wheelhouse: Path | None) -> str | None:
     return None
 
 
+def context_dir(wheelhouse: Path | None) -> AbstractContextManager[Path]:
+    """Where make writes a build context, removed after the build. With a wheelhouse, the same
+    path for every build from it (`envbuild-ctx-<hash of the wheelhouse's path>`): BuildKit then
+    sends only what changed since the last build from that path, not the whole wheelhouse
+    again (common/stabledir.py). Otherwise, and while another build holds that path, a fresh
+    temporary directory."""
+    from envbuild.common.digest import sha256_hex
+    from envbuild.common.stabledir import stable_dir
+
+    parent = Path(context_parent(wheelhouse) or tempfile.gettempdir())
+    if wheelhouse is None:
+        return _temporary(parent)
+    key = sha256_hex(str(wheelhouse.resolve()).encode())[:12]
+    return stable_dir(parent, "envbuild-ctx-", key)
+
+
+@contextmanager
+def _temporary(parent: Path) -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="envbuild-ctx-", dir=parent) as tmp:
+        yield Path(tmp)
+
+
 def recommended(req: Request, m: Matrix, status: StatusHook = _no_status) -> tuple[Request, str]:
     """What `envbuild doctor` recommends for this host, when make was not told the hardware."""
     from envbuild.doctor import probes
@@ -408,9 +430,8 @@ def make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) -
         write_tree(prepared.files, mps_dir)
         return MakeResult(spec, chosen, mps_dir=mps_dir, seconds=times)
     links = {"wheelhouse": prepared.wheelhouse} if prepared.wheelhouse else {}
-    with tempfile.TemporaryDirectory(prefix="envbuild-ctx-",
-                                     dir=context_parent(prepared.wheelhouse)) as tmp:
-        ctx = mr.out if mr.out is not None else Path(tmp) / "context"
+    with context_dir(prepared.wheelhouse) as tmp:
+        ctx = mr.out if mr.out is not None else tmp / "context"
         write_tree(prepared.files, ctx, links=links)
         t1 = time.monotonic()
         with hooks.progress() as sink:

@@ -16,8 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envbuild.common import simpleindex, tomlwrite, wheelzip
+from envbuild.common import simpleindex, stabledir, tomlwrite, wheelzip
 from envbuild.common.files import atomic_file, write_atomic
+from envbuild.common.stabledir import stable_dir
 
 
 def test_write_atomic_writes_and_keeps_the_mode(tmp_path: Path) -> None:
@@ -129,3 +130,123 @@ _values = st.recursive(_scalars, lambda inner: st.one_of(
 def test_toml_values_read_back(k: str, v: object, multiline: bool) -> None:
     text = f"{tomlwrite.key(k)} = {tomlwrite.value(v, multiline)}\n"
     assert tomllib.loads(text) == {k: v}
+
+
+# -- stabledir: the build context's directory at one path, one process at a time ---------------
+
+def _dead_pid() -> int:
+    """A pid no process has: above the kernel's pid_max."""
+    try:
+        return int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
+    except OSError:
+        return 2**22 + 1
+
+
+def test_stable_dir_is_the_same_path_each_time_and_removed_after(tmp_path: Path) -> None:
+    seen = []
+    for _ in range(3):
+        with stable_dir(tmp_path, "envbuild-ctx-", "abc123") as d:
+            (d / "context").mkdir()
+            seen.append(d)
+    assert seen == [tmp_path / "envbuild-ctx-abc123"] * 3
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_held_stable_dir_gives_the_second_taker_a_fresh_one(tmp_path: Path) -> None:
+    with stable_dir(tmp_path, "envbuild-ctx-", "k1") as first:
+        with stable_dir(tmp_path, "envbuild-ctx-", "k1") as second:
+            assert first == tmp_path / "envbuild-ctx-k1"
+            assert second != first and second.name.startswith("envbuild-ctx-")
+            assert (first / stabledir.OWNER).read_text() == str(os.getpid())
+        assert first.is_dir() and not second.exists()  # the second leaves the first alone
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("owner", ["dead", "garbage", "", "-5", "0", None])
+def test_a_stable_dir_left_by_a_killed_run_is_taken_over(tmp_path: Path, owner: str | None) -> None:
+    stale = tmp_path / "envbuild-ctx-k2"
+    (stale / "context").mkdir(parents=True)
+    (stale / "context" / "old.whl").write_bytes(b"x")
+    if owner is not None:
+        (stale / stabledir.OWNER).write_text(str(_dead_pid()) if owner == "dead" else owner)
+    with stable_dir(tmp_path, "envbuild-ctx-", "k2") as d:
+        assert d == stale and not (d / "context").exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stable_dir_held_by_a_live_process_is_left_alone(tmp_path: Path) -> None:
+    held = tmp_path / "envbuild-ctx-k3"
+    held.mkdir()
+    (held / stabledir.OWNER).write_text("1")  # init: always alive
+    (held / "keep").write_text("theirs")
+    with stable_dir(tmp_path, "envbuild-ctx-", "k3") as d:
+        assert d != held
+    assert (held / "keep").read_text() == "theirs"
+
+
+def test_a_file_or_link_in_the_way_is_not_followed(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "precious").write_text("mine")
+    (tmp_path / "envbuild-ctx-k4").symlink_to(target)
+    (tmp_path / "envbuild-ctx-k5").write_text("a file")
+    for key in ("k4", "k5"):
+        with stable_dir(tmp_path, "envbuild-ctx-", key) as d:
+            assert d.name != f"envbuild-ctx-{key}" and d.is_dir()
+    assert (target / "precious").read_text() == "mine"
+    assert (tmp_path / "envbuild-ctx-k5").read_text() == "a file"
+
+
+def test_the_stable_dir_goes_on_errors_and_ctrl_c(tmp_path: Path) -> None:
+    for exc in (RuntimeError("boom"), KeyboardInterrupt()):
+        with pytest.raises(type(exc)), stable_dir(tmp_path, "envbuild-ctx-", "k6") as d:
+            (d / "context").mkdir()
+            raise exc
+        assert list(tmp_path.iterdir()) == []
+
+
+@given(st.text(max_size=20))
+def test_a_key_that_is_not_alphanumeric_is_refused(key: str) -> None:
+    if key and key.isascii() and key.isalnum():
+        return
+    with pytest.raises(ValueError), stable_dir(Path("/nonexistent"), "envbuild-ctx-", key):
+        pass
+
+
+def test_make_writes_a_wheelhouse_context_at_one_path_per_wheelhouse(tmp_path: Path) -> None:
+    """What lets BuildKit send only what changed: two builds from one wheelhouse use one path,
+    another wheelhouse another; without a wheelhouse, a fresh temporary directory."""
+    from envbuild.features.make import context_dir
+
+    a, b = tmp_path / "a" / "wheels", tmp_path / "b" / "wheels"
+    a.mkdir(parents=True)
+    b.mkdir(parents=True)
+    seen = []
+    for wheelhouse in (a, a, b):
+        with context_dir(wheelhouse) as d:
+            assert d.parent == wheelhouse.parent and d.name.startswith("envbuild-ctx-")
+            seen.append(d)
+        assert not d.exists()
+    assert seen[0] == seen[1] != seen[2]
+    with context_dir(None) as t1, context_dir(None) as t2:
+        assert t1 != t2 and t1.name.startswith("envbuild-ctx-")
+
+
+@pytest.mark.parametrize("owner", ["fifo", "dev-zero", "dir", "link"])
+def test_an_odd_owner_file_is_never_read_and_the_dir_is_left_alone(tmp_path: Path,
+                                                                    owner: str) -> None:
+    held = tmp_path / "envbuild-ctx-k7"
+    held.mkdir()
+    pid = held / stabledir.OWNER
+    if owner == "fifo":
+        os.mkfifo(pid)
+    elif owner == "dev-zero":
+        pid.symlink_to("/dev/zero")
+    elif owner == "dir":
+        pid.mkdir()
+    else:
+        (tmp_path / "elsewhere").write_text(str(_dead_pid()))
+        pid.symlink_to(tmp_path / "elsewhere")
+    with stable_dir(tmp_path, "envbuild-ctx-", "k7") as d:
+        assert d != held
+    assert held.is_dir()
