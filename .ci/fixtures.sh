@@ -6,6 +6,10 @@
 #     wheels (about 2.7 GB), plus one CUDA 12 runtime wheel for the mixed-image test
 #     (tests/integration/test_cuda_image.py). pip --isolated: this host's pip config adds a local CPU wheel
 #     directory, which must not answer here.
+#   - local/debian:bookworm-arm64: the same Debian as linux/arm64 (debootstrap --foreign, then its
+#     second stage run emulated in a chroot), for the emulated arm64 build (issue 22)
+#   - $WORK/cuda-wheelhouse-arm64: PyPI's torch==2.13.0 for linux/aarch64, the CUDA 13.0 (sbsa)
+#     build, with its aarch64 nvidia-* wheels (about 3 GB)
 # Stand-in bases for the real base images (ubuntu:24.04's uid-1000 user, odd uid/gid 1000 states,
 # python3 without venv, the dnf family) are built FROM local/debian:bookworm by
 # tests/integration/test_bases.py itself, with BuildKit so that re-runs come from its cache; they need Debian's mirror like the
@@ -60,4 +64,45 @@ if ! ls "$cwh"/torch-2.13.0-cp311-*.whl >/dev/null 2>&1 \
   echo "CUDA wheelhouse ready: $(ls "$cwh" | wc -l) files, $(du -sh "$cwh" | cut -f1)"
 else
   echo "CUDA wheelhouse present"
+fi
+
+arm_image=${ENVBUILD_TEST_BASE_ARM64:-local/debian:bookworm-arm64}
+if ! /usr/bin/docker image inspect "$arm_image" >/dev/null 2>&1; then
+  aroot=$(mktemp -d "$work/rootfs-arm64.XXXX")
+  actx=$(mktemp -d "$work/ctx-arm64.XXXX")
+  trap 'umount -R "$aroot/proc" "$aroot/sys" 2>/dev/null || true; rm -rf "$aroot" "$actx"' EXIT
+  echo "debootstrap bookworm arm64 from $mirror (two stages, the second emulated) ..."
+  t0=$(date +%s)
+  debootstrap --arch=arm64 --variant=minbase --foreign bookworm "$aroot" "$mirror" \
+    >"$work/debootstrap-arm64.log" 2>&1 || { tail -20 "$work/debootstrap-arm64.log" >&2; exit 1; }
+  chroot "$aroot" /debootstrap/debootstrap --second-stage >>"$work/debootstrap-arm64.log" 2>&1 \
+    || { tail -20 "$work/debootstrap-arm64.log" >&2; exit 1; }
+  umount -R "$aroot/proc" "$aroot/sys" 2>/dev/null || true
+  rm -rf "$aroot"/var/cache/apt/archives/*.deb "$aroot"/var/lib/apt/lists/*
+  tar -C "$aroot" -cf "$actx/rootfs.tar" .
+  # `docker import --platform linux/arm64` records amd64 on this engine: a BuildKit build records
+  # the platform it is given
+  printf '%s\n' 'FROM scratch' 'ADD rootfs.tar /' 'ENV LANG=C.UTF-8' 'CMD ["/bin/bash"]' \
+    >"$actx/Dockerfile"
+  DOCKER_BUILDKIT=1 /usr/bin/docker build -q --platform linux/arm64 -t "$arm_image" "$actx" \
+    >/dev/null
+  arch=$(/usr/bin/docker image inspect -f '{{.Architecture}}' "$arm_image")
+  [ "$arch" = arm64 ] || { echo "$arm_image records $arch, not arm64" >&2; exit 1; }
+  echo "made $arm_image in $(( $(date +%s) - t0 )) s"
+else
+  echo "$arm_image present"
+fi
+
+awh="$work/cuda-wheelhouse-arm64"
+if ! ls "$awh"/torch-2.13.0-cp311-*aarch64*.whl >/dev/null 2>&1; then
+  mkdir -p "$awh"
+  plats=()
+  for n in 17 18 24 25 26 27 28 31 34 35; do plats+=(--platform "manylinux_2_${n}_aarch64"); done
+  python3 -m pip download --isolated -q --only-binary=:all: --python-version 3.11 \
+    --implementation cp "${plats[@]}" --platform manylinux2014_aarch64 -d "$awh" \
+    'torch==2.13.0' 2>"$work/pip-download-arm64.log" \
+    || { tail -20 "$work/pip-download-arm64.log" >&2; exit 1; }
+  echo "arm64 CUDA wheelhouse ready: $(ls "$awh" | wc -l) files, $(du -sh "$awh" | cut -f1)"
+else
+  echo "arm64 CUDA wheelhouse present"
 fi
