@@ -137,6 +137,10 @@ Wheelhouse = Annotated[Path | None, typer.Option(
     "--wheelhouse", help="Directory of wheels for a fully offline install (--no-index).")]
 BaseImage = Annotated[str | None, typer.Option(
     "--base-image", help="Override the base image (a mirror, an offline base).")]
+BuildBaseImage = Annotated[str | None, typer.Option(
+    "--build-base-image", help="An image for another platform (--platform linux/arm64 on an "
+    "x86_64 builder) gets its torch stack from a stage on the build machine: that stage's image "
+    "(default: the base image, which must then be multi-platform).")]
 PythonSource = Annotated[str | None, typer.Option(
     "--python-source", help="os | standalone: where the image's Python comes from.")]
 
@@ -147,9 +151,11 @@ def context_inputs(pip: list[str] | None, apt: list[str] | None, conda: list[str
                    ca_cert: Path | None, wheelhouse: Path | None, base_image: str | None,
                    python_source: str | None, apptainer: bool = False,
                    torch_index_kind: str | None = None,
-                   cuda_redist_url: str | None = None) -> ContextInputs:
+                   cuda_redist_url: str | None = None,
+                   build_base_image: str | None = None) -> ContextInputs:
     check_given(pip_index_url=pip_index_url, torch_index_url=torch_index_url, user=user,
-                base_image=base_image, python_source=python_source,
+                base_image=base_image, build_base_image=build_base_image,
+                python_source=python_source,
                 torch_index_kind=torch_index_kind, cuda_redist_url=cuda_redist_url)
     for url in pip_extra_index_url or ():
         check_given(pip_extra_index_url=url)
@@ -160,5 +166,6 @@ def context_inputs(pip: list[str] | None, apt: list[str] | None, conda: list[str
                          pip_extra_index_urls=tuple(pip_extra_index_url or ()),
                          torch_index_url=torch_index_url, torch_index_kind=torch_index_kind,
                          ca_cert=ca_cert, wheelhouse=wheelhouse,
-                         base_image=base_image, python_source=python_source, apptainer=apptainer,
+                         base_image=base_image, build_base_image=build_base_image,
+                         python_source=python_source, apptainer=apptainer,
                          cuda_redist_url=cuda_redist_url)

@@ -24,6 +24,22 @@ ALIASES = {"amd64": AMD64, "x86_64": AMD64, "linux/x86_64": AMD64, "x86-64": AMD
            "arm64/v8": "linux/arm64", "linux/arm64/v8": "linux/arm64"}
 
 
+# The machine name in wheel platform tags (manylinux_2_28_aarch64) of each platform.
+WHEEL_MACHINES = {AMD64: "x86_64", "linux/arm64": "aarch64"}
+# manylinux's oldest glibc tags: manylinux2014 is glibc 2.17 (PEP 599/600).
+_MANYLINUX_FIRST = 17
+
+
+def wheel_platforms(platform: str, glibc: str) -> list[str]:
+    """pip's --platform values for binary wheels that run on `platform` with this glibc: every
+    manylinux_2_N tag from 2.17 up to it, and manylinux2014 (pip takes no range: a wheel is
+    chosen only if one of its tags is listed). Without a known glibc, manylinux2014 alone."""
+    machine = WHEEL_MACHINES[platform]
+    top = int(glibc.split(".")[1]) if glibc.count(".") == 1 else _MANYLINUX_FIRST
+    return [*(f"manylinux_2_{n}_{machine}" for n in range(top, _MANYLINUX_FIRST - 1, -1)),
+            f"manylinux2014_{machine}"]
+
+
 def known(m: Matrix) -> tuple[str, ...]:
     """torch.toml [meta] platforms: the first is the [[variant]] rows' own."""
     return tuple(str(p) for p in m.meta.get("torch", {}).get("platforms", (AMD64,)))

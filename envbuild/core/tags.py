@@ -70,4 +70,6 @@ def default_tag(spec: Spec, chash: str) -> str:
     --base-image and the wheelhouse too)."""
     digest = hashlib.sha256(f"{spec.hash}\0{chash}".encode()).hexdigest()[:12]
     variant = "" if spec.variant == spec.target else f"-{spec.variant}"
-    return f"envbuild/{spec.target}:torch{spec.torch}{variant}-py{spec.python}-{digest}"
+    # an image for another platform than linux/amd64 says so (the hex differs already)
+    arch = "" if spec.platform in (None, "linux/amd64") else "-" + spec.platform.rsplit("/")[-1]
+    return f"envbuild/{spec.target}:torch{spec.torch}{variant}-py{spec.python}{arch}-{digest}"

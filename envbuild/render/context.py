@@ -64,6 +64,9 @@ class RenderOptions:
     wheelhouse: bool = False
     wheels: tuple[tuple[str, int], ...] = ()  # the wheelhouse's (name, size): in the image tag
     base_image: str | None = None
+    # a cross-platform image's torch stage runs on the build machine: its image (default: the
+    # base image, which must then be multi-platform, as Docker Hub's distribution images are)
+    build_base: str | None = None
     python_source: str | None = None
     apptainer: bool = False
     image_ref: str = ""
@@ -284,6 +287,7 @@ class _Python:
     source: str
     packages: tuple[str, ...]
     bootstrap_packages: tuple[str, ...]
+    pip_packages: tuple[str, ...]  # the OS's python3 with venv: a build stage's pip
     interpreter: str
     uv_requirement: str
 
@@ -313,14 +317,16 @@ def _python_plan(spec: Spec, os_info: OsInfo, source: str, m: Matrix) -> _Python
     compilers = os_info.compiler_packages
     uv = str(m.meta.get("os", {}).get("uv_version", ""))
     uv_req = f"uv=={uv}" if uv else "uv"
+    pip = packages("python3", False)
     if source == "standalone":
-        return _Python("standalone", ("ca-certificates", *compilers),
-                       packages("python3", False), f"/opt/python/{py}/bin/python{py}",
-                       uv_req)
+        return _Python("standalone", ("ca-certificates", *compilers), pip,
+                       pip, f"/opt/python/{py}/bin/python{py}", uv_req)
     if py == os_info.python:
-        return _Python("os", (*packages("python3", True), *compilers), (), "python3", uv_req)
+        return _Python("os", (*packages("python3", True), *compilers), (), pip, "python3",
+                       uv_req)
     if py in os_info.extra_python:
-        return _Python("os", (*packages(named, True), *compilers), (), f"python{py}", uv_req)
+        return _Python("os", (*packages(named, True), *compilers), (), pip, f"python{py}",
+                       uv_req)
     raise UsageError(f"--python-source os: {os_info.id} does not ship Python {py}",
                      "drop --python-source to use a standalone CPython build")
 
@@ -499,6 +505,7 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
         "root_secret_mounts": secret_mounts(opts, 0, "/root"),
     }
     ctx.update(_runtime_context(spec, opts, m))
+    ctx["cross"] = _cross_stage(spec, opts, os_info, python, base_image)
     if ctx["compat"] is not None:
         files["install-cuda-compat.py"] = RenderedFile(
             (templates_dir() / "install-cuda-compat.py").read_text(encoding="utf-8"))
@@ -534,6 +541,27 @@ def _runtime_context(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, An
                   "dest": f"/usr/local/cuda-{archive.cuda}", "where": archive.where,
                   "branches": list(pkg.host_branches)}
     return {"require_words": words, "compat": compat}
+
+
+def _cross_stage(spec: Spec, opts: RenderOptions, os_info: OsInfo, python: _Python,
+                 base_image: str) -> dict[str, Any] | None:
+    """An image for another platform than linux/amd64 gets its torch stack from a stage that runs
+    on the build machine ($BUILDPLATFORM): that machine's pip installs the platform's binary
+    wheels into a directory (`--platform ... --only-binary=:all: --target`), which the image
+    copies into its venv. An emulated pip (qemu) would take about ten times as long; a native
+    arm64 builder runs the same stage natively. None for linux/amd64 (one stage, as before)."""
+    from envbuild.core import platforms
+
+    if spec.platform in (None, platforms.AMD64):
+        return None
+    tags = platforms.wheel_platforms(spec.platform, os_info.glibc)
+    abi = "cp" + spec.python.replace(".", "")
+    pip = ["--target", "/opt/stack/site", "--only-binary=:all:", "--implementation", "cp",
+           "--python-version", spec.python, "--abi", abi, "--abi", "abi3", "--abi", "none",
+           *(a for t in tags for a in ("--platform", t))]
+    return {"platform": spec.platform, "build_base": opts.build_base or base_image,
+            "packages": python.pip_packages, "pip_args": pip,
+            "site": f"{VENV}/lib/python{spec.python}/site-packages"}
 
 
 def package_layers(opts: RenderOptions) -> list[dict[str, Any]]:

@@ -38,6 +38,7 @@ class ContextInputs:
     ca_cert: Path | None = None
     wheelhouse: Path | None = None
     base_image: str | None = None
+    build_base_image: str | None = None  # a cross-platform image's torch stage's image
     python_source: str | None = None
     apptainer: bool = False
 
@@ -157,6 +158,8 @@ def render_options(ci: ContextInputs, image_ref: str = "") -> tuple[RenderOption
         index_credentials=creds, ca_cert=ci.ca_cert is not None,
         wheelhouse=ci.wheelhouse is not None, wheels=wheel_sizes(ci.wheelhouse),
         base_image=image_reference(ci.base_image) if ci.base_image else None,
+        build_base=(image_reference(ci.build_base_image, "--build-base-image")
+                    if ci.build_base_image else None),
         python_source=ci.python_source, apptainer=ci.apptainer, image_ref=image_ref,
         cuda_redist_url=redist_url)
     return opts, secrets
@@ -190,6 +193,10 @@ def prepare(req: Request, ci: ContextInputs, m: Matrix, image_ref: str = "") -> 
     if not _container(spec.target) and (opts.base_image or opts.apt or opts.wheelhouse):
         raise UsageError("--base-image, --apt and --wheelhouse do not apply to --target mps",
                          "--target mps is a native macOS environment: leave these options out")
+    if opts.build_base and spec.platform in (None, "linux/amd64"):
+        raise UsageError("--build-base-image applies only to an image for another platform",
+                         "the image is for linux/amd64, built in one stage: leave it out, or "
+                         "add --platform linux/arm64")
     files = render(spec, opts, m)
     return Prepared(spec, opts, files, secrets, ci.wheelhouse)
 

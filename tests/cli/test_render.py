@@ -47,6 +47,11 @@ CASES: dict[str, list[str]] = {
     "cuda-forward-compat-r535": ["--forward-compat", "--driver", "535.104.05", "--gpu", "H100",
                                  "--torch", "2.13.0", "--os", "ubuntu22.04"],
     "cpu-debian12": ["--target", "cpu", "--torch", "2.13.0", "--os", "debian12"],
+    # linux/arm64: the torch stack from a stage on the build machine (pip --platform --target)
+    "cuda-gh200-arm64": ["--gpu", "GH200", "--torch", "2.13.0", "--os", "ubuntu24.04",
+                         "--platform", "linux/arm64"],
+    "cpu-arm64-debian12": ["--target", "cpu", "--torch", "2.13.0", "--os", "debian12",
+                           "--platform", "arm64", "--pip", "numpy<3"],
     "cpu-ubuntu24.04-root": ["--target", "cpu", "--torch", "2.9.1", "--os", "ubuntu24.04",
                              "--user", "root"],
     "mps": ["--target", "mps", "--torch", "2.9.1"],
