@@ -238,7 +238,7 @@ def make(
     pip_extra_index_url: o.PipExtraIndex = None, torch_index_url: o.TorchIndex = None,
     torch_index_kind: o.TorchIndexKind = None, proxy: o.Proxy = None,
     ca_cert: o.CaCert = None, wheelhouse: o.Wheelhouse = None, base_image: o.BaseImage = None,
-    python_source: o.PythonSource = None,
+    build_base_image: o.BuildBaseImage = None, python_source: o.PythonSource = None,
     tag: Tag = None, rebuild: Rebuild = False, progress: Progress = "auto", push: Push = None,
     push_unvalidated: PushUnvalidated = False,
     no_validate: Annotated[bool, typer.Option("--no-validate", help="Skip validation.")] = False,
@@ -271,7 +271,7 @@ def make(
     ci = o.context_inputs(pip, apt, conda, allow_url, user, pip_index_url, pip_extra_index_url,
                           torch_index_url, ca_cert, wheelhouse, base_image, python_source,
                           torch_index_kind=torch_index_kind,
-                          cuda_redist_url=cuda_redist_url)
+                          cuda_redist_url=cuda_redist_url, build_base_image=build_base_image)
     mr = MakeRequest(req, ci, tag=tag, rebuild=rebuild, push=push, proxy=proxy,
                      push_unvalidated=push_unvalidated, validate=not no_validate,
                      revalidate=revalidate, require_gpu=require_gpu, timeout=timeout, out=out)
@@ -291,6 +291,17 @@ def make(
              "--push-unvalidated pushes anyway)")
     if result.failed and result.checked is not None:
         raise typer.Exit(result.checked.validation.exit_code or EXIT_FAILED)
+
+
+def _say_emulated(r: MakeResult) -> None:
+    """What ran emulated (qemu) and how long it took."""
+    assert r.build is not None
+    if r.build.emulated:
+        say(f"emulated  the build, {r.build.seconds:.0f} s: {r.build.emulated}")
+    note = r.checked.validation.note if r.checked is not None and not r.checked.cached else ""
+    if "emulated: " in note:
+        say(f"emulated  the check, {r.seconds.get('validate', 0):.0f} s: "
+            + note.split("emulated: ", 1)[1])
 
 
 def _say_make(r: MakeResult, out: Path | None, push_unvalidated: bool) -> None:
@@ -319,9 +330,12 @@ def _say_make(r: MakeResult, out: Path | None, push_unvalidated: bool) -> None:
             f"build, real {r.size / 1e6:.0f} MB ({r.sized.get('error_pct', 0):+.1f}%)"
             + ("" if est["complete"] else "; estimate incomplete: "
                + ", ".join(est["unknown"]) + " unknown"))
+    if spec.platform not in (None, "linux/amd64"):
+        say(f"platform  {spec.platform}")
     if not result.cached:
         say(f"builder   {result.builder}")
         say(f"log       {result.log_path}")
+    _say_emulated(r)
     if out is not None:
         say(f"context   {out} (kept)")
     say("time      " + ", ".join(f"{k} {v:.1f} s" for k, v in r.seconds.items()))

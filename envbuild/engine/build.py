@@ -23,10 +23,10 @@ from envbuild.common.errors import EnvbuildError, EnvironmentProblem, UsageError
 from envbuild.common.proxy import describe
 from envbuild.common.record import record
 from envbuild.common.redact import redact, shown
-from envbuild.core import refs
+from envbuild.core import platforms, refs
 from envbuild.core.spec import Spec, from_json
 from envbuild.core.tags import context_hash, default_tag
-from envbuild.engine import docker
+from envbuild.engine import docker, emulation
 from envbuild.render.context import image_reference
 from envbuild.render.pipeline import Secrets
 
@@ -39,6 +39,7 @@ class BuildResult:
     seconds: float
     log_path: Path | None
     builder: str
+    emulated: str = ""  # how a build for another platform ran here ("" = natively)
 
 
 class BuildFailed(EnvbuildError):
@@ -207,6 +208,8 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
                 docker.tag(image.id, ref)
             return BuildResult(ref, image.id, True, time.monotonic() - start, None, "cache")
     builder = docker.find_builder()
+    platform = spec.platform if emulation.emulated(spec.platform) else None
+    how = emulation.ready(platform) if platform else ""
     log_path, log = open_log(log_dir or default_log_dir(),
                              f"build-{spec.hash}-{time.strftime('%Y%m%d-%H%M%S')}")
     work = Path(tempfile.mkdtemp(prefix="envbuild-build-"))
@@ -221,7 +224,8 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
             secret_files[sid] = p
         iidfile = work / "iid"
         argv = docker.build_argv(builder, context, iidfile, labels, secret_files, "plain",
-                                 env_build_args=[*(proxies or {}), *extra], network=network)
+                                 env_build_args=[*(proxies or {}), *extra], network=network,
+                                 platform=platform)
         with log:
             log.write(redact(f"# {builder.reason}\n# {' '.join(argv)}\n"))
             if proxies:
@@ -249,7 +253,8 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
         image_id = read_text(iidfile, "image id file").strip()
         docker.tag(image_id, ref)
         return BuildResult(ref, image_id, False, time.monotonic() - start, log_path,
-                           builder.reason)
+                           builder.reason, f"{how or 'a remote engine'} on {platforms.host()}"
+                           if platform else "")
     finally:
         log.close()
         shutil.rmtree(work, ignore_errors=True)

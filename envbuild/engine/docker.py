@@ -184,6 +184,20 @@ def image_labels(ref: str) -> dict[str, str]:
                                 "build it first (envbuild build / envbuild make)") from None
 
 
+def image_platform(ref: str) -> str | None:
+    """The platform a local image is for (linux/arm64), as its config records it."""
+    import docker.errors
+
+    c = client()
+    with _docker_errors():
+        try:
+            attrs = c.images.get(ref).attrs
+        except docker.errors.ImageNotFound:
+            return None
+    arch = attrs.get("Architecture")
+    return f"{attrs.get('Os') or 'linux'}/{arch}" if arch else None
+
+
 def local_image(ref: str) -> dict[str, Any] | None:
     """{id, repo_digests} of a local image; None when the engine does not have it."""
     import docker.errors
@@ -252,7 +266,8 @@ def tag(image_id: str, ref: str) -> None:
 
 def build_argv(builder: Builder, context: Path, iidfile: Path, labels: Mapping[str, str],
                secrets: Mapping[str, Path], progress: str, no_cache: bool = False,
-               env_build_args: Sequence[str] = (), network: str | None = None) -> list[str]:
+               env_build_args: Sequence[str] = (), network: str | None = None,
+               platform: str | None = None) -> list[str]:
     """The build command; pure so tests can assert on it. No -t: tags are set after success.
     `env_build_args`: names passed as `--build-arg NAME`, the value read by the client from its
     environment (run_build's extra_env): a proxy password never shows on a command line."""
@@ -261,6 +276,8 @@ def build_argv(builder: Builder, context: Path, iidfile: Path, labels: Mapping[s
         argv += ["--build-arg", name]
     if network is not None:  # "none": no RUN step has a network (air-gapped builds)
         argv += ["--network", network]
+    if platform is not None:  # another platform than the engine's (emulated, or a remote one)
+        argv += ["--platform", platform]
     for k, v in sorted(labels.items()):
         argv += ["--label", f"{k}={v}"]
     for sid, path in sorted(secrets.items()):
@@ -339,9 +356,11 @@ def runtime_facts() -> dict[str, str]:
 def run_container(image: str, command: list[str], *, target: str, gpus: bool, timeout: float,
                   labels: Mapping[str, str], shm_size: str = "2g",
                   environment: Mapping[str, str] | None = None,
-                  network_host: bool = False) -> RunResult:
+                  network_host: bool = False, platform: str | None = None,
+                  read_only_mounts: Mapping[str, Path] | None = None) -> RunResult:
     """Run a labelled container to completion; it is always removed (timeout, Ctrl-C too).
-    The target's registry entry says which devices it gets."""
+    The target's registry entry says which devices it gets. `platform`: the image's, when it
+    is not this host's (emulated); `read_only_mounts`: container path -> host path."""
     import docker.types
 
     from envbuild.core import targets
@@ -353,6 +372,11 @@ def run_container(image: str, command: list[str], *, target: str, gpus: bool, ti
         kwargs["environment"] = dict(environment)
     if network_host:  # multi-node rendezvous: the ranks reach each other on the hosts' addresses
         kwargs["network_mode"] = "host"
+    if platform is not None:
+        kwargs["platform"] = platform
+    if read_only_mounts:
+        kwargs["mounts"] = [docker.types.Mount(t, str(src), type="bind", read_only=True)
+                            for t, src in sorted(read_only_mounts.items())]
     if entry.gpu_request and gpus:
         kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1,
                                                                 capabilities=[["gpu"]])]

@@ -12,7 +12,8 @@ from envbuild.common import proc
 from envbuild.common.boundedio import CACHE_BYTES, load_json, parse_json, path_text
 from envbuild.common.errors import EXIT_CANNOT_RUN, EnvbuildError, UsageError
 from envbuild.common.record import record
-from envbuild.engine import docker
+from envbuild.core import platforms
+from envbuild.engine import docker, emulation
 from envbuild.validator import rules
 
 VALIDATE_LABEL = {docker.LABEL_ROLE: "validate"}
@@ -36,7 +37,8 @@ def gpu_verdict(report: dict[str, Any]) -> dict[str, Any] | None:
     if block:
         return {"on_gpu": False, "gpus": [], "facts": int(block.get("facts", 0)),
                 "not_run": list(block.get("not_run", [])),
-                "cpu_only": list(block.get("cpu_only", []))}
+                "cpu_only": list(block.get("cpu_only", [])),
+                "not_run_emulated": list(block.get("not_run_emulated", []))}
     names: list[str] = []
     seen = False
     for c in report.get("checks", []):
@@ -48,7 +50,7 @@ def gpu_verdict(report: dict[str, Any]) -> dict[str, Any] | None:
     # A GPU counts only where device.properties ran on one (an older validator's report without
     # a gpu_less block, or one that skipped its device checks, is not a GPU validation).
     return {"on_gpu": seen, "gpus": sorted(set(names)), "facts": None, "not_run": [],
-            "cpu_only": []}
+            "cpu_only": [], "not_run_emulated": []}
 
 
 def describe_gpu_verdict(v: dict[str, Any]) -> str:
@@ -59,6 +61,9 @@ def describe_gpu_verdict(v: dict[str, Any]) -> str:
                 "run")
         if v["cpu_only"]:
             line += f" ({len(v['cpu_only'])} ran on the CPU only)"
+        if v.get("not_run_emulated"):
+            line += (f"; emulated: {len(v['not_run_emulated'])} checks of speed, training or "
+                     "compiling not run")
         return line
     return "validated on GPU " + (", ".join(v["gpus"]) or "(unnamed)")
 
@@ -89,8 +94,17 @@ def validate_image(ref: str, *, require_gpu: bool = False, timeout: float = 600)
                 "skip" + (" (and fail with --require-gpu)" if require_gpu else ""))
     cmd = ["envbuild-validate", "--json", *entry.validator_flags] + \
         (["--require-gpu"] if require_gpu else [])
-    result = docker.run_container(ref, cmd, target=target, gpus=gpus, timeout=timeout,
-                                  labels={**VALIDATE_LABEL, "io.envbuild.image": ref})
+    platform = docker.image_platform(ref)
+    with tempfile.TemporaryDirectory(prefix="envbuild-cpu-") as tmp:
+        run = {"target": target, "gpus": gpus, "timeout": timeout,
+               "labels": {**VALIDATE_LABEL, "io.envbuild.image": ref}}
+        if emulation.emulated(platform):
+            assert platform is not None
+            how, mounts = _emulation(platform, Path(tmp))
+            cmd += ["--emulated", how]
+            run.update(platform=platform, read_only_mounts=mounts)
+            note = "; ".join(filter(None, [note, f"emulated: {how}"]))
+        result = docker.run_container(ref, cmd, **run)  # type: ignore[arg-type]
     if result.timed_out:
         raise EnvbuildError(f"validation of {ref} did not finish within {timeout:.0f} s",
                             "the container was stopped and removed; retry with --timeout",
@@ -102,6 +116,23 @@ def validate_image(ref: str, *, require_gpu: bool = False, timeout: float = 600)
                             f"{result.exit_code})", "the image may be broken: rebuild it",
                             [result.output.strip()[-400:]], EXIT_CANNOT_RUN) from None
     return Validation(report, result.exit_code, gpus, note)
+
+
+def _emulation(platform: str, standin: Path) -> tuple[str, dict[str, Path]]:
+    """How an image of another platform is checked here, and the mounts that lets torch import
+    (see envbuild.engine.emulation)."""
+    import os
+
+    from envbuild.matrix import load
+
+    how = emulation.ready(platform)
+    mounts: dict[str, Path] = {}
+    midr = str(load().meta.get("torch", {}).get("emulated_arm64_midr", ""))
+    if platform == "linux/arm64" and midr:
+        emulation.cpu_standin(standin, midr, os.cpu_count() or 1)
+        mounts[emulation.STANDIN_TARGET] = standin
+        how += f", {emulation.STANDIN_TARGET} a stand-in (MIDR_EL1 {midr})"
+    return f"{how or 'a remote engine'} on {platforms.host()}", mounts
 
 
 def host_spec_from(installed: dict[str, str | None], torch_requires: list[str],

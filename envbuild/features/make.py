@@ -130,7 +130,7 @@ class MakeResult:
 def build_json(r: BuildResult) -> dict[str, Any]:
     return {"tag": r.tag, "image_id": r.image_id, "cached": r.cached,
             "seconds": round(r.seconds, 2), "log": str(r.log_path) if r.log_path else None,
-            "builder": r.builder}
+            "builder": r.builder, "emulated": r.emulated or None}
 
 
 def build_secrets(ca_cert: Path | None, netrc: Path | None) -> Secrets:

@@ -32,6 +32,7 @@ class Options:
     require_gpu: bool = False
     in_image: bool = False
     timeout_scale: float = 1.0
+    emulated: str = ""  # how this run is emulated (qemu, a sysfs stand-in); "" = natively
 
 
 class TorchContext:

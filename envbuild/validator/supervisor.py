@@ -27,6 +27,7 @@ from .context import Options, TorchContext
 from .dist import dist_child
 from .files import write_atomic
 from .judges import (
+    EMULATION_NOT_RUN,
     EXIT_CANNOT_RUN,
     SCHEMA_VERSION,
     TARGETS,
@@ -40,6 +41,7 @@ from .judges import (
     gpu_less,
     load_peaks,
     make_check,
+    not_run_emulated,
     summarize,
 )
 from .procs import exit_with_parent, kill_tree, self_argv
@@ -321,10 +323,16 @@ def validate(spec: dict[str, Any], peaks: dict[str, Any] | None, opts: Options,
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     t0 = time.monotonic()
     by_id: dict[str, dict[str, Any]] = {}
-    for d in defs:
+    if opts.emulated:
+        by_id.update((d.id, not_run_emulated(d.id, d.title, opts.emulated)) for d in defs
+                     if d.id in EMULATION_NOT_RUN)
+        defs_run = [d for d in defs if d.id not in by_id]
+    else:
+        defs_run = list(defs)
+    for d in defs_run:
         if d.host is not None:
             by_id[d.id] = _run_host_check(d, spec, opts)
-    torch_defs = [d for d in defs if d.torch is not None]
+    torch_defs = [d for d in defs_run if d.torch is not None]
     facts: dict[str, Any] = {}
     if torch_defs:
         torch_results, facts = run_torch_checks(torch_defs, spec, peaks, opts)
@@ -341,7 +349,8 @@ def validate(spec: dict[str, Any], peaks: dict[str, Any] | None, opts: Options,
                  "python": platform.python_version(), "machine": platform.machine(),
                  "in_image": opts.in_image},
         "options": {"require_gpu": opts.require_gpu, "in_image": opts.in_image,
-                    "timeout_scale": opts.timeout_scale, "peaks": peaks is not None},
+                    "timeout_scale": opts.timeout_scale, "peaks": peaks is not None,
+                    "emulated": opts.emulated},
         "spec": spec,
         "summary": summarize(checks),
         "checks": checks,
@@ -400,6 +409,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not run these checks")
     p.add_argument("--timeout-scale", type=float, default=1.0,
                    help="multiply every check's time limit (slow machines)")
+    p.add_argument("--emulated", default="", metavar="HOW",
+                   help="this run is emulated (e.g. qemu-aarch64 on x86_64): checks of speed, "
+                        "training and compiling are not run; HOW is said in the report")
     p.add_argument("--facts-out", help="also write the raw torch facts (for test fixtures)")
     p.add_argument("--version", action="version", version=VALIDATOR_VERSION)
     return p
@@ -442,7 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"validator: cannot run: {_err(e)}\n")
         return EXIT_CANNOT_RUN
     opts = Options(require_gpu=args.require_gpu, in_image=args.in_image,
-                   timeout_scale=args.timeout_scale)
+                   timeout_scale=args.timeout_scale, emulated=" ".join(args.emulated.split())[:200])
     try:
         report, facts = validate(spec, peaks, opts, defs)
     except KeyboardInterrupt:

@@ -62,6 +62,7 @@ from .perf import (
 )
 from .results import (
     CPU_FALLBACK_CHECKS,
+    EMULATION_NOT_RUN,
     EXIT_CANNOT_RUN,
     EXIT_FAILED,
     EXIT_OK,
@@ -77,6 +78,7 @@ from .results import (
     failed,
     gpu_less,
     make_check,
+    not_run_emulated,
     passed,
     skipped,
     summarize,
@@ -138,6 +140,7 @@ __all__ = [
     "CUDA_NEEDED",
     "DRIVER_BIN_DIRS",
     "DRIVER_LIB_DIRS",
+    "EMULATION_NOT_RUN",
     "EXIT_CANNOT_RUN",
     "EXIT_FAILED",
     "EXIT_OK",
@@ -210,6 +213,7 @@ __all__ = [
     "match_gpu",
     "matrix_row",
     "no_gpu_outcome",
+    "not_run_emulated",
     "older_than",
     "parse_ldconfig",
     "parse_ldd",

@@ -132,6 +132,23 @@ CPU_FALLBACK_CHECKS = ("numerics.matmul", "numerics.conv2d", "numerics.autocast"
                        "train.dataloader", "train.checkpoint", "compile.smoke", "dist.allreduce")
 
 
+# Checks that measure speed, train or compile: under an emulator (qemu user mode) they measure the
+# emulator, and take many minutes. An emulated run reports them not_run; what the image *is*
+# (versions, arch list, cuDNN, NCCL, libraries and their origin, a CPU matmul) is still checked.
+EMULATION_NOT_RUN = ("numerics.conv2d", "numerics.autocast", "train.smoke", "train.dataloader",
+                     "train.checkpoint", "compile.smoke", "dist.allreduce", "perf.matmul",
+                     "perf.mem_bw", "perf.h2d")
+
+
+def not_run_emulated(check_id: str, title: str, how: str) -> dict[str, Any]:
+    """The entry of a check an emulated run does not run."""
+    why = (f"not run: emulated ({how}); it measures speed, trains or compiles, which an "
+           "emulator makes meaningless and slow: run the check on a native machine")
+    c = make_check(check_id, title, Outcome("skip", reason=why), 0.0)
+    c["status"] = "not_run"
+    return c
+
+
 def gpu_less(checks: list[dict[str, Any]], target: str | None, gpu_visible: bool,
              ) -> dict[str, Any] | None:
     """A GPU target validated on a host without a GPU: each GPU-only check that skipped for that
@@ -144,9 +161,15 @@ def gpu_less(checks: list[dict[str, Any]], target: str | None, gpu_visible: bool
             c["status"] = "not_run"
             c["reason"] = c["detail"] = "not run: needs a GPU; " + (
                 c["reason"] or "none visible, it measured the CPU")
-    not_run = [c["id"] for c in checks if c["status"] == "not_run"]
+    not_run = [c["id"] for c in checks if c["status"] == "not_run"
+               and c["id"] in GPU_ONLY_CHECKS]
+    emulated = [c["id"] for c in checks if c["status"] == "not_run"
+                and c["id"] not in GPU_ONLY_CHECKS]
     cpu_only = [c["id"] for c in checks if c["id"] in CPU_FALLBACK_CHECKS
                 and c["status"] in ("pass", "warn", "fail")]
     facts = sum(1 for c in checks if c["status"] == "pass")
-    return {"checked_without_gpu": True, "facts": facts, "not_run": not_run,
-            "cpu_only": cpu_only}
+    out = {"checked_without_gpu": True, "facts": facts, "not_run": not_run,
+           "cpu_only": cpu_only}
+    if emulated:  # an emulated run's own (EMULATION_NOT_RUN), listed apart
+        out["not_run_emulated"] = emulated
+    return out
