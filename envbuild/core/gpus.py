@@ -32,7 +32,7 @@ def gpu_index(matrix: Matrix) -> dict[str, Gpu]:
     return out
 
 
-def _lookup(m: Matrix, product: str, vendor: str) -> Gpu | None:
+def lookup(m: Matrix, product: str, vendor: str) -> Gpu | None:
     """The gpus.toml row of a product name (exact, else the longest known name found as whole
     words inside it: 'NVIDIA A100-SXM4-64GB' is an A100)."""
     target = name_key(product)
@@ -53,11 +53,11 @@ def _lookup(m: Matrix, product: str, vendor: str) -> Gpu | None:
 
 def gpu_cc(m: Matrix, product: str) -> str:
     """Compute capability of an NVIDIA product name via gpus.toml ('' when unknown)."""
-    g = _lookup(m, product, "nvidia")
+    g = lookup(m, product, "nvidia")
     return g.cc if g is not None else ""
 
 
 def gpu_gfx(m: Matrix, product: str) -> str:
     """The gfx target of an AMD product name via gpus.toml ('' when unknown)."""
-    g = _lookup(m, product, "amd")
+    g = lookup(m, product, "amd")
     return g.gfx if g is not None and g.gfx else ""

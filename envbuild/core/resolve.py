@@ -201,6 +201,24 @@ def _search_rejections(m: Matrix, p: Parsed) -> list[tuple[TorchRelease, Variant
     return [] if isinstance(found, Spec) else found
 
 
+def _no_pytorch_wheel(m: Matrix, p: Parsed, alternatives: bool) -> None:
+    """A GPU only NVIDIA's JetPack builds of torch run on (a Jetson before Thor: gpus.toml
+    wheels = "jetpack") has no wheel PyTorch publishes: refused, naming what to use."""
+    from envbuild.core import gpus
+    from envbuild.validator.rules import arch_name
+
+    for g in p.gpus:
+        row = gpus.lookup(m, g.label, g.vendor) if g.vendor == "nvidia" else None
+        if row is not None and row.wheels == "jetpack":
+            raise _with_alternatives(ConflictError(
+                f"{row.name} ({arch_name(row.cc)}) runs JetPack's CUDA (L4T): no torch "
+                "wheel on PyPI or download.pytorch.org is built for it (their aarch64 CUDA "
+                "wheels are SBSA builds, for Grace and Jetson Thor)",
+                "install the PyTorch wheel NVIDIA builds for your JetPack release (see NVIDIA's "
+                "'Installing PyTorch for Jetson Platform'); for a CPU image, leave out --gpu "
+                "and use --target cpu"), m, p, alternatives)
+
+
 def _precheck(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatch]],
               alternatives: bool = True) -> None:
     """Conflicts one option alone decides, stated as such (not as the first candidate's
@@ -219,6 +237,8 @@ def _precheck(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatc
                 else f"use --python {all_py[0]} or newer" if version_key(p.python) <
                 version_key(all_py[0]) else f"use --python {all_py[-1]} or older")
         raise _with_alternatives(ConflictError(msg, hint), m, p, alternatives)
+    if p.target in ("cuda", None):
+        _no_pytorch_wheel(m, p, alternatives)
     if p.target == "cuda" and p.driver is not None:
         needs = []
         for r in m.cuda:

@@ -154,6 +154,7 @@ class Gpu(Row):
     cc: str = ""
     gfx: str = ""
     memory_gb: float = 0.0
+    wheels: str = ""  # "jetpack": only NVIDIA's JetPack builds of torch fit (gpus.toml header)
 
 
 @record

@@ -174,3 +174,21 @@ def test_a_native_mps_environment_takes_no_platform(matrix: Matrix) -> None:
     with pytest.raises(UsageError):
         _resolve(matrix, target="mps", platform="linux/arm64")
     assert _resolve(matrix, target="mps").platform is None
+
+
+@pytest.mark.parametrize("gpu", ["Jetson Orin", "Orin", "Jetson AGX Orin", "Jetson Xavier",
+                                 "Jetson Nano"])
+@pytest.mark.parametrize("platform", [ARM, platforms.AMD64])
+def test_a_jetson_before_thor_is_refused_naming_jetpack(matrix: Matrix, gpu: str,
+                                                         platform: str) -> None:
+    with pytest.raises(ConflictError) as exc:
+        resolve(Request(gpus=(gpu,), platform=platform), matrix)
+    assert "JetPack" in exc.value.message and "JetPack" in exc.value.hint
+    assert "--target cpu" in exc.value.hint
+    cpu = resolve(Request(target="cpu", platform=platform), matrix)  # what the hint names
+    assert cpu.target == "cpu"
+
+
+def test_jetson_thor_resolves_to_an_aarch64_wheel_with_its_sass(matrix: Matrix) -> None:
+    spec = resolve(Request(gpus=("Jetson Thor",), platform=ARM), matrix)
+    assert "sm_110" in spec.archs and spec.platform == ARM
