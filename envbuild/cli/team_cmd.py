@@ -102,12 +102,12 @@ def _hooks(name: str, show: bool) -> Hooks:
 
 def _done_line(b: Built) -> str:
     if b.error is not None:
-        return f"[{b.planned.name}] error: {one_line(b.error.message)}"
+        return f"[{b.planned.key}] error: {one_line(b.error.message)}"
     v = b.validation()
     r = b.result
     assert r is not None
     where = r.pushed or b.planned.tag
-    return (f"[{b.planned.name}] {v['status']}  {where}" + (f"@{r.digest}" if r.digest else "")
+    return (f"[{b.planned.key}] {v['status']}  {where}" + (f"@{r.digest}" if r.digest else "")
             + f"  ({b.seconds:.0f} s)")
 
 
@@ -149,17 +149,20 @@ def build_cmd(
         for b in built:
             j = b.to_json()
             ref = j["tag"] + (f"@{j['digest']}" if j["digest"] else "")
-            rows.append((b.planned.name, j["validation"]["status"],
+            rows.append((b.planned.key, j["validation"]["status"],
                          "yes" if j["pushed"] else ("no: " + j.get("push_skipped", "not asked")
                                                     if not b.error else "no"),
                          f"{b.seconds:.0f}", ref))
         say("")
         _table(rows)
+        for ix in outcome.indexes:
+            say(f"index     {ix.name}: {ix.tag}@{ix.digest} "
+                f"({', '.join(sorted(ix.platforms))})")
         if wrote:
             say(f"lock      {wrote}")
         for b in built:
             if b.error is not None:
-                warn(f"error: {b.planned.name}: {one_line(b.error.message)}")
+                warn(f"error: {b.planned.key}: {one_line(b.error.message)}")
                 if b.error.hint:
                     warn(f"hint: {one_line(b.error.hint)}")
     if outcome.failed:

@@ -266,6 +266,49 @@ def client(host: str) -> Client:
     return Client(host)
 
 
+def push_index(tag_ref: str, members: list[tuple[str, str]]) -> str:
+    """Push an OCI image index at tag_ref over platform images already in its repository:
+    members = (platform 'linux/arm64', digest). Each member's media type and size are read
+    from the registry; the index's digest is returned."""
+    ref = parse_ref(tag_ref)
+    c = client(ref.host)
+    manifests = []
+    for platform, digest in members:
+        found = c.head_manifest(ref.with_digest(digest))
+        if found is None:
+            raise EnvbuildError(f"{ref.host}/{ref.repo}@{digest} ({platform}) is not in the "
+                                "registry", "push every platform image before the index")
+        os_, _, arch = platform.partition("/")
+        manifests.append({"mediaType": found[1], "digest": digest, "size": found[2],
+                          "platform": {"architecture": arch, "os": os_}})
+    body = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests},
+                      sort_keys=True, separators=(",", ":")).encode()
+    _check(c.put_manifest(ref.repo, ref.reference, body, OCI_INDEX), f"PUT {tag_ref}", (201,))
+    return sha256(body)
+
+
+def index_platforms(ref_text: str) -> dict[str, str] | None:
+    """platform -> manifest digest of the index (or manifest list) ref_text names; None when
+    there is none, {} when it names a single image."""
+    ref = parse_ref(ref_text)
+    got = client(ref.host).get_manifest(ref)
+    if got is None:
+        return None
+    body, media_type = got
+    if media_type not in (OCI_INDEX, DOCKER_LIST):
+        return {}
+    try:
+        entries = parse_json(body).get("manifests", [])
+    except (ValueError, AttributeError):
+        return {}
+    out: dict[str, str] = {}
+    for m in entries if isinstance(entries, list) else []:
+        plat = m.get("platform") if isinstance(m, dict) else None
+        if isinstance(plat, dict) and isinstance(m.get("digest"), str):
+            out[f"{plat.get('os')}/{plat.get('architecture')}"] = m["digest"]
+    return out
+
+
 def resolve_digest(ref: str) -> str | None:
     """The manifest digest a reference resolves to now; None when it does not exist."""
     r = parse_ref(ref)

@@ -45,10 +45,16 @@ class Planned:
     remote: str | None  # REGISTRY/NAME:..., when the image has a registry
     base_image: str
     layers: dict[str, str]  # layer group -> key (equal key = the same layer, byte for byte)
+    platform: str | None = None  # one platform image of a multi-platform image
 
     @property
     def name(self) -> str:
         return self.image.name
+
+    @property
+    def key(self) -> str:
+        """How plan, build and the lock name it: the image, or its platform image."""
+        return f"{self.name}@{self.platform}" if self.platform else self.name
 
 
 def _h(*parts: object) -> str:
@@ -68,7 +74,8 @@ def layer_keys(p: Prepared) -> dict[str, str]:
     stores it once."""
     o = p.options
     os_key = _h(p.spec.os, p.spec.python, o.base_image or p.spec.base_image, o.python_source,
-                list(o.apt), o.user, o.ca_cert)
+                list(o.apt), o.user, o.ca_cert,
+                *([p.spec.platform] if p.spec.platform not in (None, "linux/amd64") else []))
     torch_key = _h(os_key, _text(p.files["requirements.txt"].content),
                    _text(p.files["constraints.txt"].content), o.torch_index_url,
                    list(o.pip_extra_index_urls), _wheels(p.wheelhouse))
@@ -90,7 +97,17 @@ def inputs_hash(p: Prepared) -> str:
 def image_tag(name: str, p: Prepared) -> str:
     s = p.spec
     variant = "" if s.variant == s.target else f"-{s.variant}"
-    return f"{name}:torch{s.torch}{variant}-py{s.python}-{inputs_hash(p)}"
+    arch = "" if s.platform in (None, "linux/amd64") else "-" + s.platform.rsplit("/")[-1]
+    return f"{name}:torch{s.torch}{variant}-py{s.python}{arch}-{inputs_hash(p)}"
+
+
+def index_tag(planned: list[Planned]) -> str:
+    """The one tag of a multi-platform image: its platform images' inputs together."""
+    p = planned[0]
+    s = p.prepared.spec
+    variant = "" if s.variant == s.target else f"-{s.variant}"
+    digest = _h(*sorted((q.platform, inputs_hash(q.prepared)) for q in planned))
+    return f"{p.name}:torch{s.torch}{variant}-py{s.python}-{digest}"
 
 
 def plan(team: TeamFile, m: Matrix, only: Iterable[str] = ()) -> list[Planned]:
@@ -101,21 +118,25 @@ def plan(team: TeamFile, m: Matrix, only: Iterable[str] = ()) -> list[Planned]:
     for n in wanted:
         team.image(n)  # an unknown name is refused, naming the known ones
     out = []
-    for image in team.images:
-        if wanted and image.name not in wanted:
+    for whole in team.images:
+        if wanted and whole.name not in wanted:
             continue
-        try:
-            p = prepare(image.request, image.inputs, m)
-        except EnvbuildError as exc:
-            raise EnvbuildError(f"{team.path}: [image.{image.name}]: {exc.message}", exc.hint,
-                                exc.alternatives, exc.exit_code) from None
-        if not targets.get(p.spec.target).container:
-            raise UsageError(f"{team.path}: [image.{image.name}]: target {p.spec.target} makes "
-                             "no image", "team images are container images")
-        tag = image_tag(image.name, p)
-        remote = f"{image.registry.rstrip('/')}/{tag}" if image.registry else None
-        base = p.options.base_image or p.spec.base_image or ""
-        out.append(Planned(image, p, tag, remote, base, layer_keys(p)))
+        for image in [whole.on(pl) for pl in whole.platforms] or [whole]:
+            where = f"{team.path}: [image.{image.name}]" + (
+                f" ({image.request.platform})" if whole.platforms else "")
+            try:
+                p = prepare(image.request, image.inputs, m)
+            except EnvbuildError as exc:
+                raise EnvbuildError(f"{where}: {exc.message}", exc.hint, exc.alternatives,
+                                    exc.exit_code) from None
+            if not targets.get(p.spec.target).container:
+                raise UsageError(f"{where}: target {p.spec.target} makes no image",
+                                 "team images are container images")
+            tag = image_tag(image.name, p)
+            remote = f"{image.registry.rstrip('/')}/{tag}" if image.registry else None
+            base = p.options.base_image or p.spec.base_image or ""
+            out.append(Planned(image, p, tag, remote, base, layer_keys(p),
+                               image.request.platform if whole.platforms else None))
     return out
 
 
@@ -125,7 +146,7 @@ def shared_layers(planned: list[Planned]) -> list[dict[str, Any]]:
     for layer in LAYERS:
         groups: dict[str, list[str]] = {}
         for p in planned:
-            groups.setdefault(p.layers[layer], []).append(p.name)
+            groups.setdefault(p.layers[layer], []).append(p.key)
         for key, names in groups.items():
             if len(names) > 1:
                 out.append({"layer": layer, "key": key, "images": names})
@@ -139,15 +160,17 @@ def lock_changes(planned: list[Planned], lock: Mapping[str, Any] | None,
     out: dict[str, list[str]] = {}
     for p in planned:
         old = entries.get(p.name)
+        if old is not None and p.platform:
+            old = (old.get("platforms") or {}).get(p.platform)
         if old is None:
-            out[p.name] = ["new image"]
+            out[p.key] = ["new image"]
             continue
         s = p.prepared.spec
         now = {"spec_hash": s.hash, "tag": p.remote or p.tag, "base_image": p.base_image,
                "torch": s.torch, "python": s.python, "os": s.os, "variant": s.variant,
                "pip": list(p.prepared.options.team_pip) + list(p.prepared.options.pip)}
         diffs = [f"{k}: {old.get(k)!r} -> {v!r}" for k, v in now.items() if old.get(k) != v]
-        out[p.name] = diffs
+        out[p.key] = diffs
     names = {p.name for p in planned}
     for name in entries:
         if name not in names and not list(only):
@@ -171,12 +194,12 @@ def plan_json(planned: list[Planned], changes: Mapping[str, list[str]],
     for p in planned:
         s = p.prepared.spec
         images.append({
-            "name": p.name, "torch": s.torch, "variant": s.variant, "python": s.python,
+            "name": p.key, "torch": s.torch, "variant": s.variant, "python": s.python,
             "os": s.os, "base_image": p.base_image, "tag": p.remote or p.tag,
-            "spec_hash": s.hash, "layers": p.layers, "cache": states.get(p.name, "unknown"),
-            "lock": changes.get(p.name, []),
+            "spec_hash": s.hash, "layers": p.layers, "cache": states.get(p.key, "unknown"),
+            "lock": changes.get(p.key, []), "platform": s.platform,
         })
-    removed = {k: v for k, v in changes.items() if k not in {p.name for p in planned}}
+    removed = {k: v for k, v in changes.items() if k not in {p.key for p in planned}}
     return {"images": images, "shared_layers": shared_layers(planned),
             "lock_changes": {**{k: v for k, v in changes.items() if v}, **removed}}
 
@@ -190,11 +213,18 @@ def dump_lock(lock: Mapping[str, Any]) -> str:
     for k in sorted(lock):
         if k != "image":
             lines.append(f"{key(k)} = {value(lock[k], multiline=True)}")
+    def table(header: str, entry: Mapping[str, Any]) -> None:
+        lines.extend(["", header])
+        for k in sorted(entry):
+            if k != "platforms":
+                lines.append(f"{key(k)} = {value(entry[k], multiline=True)}")
+
     for name in sorted(lock.get("image", {})):
         entry = lock["image"][name]
-        lines += ["", f"[image.{key(name)}]"]
-        for k in sorted(entry):
-            lines.append(f"{key(k)} = {value(entry[k], multiline=True)}")
+        table(f"[image.{key(name)}]", entry)
+        for platform in sorted(entry.get("platforms", {})):  # a multi-platform image's members
+            table(f"[image.{key(name)}.platforms.{key(platform)}]",
+                  entry["platforms"][platform])
     return "\n".join(lines) + "\n"
 
 
@@ -253,7 +283,8 @@ class Built:
         r = self.result
         p = self.planned
         out: dict[str, Any] = {
-            "name": p.name, "tag": (r.pushed if r and r.pushed else p.tag),
+            "name": p.name, "platform": p.platform,
+            "tag": (r.pushed if r and r.pushed else p.tag),
             "digest": (r.digest or None) if r else None, "spec_hash": p.prepared.spec.hash,
             "base_image": p.base_image, "base_digest": self.base_digest or None,
             "validation": self.validation(), "pushed": bool(r and r.pushed),
@@ -339,7 +370,7 @@ def build(planned: list[Planned], m: Matrix, *, push: bool, jobs: int = 1, rebui
                          estimate_size=False, push_requires_gpu=p.image.push_requires_gpu)
         b = Built(p)
         try:
-            b.result = make(mr, m, hooks_for(p.name) if hooks_for else None)
+            b.result = make(mr, m, hooks_for(p.key) if hooks_for else None)
             b.base_digest = current_base_digest(p.base_image)
             if b.result.build is not None:
                 b.freeze = freeze(b.result.build.tag)
@@ -357,8 +388,51 @@ def build(planned: list[Planned], m: Matrix, *, push: bool, jobs: int = 1, rebui
             done += list(pool.map(one, rest))
     else:
         done += [one(p) for p in rest]
-    order = {p.name: i for i, p in enumerate(planned)}
-    return sorted(done, key=lambda b: order[b.planned.name])
+    order = {p.key: i for i, p in enumerate(planned)}
+    return sorted(done, key=lambda b: order[b.planned.key])
+
+
+@record
+class Indexed:
+    """A multi-platform image's one tag: an OCI image index over its platform images."""
+
+    name: str
+    tag: str  # REGISTRY/NAME:... ('' when not pushed)
+    digest: str
+    platforms: dict[str, str]  # platform -> its image's digest
+
+
+def _members(built: list[Built]) -> dict[str, list[Built]]:
+    """Multi-platform image name -> its platform images' builds."""
+    out: dict[str, list[Built]] = {}
+    for b in built:
+        if b.planned.platform:
+            out.setdefault(b.planned.name, []).append(b)
+    return out
+
+
+def _passed(b: Built) -> bool:
+    return b.error is None and b.result is not None and b.validation()["status"] == "pass"
+
+
+def push_indexes(built: list[Built]) -> list[Indexed]:
+    """For every multi-platform image whose platform images all passed and were pushed: one tag,
+    an OCI image index over them, pushed next to them. An image with a failed or unpushed
+    platform gets no index (its platform images stay where they are)."""
+    from envbuild.engine import registry
+
+    out = []
+    for name, members in _members(built).items():
+        if not all(_passed(b) and b.result and b.result.pushed and b.result.digest
+                   for b in members):
+            continue
+        registry_ = members[0].planned.image.registry or ""
+        tag = f"{registry_.rstrip('/')}/{index_tag([b.planned for b in members])}"
+        pairs = [(str(b.planned.platform), str(b.result.digest)) for b in members
+                 if b.result is not None]
+        digest = registry.push_index(tag, pairs)
+        out.append(Indexed(name, tag, digest, dict(pairs)))
+    return out
 
 
 def _text(content: str | bytes) -> str:
@@ -387,13 +461,29 @@ def lock_entry(b: Built) -> dict[str, Any]:
     return entry
 
 
-def updated_lock(old: Mapping[str, Any] | None, built: list[Built]) -> dict[str, Any]:
+def index_entry(members: list[Built], ix: Indexed | None) -> dict[str, Any]:
+    """A multi-platform image in the lock: its index (tag and digest, '' when not pushed), what
+    its platform images share, and each platform image's own entry."""
+    s = members[0].planned.prepared.spec
+    return {"tag": ix.tag if ix else index_tag([b.planned for b in members]),
+            "digest": ix.digest if ix else "", "target": s.target, "torch": s.torch,
+            "variant": s.variant, "python": s.python, "os": s.os, "envbuild": __version__,
+            "platforms": {str(b.planned.platform): lock_entry(b) for b in members}}
+
+
+def updated_lock(old: Mapping[str, Any] | None, built: list[Built],
+                 indexes: Iterable[Indexed] = ()) -> dict[str, Any]:
     """The old lock with the entries of the images built and validated now replaced: a failed
-    rebuild never replaces what the lock pins."""
+    rebuild never replaces what the lock pins (a multi-platform image: only when every platform
+    passed)."""
     images = dict((old or {}).get("image", {}))
     for b in built:
-        if b.error is None and b.result is not None and b.validation()["status"] == "pass":
+        if b.planned.platform is None and _passed(b):
             images[b.planned.name] = lock_entry(b)
+    by_name = {ix.name: ix for ix in indexes}
+    for name, members in _members(built).items():
+        if all(_passed(b) for b in members):
+            images[name] = index_entry(members, by_name.get(name))
     return {"format": LOCK_FORMAT, "envbuild": __version__,
             "image": images}
 
@@ -451,61 +541,116 @@ def locked_team(team: TeamFile, lock: Mapping[str, Any] | None, lock_path: Path)
         if entry is None:
             raise UsageError(f"--locked: {lock_path} has no image {shown(image.name)}",
                              "run `envbuild team build` (without --locked) first")
+        if image.platforms or "platforms" in entry:
+            raise UsageError(f"--locked: [image.{image.name}] is a multi-platform image, which "
+                             "--locked does not rebuild yet",
+                             "rebuild it without --locked, or --only the other images")
         images.append(locked_image(image, entry, lock_path))
     return dataclasses.replace(team, images=tuple(images))
 
 
 # -- check ------------------------------------------------------------------------------------
 def check(lock: Mapping[str, Any], lock_path: Path) -> dict[str, Any]:
-    """Is what the lock pins still true in the registry? {images, problems}."""
-    from envbuild.engine import registry
-
+    """Is what the lock pins still true in the registry? {images, problems}. A multi-platform
+    image: its tag still on the locked index, the index still listing each platform's locked
+    manifest, and each platform image checked as an image of its own."""
     images = []
     problems: list[str] = []
     for name, e in sorted(lock.get("image", {}).items()):
-        row: dict[str, Any] = {"name": name, "tag": e.get("tag", ""),
-                               "digest": e.get("digest", ""),
-                               "base_image": e.get("base_image", ""),
-                               "base_digest": e.get("base_digest", "")}
-        digest = str(e.get("digest", ""))
-        if not digest:
-            problems.append(f"{name}: the lock has no registry digest (built without --push)")
-            row["present"] = False
+        members = e.get("platforms")
+        if isinstance(members, dict) and members:
+            row, found = _check_index(name, e, members)
+            images.append(row)
+            problems += found
+            for platform, pe in sorted(members.items()):
+                row, found = _check_entry(f"{name}@{platform}", pe)
+                images.append(row)
+                problems += found
         else:
-            ref = registry.parse_ref(str(e["tag"]))
-            present = registry.client(ref.host).head_manifest(ref.with_digest(digest))
-            row["present"] = present is not None
-            if present is None:
-                problems.append(f"{name}: {ref.host}/{ref.repo}@{digest} is gone from the "
-                                "registry")
-            else:
-                att = registry.fetch_report(str(ref.with_digest(digest)))
-                if att is None:
-                    row["report"] = None
-                    problems.append(f"{name}: no validation report attached to "
-                                    f"{ref.host}/{ref.repo}@{digest}")
-                else:
-                    s = att.report.get("summary", {})
-                    ok = isinstance(s, dict) and not s.get("fail") and bool(s.get("pass"))
-                    row["report"] = {"status": "pass" if ok else "fail", "artifact": att.artifact,
-                                     "via": att.via, **(s if isinstance(s, dict) else {})}
-                    if not ok:
-                        problems.append(f"{name}: the attached validation report does not pass")
-        base = str(e.get("base_image", ""))
-        old = str(e.get("base_digest", ""))
-        if base and not refs.pinned_digest(base):
-            try:
-                now = registry.resolve_digest(base)
-            except EnvbuildError as exc:
-                now = None
-                row["base_error"] = exc.message
-            row["base_digest_now"] = now
-            if not old:
-                problems.append(f"{name}: the lock has no digest for the base image {base}")
-            elif now is None:
-                problems.append(f"{name}: the base image tag {base} vanished (locked {old})")
-            elif now != old:
-                problems.append(f"{name}: the base image tag {base} moved: locked {old}, "
-                                f"now {now}")
-        images.append(row)
+            row, found = _check_entry(name, e)
+            images.append(row)
+            problems += found
     return {"images": images, "problems": problems, "lock": str(lock_path)}
+
+
+def _check_index(name: str, e: Mapping[str, Any], members: Mapping[str, Any]
+                 ) -> tuple[dict[str, Any], list[str]]:
+    from envbuild.engine import registry
+
+    digest, tag = str(e.get("digest", "")), str(e.get("tag", ""))
+    row: dict[str, Any] = {"name": name, "tag": tag, "digest": digest, "base_image": "",
+                           "base_digest": "", "platforms": sorted(members)}
+    if not digest:
+        row["present"] = False
+        return row, [f"{name}: the lock has no index digest (built without --push)"]
+    ref = registry.parse_ref(tag)
+    now = registry.client(ref.host).head_manifest(ref)
+    row["present"] = now is not None
+    if now is None:
+        return row, [f"{name}: the tag {tag} is gone from the registry"]
+    problems = []
+    if now[0] != digest:
+        problems.append(f"{name}: the tag {tag} moved: locked index {digest}, now {now[0]}")
+    listed = registry.index_platforms(tag) or {}
+    for platform, pe in sorted(members.items()):
+        locked = str(pe.get("digest", ""))
+        if platform not in listed:
+            problems.append(f"{name}: the index at {tag} has no {platform} image (locked "
+                            f"{locked})")
+        elif listed[platform] != locked:
+            problems.append(f"{name}: the {platform} manifest moved: locked {locked}, the index "
+                            f"at {tag} now lists {listed[platform]}")
+    return row, problems
+
+
+def _check_entry(name: str, e: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """One image's lock entry against its registry: present, its report attached and passing,
+    its base tag on the locked digest."""
+    from envbuild.engine import registry
+
+    problems: list[str] = []
+    row: dict[str, Any] = {"name": name, "tag": e.get("tag", ""),
+                           "digest": e.get("digest", ""),
+                           "base_image": e.get("base_image", ""),
+                           "base_digest": e.get("base_digest", "")}
+    digest = str(e.get("digest", ""))
+    if not digest:
+        problems.append(f"{name}: the lock has no registry digest (built without --push)")
+        row["present"] = False
+    else:
+        ref = registry.parse_ref(str(e["tag"]))
+        present = registry.client(ref.host).head_manifest(ref.with_digest(digest))
+        row["present"] = present is not None
+        if present is None:
+            problems.append(f"{name}: {ref.host}/{ref.repo}@{digest} is gone from the "
+                            "registry")
+        else:
+            att = registry.fetch_report(str(ref.with_digest(digest)))
+            if att is None:
+                row["report"] = None
+                problems.append(f"{name}: no validation report attached to "
+                                f"{ref.host}/{ref.repo}@{digest}")
+            else:
+                s = att.report.get("summary", {})
+                ok = isinstance(s, dict) and not s.get("fail") and bool(s.get("pass"))
+                row["report"] = {"status": "pass" if ok else "fail", "artifact": att.artifact,
+                                 "via": att.via, **(s if isinstance(s, dict) else {})}
+                if not ok:
+                    problems.append(f"{name}: the attached validation report does not pass")
+    base = str(e.get("base_image", ""))
+    old = str(e.get("base_digest", ""))
+    if base and not refs.pinned_digest(base):
+        try:
+            now = registry.resolve_digest(base)
+        except EnvbuildError as exc:
+            now = None
+            row["base_error"] = exc.message
+        row["base_digest_now"] = now
+        if not old:
+            problems.append(f"{name}: the lock has no digest for the base image {base}")
+        elif now is None:
+            problems.append(f"{name}: the base image tag {base} vanished (locked {old})")
+        elif now != old:
+            problems.append(f"{name}: the base image tag {base} moved: locked {old}, "
+                            f"now {now}")
+    return row, problems

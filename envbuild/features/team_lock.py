@@ -6,6 +6,7 @@ one. Nothing here prints: progress goes through the hooks and callbacks the call
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +15,7 @@ from envbuild.common.record import record
 
 if TYPE_CHECKING:
     from envbuild.features.make import Hooks
-    from envbuild.features.team import Built
+    from envbuild.features.team import Built, Indexed
 
 DEFAULT_TEAM_FILE = Path("envbuild.toml")
 
@@ -44,7 +45,7 @@ def plan(file: Path | None, only: Iterable[str] = ()) -> TeamPlan:
     path = lock_path(team.path)
     planned = plan_images(team, load(), only)
     changes = lock_changes(planned, read_lock(path), only)
-    states = {p.name: cache_state(p) for p in planned}
+    states = {p.key: cache_state(p) for p in planned}
     return TeamPlan(path, plan_json(planned, changes, states))
 
 
@@ -52,6 +53,7 @@ def plan(file: Path | None, only: Iterable[str] = ()) -> TeamPlan:
 class TeamBuild:
     built: list[Built]
     lock: Path | None  # the lock written; None with --locked (it was the input)
+    indexes: list[Indexed] = field(default_factory=list)  # multi-platform images' one tag
 
     @property
     def failed(self) -> bool:
@@ -59,6 +61,8 @@ class TeamBuild:
 
     def to_json(self) -> dict[str, Any]:
         return {"images": [b.to_json() for b in self.built],
+                "indexes": [{"name": ix.name, "tag": ix.tag, "digest": ix.digest,
+                             "platforms": ix.platforms} for ix in self.indexes],
                 "lock": str(self.lock) if self.lock is not None else None}
 
 
@@ -81,10 +85,11 @@ def build(file: Path | None, only: Iterable[str] = (), *, push: bool, jobs: int 
     planned = t.plan(team, m, tuple(only))
     built = t.build(planned, m, push=push, jobs=jobs, rebuild=rebuild, revalidate=revalidate,
                     hooks_for=hooks_for, on_done=on_done)
+    indexes = t.push_indexes(built) if push else []
     if locked:
-        return TeamBuild(built, None)
-    t.write_lock(path, t.updated_lock(old, built))
-    return TeamBuild(built, path)
+        return TeamBuild(built, None, indexes)
+    t.write_lock(path, t.updated_lock(old, built, indexes))
+    return TeamBuild(built, path, indexes)
 
 
 def check(file: Path | None) -> dict[str, Any]:

@@ -9,6 +9,11 @@ reading the file.
     target = "cpu"
     pip = ["einops"]           # adds to defaults.pip (in the image's own layer)
 
+    [image.train]              # one tag, an OCI image index over both platform images
+    platforms = ["linux/amd64", "linux/arm64"]
+    [image.train.arm64]        # what differs on one platform (base_image, build_base_image,
+    wheelhouse = "wheels-arm64"  # wheelhouse, torch_index_url)
+
 Keys are `envbuild make`'s long options with `-` as `_`, plus `registry`. Lists merge (defaults
 first), scalars override. Every value is checked here, before anything resolves, and a bad one is
 refused naming the file, the table and the key (UsageError, exit 2).
@@ -19,6 +24,7 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Callable
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +45,13 @@ _VERSION_EXAMPLE = {"cuda": "12.8", "rocm": "6.2", "python": "3.12", "driver": "
 
 SCALARS = ("target", "cuda", "rocm", "torch", "python", "driver", "os", "flavor", "base_image",
            "wheelhouse", "ca_cert", "pip_index_url", "torch_index_url", "python_source", "user",
-           "registry", "push_requires")
-LISTS = ("gpu", "pip", "apt", "conda", "without", "pip_extra_index_url")
+           "registry", "push_requires", "platform", "build_base_image")
+LISTS = ("gpu", "pip", "apt", "conda", "without", "pip_extra_index_url", "platforms")
 KEYS = frozenset(SCALARS + LISTS)
+# A platform's own table ([image.NAME.arm64], [defaults.amd64]): what may differ between the
+# platform images of one multi-platform image.
+PLATFORM_TABLES = {"amd64": "linux/amd64", "arm64": "linux/arm64"}
+PLATFORM_KEYS = ("base_image", "build_base_image", "wheelhouse", "torch_index_url")
 # What --push needs of an image's validation: "validation" (it passed, on a GPU or not) or "gpu"
 # (it passed on a GPU: an image checked only without one stays here).
 PUSH_REQUIRES = ("validation", "gpu")
@@ -57,6 +67,26 @@ class TeamImage:
     registry: str | None
     values: dict[str, Any]  # the merged keys, as written (for plan and the lock)
     push_requires_gpu: bool = False  # push_requires = "gpu"
+    # `platforms`: one image per platform under one tag (an OCI image index); () = one image
+    platforms: tuple[str, ...] = ()
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)  # platform -> keys
+    directory: Path | None = None  # the team file's: relative paths start there
+
+    def on(self, platform: str) -> TeamImage:
+        """The image for one of its platforms: that platform's keys over the image's."""
+        import dataclasses
+
+        own = self.overrides.get(platform, {})
+        base = self.directory
+        ci = dataclasses.replace(
+            self.inputs,
+            base_image=own.get("base_image", self.inputs.base_image),
+            build_base_image=own.get("build_base_image", self.inputs.build_base_image),
+            wheelhouse=(_path(own["wheelhouse"], base) if "wheelhouse" in own and base
+                        else self.inputs.wheelhouse),
+            torch_index_url=own.get("torch_index_url", self.inputs.torch_index_url))
+        req = dataclasses.replace(self.request, platform=platform)
+        return dataclasses.replace(self, request=req, inputs=ci, platforms=())
 
 
 @record
@@ -139,12 +169,52 @@ def _check_value(key: str, value: str) -> None:
                              "the known names")
     elif key in ("wheelhouse", "ca_cert"):
         pass  # paths: checked against the file system when an image is prepared
+    elif key in ("platform", "platforms"):
+        platform_name(value)
+    elif key == "build_base_image":
+        context.image_reference(value, "build_base_image")
 
 
-def _table(data: object, path: Path, table: str) -> dict[str, Any]:
+def platform_name(value: str) -> str:
+    """linux/amd64 | linux/arm64, as Docker, uname -m or Debian write them."""
+    from envbuild.core.platforms import ALIASES
+
+    name = ALIASES.get(value.lower(), value.lower())
+    if name not in PLATFORM_TABLES.values():
+        raise UsageError(f"{shown(value)} is not a platform",
+                         "linux/amd64 or linux/arm64, e.g. platforms = [\"linux/amd64\", "
+                         "\"linux/arm64\"]")
+    return name
+
+
+def _platform_tables(data: dict[str, Any], path: Path, table: str) -> dict[str, dict[str, Any]]:
+    """[TABLE.amd64] / [TABLE.arm64]: only PLATFORM_KEYS, checked like the image's own."""
+    out: dict[str, dict[str, Any]] = {}
+    for short, platform in PLATFORM_TABLES.items():
+        sub = data.get(short)
+        if sub is None:
+            continue
+        where = f"{table}.{short}"
+        own = _table(sub, path, where, nested=False)
+        bad = sorted(set(own) - set(PLATFORM_KEYS))
+        if bad:
+            raise UsageError(f"{_where(path, where, bad[0])}: not a per-platform key",
+                             "a platform's table holds " + ", ".join(PLATFORM_KEYS))
+        out[platform] = own
+    return out
+
+
+def _table(data: object, path: Path, table: str, nested: bool = True) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UsageError(f"{path}: [{table}] must be a table", f"write it as [{table}]")
     out: dict[str, Any] = {}
+    if nested:
+        data = dict(data)
+        overrides = _platform_tables(data, path, table)
+        for short in PLATFORM_TABLES:
+            data.pop(short, None)
+        if overrides:
+            out["_on"] = overrides
     for key, value in data.items():
         if key not in KEYS:
             import difflib
@@ -183,10 +253,19 @@ def _dedup(items: list[str]) -> list[str]:
 
 
 def merge(defaults: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
-    """Lists merge (defaults first, no duplicates), scalars override. Pure."""
+    """Lists merge (defaults first, no duplicates), scalars override; a platform's table merges
+    key by key; `platforms` is the image's own when it has one. Pure."""
     out = dict(defaults)
     for k, v in own.items():
-        out[k] = _dedup([*defaults.get(k, []), *v]) if k in LISTS else v
+        if k == "_on":
+            on = {p: dict(t) for p, t in defaults.get("_on", {}).items()}
+            for p, t in v.items():
+                on.setdefault(p, {}).update(t)
+            out[k] = on
+        elif k in LISTS and k != "platforms":
+            out[k] = _dedup([*defaults.get(k, []), *v])
+        else:
+            out[k] = v
     return out
 
 
@@ -202,10 +281,16 @@ def image_of(name: str, defaults: dict[str, Any], own: dict[str, Any], base: Pat
     team_pip = _dedup(defaults.get("pip", []))
     own_pip = [p for p in _dedup(own.get("pip", [])) if p not in team_pip]
     left_out = set(v.get("without", ()))
+    plats = tuple(_dedup([platform_name(p) for p in v.get("platforms", ())]))
+    if plats and "platform" in v:
+        raise UsageError(f"[image.{name}]: both platform and platforms",
+                         "platforms = [...] makes one image per platform under one tag; "
+                         "platform = \"...\" one image: keep one")
     req = Request(target=v.get("target"), cuda=v.get("cuda"), rocm=v.get("rocm"),
                   torch=v.get("torch"), python=v.get("python"), driver=v.get("driver"),
                   gpus=tuple(v.get("gpu", ())), os=v.get("os"), flavor=v.get("flavor"),
-                  components=tuple(c for c in COMPONENTS if c not in left_out))
+                  components=tuple(c for c in COMPONENTS if c not in left_out),
+                  platform=platform_name(v["platform"]) if "platform" in v else None)
     ci = ContextInputs(
         pip=tuple(own_pip), team_pip=tuple(team_pip), apt=tuple(v.get("apt", ())),
         conda=tuple(v.get("conda", ())), user=v.get("user", "envbuild"),
@@ -213,9 +298,16 @@ def image_of(name: str, defaults: dict[str, Any], own: dict[str, Any], base: Pat
         pip_extra_index_urls=tuple(v.get("pip_extra_index_url", ())),
         torch_index_url=v.get("torch_index_url"), ca_cert=_path(v.get("ca_cert"), base),
         wheelhouse=_path(v.get("wheelhouse"), base), base_image=v.get("base_image"),
-        python_source=v.get("python_source"))
+        build_base_image=v.get("build_base_image"), python_source=v.get("python_source"))
+    on = v.pop("_on", {})
+    unused = sorted(set(on) - set(plats)) if plats else sorted(on)
+    if unused:
+        raise UsageError(f"[image.{name}]: a table for {unused[0]}, which is not in its "
+                         "platforms", f"add it: platforms = [\"linux/amd64\", \"{unused[0]}\"]"
+                         if plats else f"add platforms = [\"{unused[0]}\", ...] to the image")
     return TeamImage(name, req, ci, v.get("registry"), v,
-                     push_requires_gpu=v.get("push_requires") == "gpu")
+                     push_requires_gpu=v.get("push_requires") == "gpu", platforms=plats,
+                     overrides=on, directory=base)
 
 
 def parse(text: str, path: Path) -> TeamFile:

@@ -249,7 +249,8 @@ def test_team_build_writes_the_lock_except_when_locked(monkeypatch: pytest.Monke
                         lambda planned, m, **kw: calls.append([p.name for p in planned]) or [])
     done = team_lock.build(f, push=False)
     assert done.lock == tmp_path / "envbuild.lock" and done.lock.is_file()
-    assert done.to_json() == {"images": [], "lock": str(tmp_path / "envbuild.lock")}
+    assert done.to_json() == {"images": [], "indexes": [],
+                              "lock": str(tmp_path / "envbuild.lock")}
     assert calls == [["a", "b"]] and not done.failed
     before = done.lock.read_text()
     with pytest.raises(UsageError, match="has no image"):  # the lock pins none of them yet
