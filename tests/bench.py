@@ -1,7 +1,8 @@
 """`make bench`: start-up, resolve, render --all, and (with a Docker engine) build/make/validate.
 
 Numbers are printed, never asserted: speed and size are measured here, not in the tests.
-Usage: python tests/bench.py [--quick] [--no-docker] [--only explain|team|cuda] [--cluster-only]
+Usage: python tests/bench.py [--quick] [--no-docker] [--only explain|team|cuda|arm64]
+       [--cluster-only]
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = Path(os.environ.get("ENVBUILD_WORK", ROOT / ".work"))
@@ -447,6 +449,64 @@ def bench_cuda() -> None:
     subprocess.run(["/usr/bin/docker", "rmi", "-f", tag], capture_output=True)
 
 
+def bench_arm64() -> None:
+    """The linux/arm64 CUDA image built here under emulation (issue 22): a cold make with
+    BuildKit's cache pruned, the steps that ran emulated and the native torch stage from the
+    build log, the emulated GPU-less check, and a warm make."""
+    print("== linux/arm64 CUDA image, emulated (qemu) on this host")
+    wheels = WORK / "cuda-wheelhouse-arm64"
+    arm_base = os.environ.get("ENVBUILD_TEST_BASE_ARM64", "local/debian:bookworm-arm64")
+    if not list(wheels.glob("torch-2.13.0-cp311-*aarch64*.whl")) or subprocess.run(
+            ["/usr/bin/docker", "image", "inspect", arm_base], capture_output=True).returncode:
+        print(f"  skipped: no arm64 wheelhouse in {wheels} or no {arm_base} (make fixtures)")
+        return
+    tag = "envbuild-bench/cuda:arm64"
+
+    def make(*extra: str) -> tuple[float, dict[str, Any]]:
+        t = time.perf_counter()
+        p = subprocess.run([PY, "-m", "envbuild", "make", "--target", "cuda", "--torch", "2.13.0",
+                            "--without", "torchvision", "--without", "torchaudio",
+                            "--platform", "linux/arm64", "--base-image", arm_base,
+                            "--build-base-image", BASE, "--wheelhouse", str(wheels), "--tag",
+                            tag, "--progress", "plain", "--json", *extra],
+                           capture_output=True, text=True, cwd=ROOT)
+        if p.returncode != 0:
+            print(p.stderr[-2000:])
+            raise SystemExit(f"arm64 make failed with {p.returncode}")
+        return time.perf_counter() - t, json.loads(p.stdout)
+
+    subprocess.run(["/usr/bin/docker", "rmi", "-f", tag], capture_output=True)
+    subprocess.run(["/usr/bin/docker", "builder", "prune", "-af"], capture_output=True)
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["XDG_CACHE_HOME"] = cache
+        try:
+            cold, first = make("--rebuild")
+            warm = [make()[0] for _ in range(2)]
+        finally:
+            os.environ.pop("XDG_CACHE_HOME", None)
+    secs = first["seconds"]
+    print(f"cold arm64 make: {cold:.1f} s wall (build {secs['build']:.1f} s emulated, "
+          f"check {secs.get('validate', 0):.1f} s emulated)")
+    log = Path(first["image"]["log"]).read_text()
+    steps: dict[str, str] = {}
+    for line in log.splitlines():
+        head = line.split(" ", 1)
+        if len(head) == 2 and head[0].startswith("#") and head[1].startswith("["):
+            steps.setdefault(head[0], head[1][:70])
+        elif len(head) == 2 and head[1].startswith("DONE ") and head[0] in steps:
+            took = float(head[1].split()[1].rstrip("s"))
+            if took >= 5:
+                where = "native" if "torch-stack" in steps[head[0]] else "emulated"
+                print(f"  {took:6.1f} s  {where:<8} {steps[head[0]]}")
+    block = first["validation"].get("gpu_less") or {}
+    print(f"checked emulated without GPU: {block.get('facts')} facts pass, "
+          f"{len(block.get('not_run_emulated', []))} not run (emulated), "
+          f"{len(block.get('not_run', []))} GPU checks not run")
+    print(f"warm arm64 make, nothing changed: {statistics.median(warm):.2f} s wall (median of 2)")
+    print(f"arm64 CUDA image {int(first['image']['size_bytes']) / 1e6:.0f} MB")
+    subprocess.run(["/usr/bin/docker", "rmi", "-f", tag], capture_output=True)
+
+
 def main() -> None:
     quick = "--quick" in sys.argv
     if "--only" in sys.argv and sys.argv[sys.argv.index("--only") + 1:][:1] == ["explain"]:
@@ -464,12 +524,16 @@ def main() -> None:
     if "--only" in sys.argv and sys.argv[sys.argv.index("--only") + 1:][:1] == ["cuda"]:
         bench_cuda()
         return
+    if "--only" in sys.argv and sys.argv[sys.argv.index("--only") + 1:][:1] == ["arm64"]:
+        bench_arm64()
+        return
     bench_startup(5 if quick else 20)
     bench_render_all(1 if quick else 3)
     bench_explain(3 if quick else 5)
     if "--no-docker" not in sys.argv and shutil.which("dockerd"):
         bench_docker()
         bench_cuda()
+        bench_arm64()
         bench_team()
         bench_cluster(1 if quick else 3)
 
