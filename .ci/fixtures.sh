@@ -47,20 +47,25 @@ else
   echo "wheelhouse present"
 fi
 
+# pypi_wheels MACHINE DIR LOG [pip options and requirements]: PyPI's own binary wheels for
+# CPython 3.11 on Linux MACHINE (x86_64, aarch64), whatever this host is
+pypi_wheels() {
+  local machine=$1 dir=$2 log=$3 plats=()
+  shift 3
+  for n in 17 18 24 25 26 27 28 31 34 35; do plats+=(--platform "manylinux_2_${n}_${machine}"); done
+  python3 -m pip download --isolated -q --only-binary=:all: --python-version 3.11 \
+    --implementation cp "${plats[@]}" --platform "manylinux2014_${machine}" -d "$dir" "$@" \
+    2>>"$log" || { tail -20 "$log" >&2; exit 1; }
+}
+
 cwh="$work/cuda-wheelhouse"
 if ! ls "$cwh"/torch-2.13.0-cp311-*.whl >/dev/null 2>&1 \
     || ! ls "$cwh"/nvidia_cuda_runtime_cu12-*.whl >/dev/null 2>&1; then
   mkdir -p "$cwh"
-  plats=()
-  for n in 17 18 24 25 26 27 28 31 34 35; do plats+=(--platform "manylinux_2_${n}_x86_64"); done
-  python3 -m pip download --isolated -q --only-binary=:all: --python-version 3.11 \
-    --implementation cp "${plats[@]}" --platform manylinux2014_x86_64 -d "$cwh" \
-    'torch==2.13.0' 2>"$work/pip-download-cuda.log" \
-    || { tail -20 "$work/pip-download-cuda.log" >&2; exit 1; }
-  python3 -m pip download --isolated -q --no-deps --only-binary=:all: --python-version 3.11 \
-    --implementation cp "${plats[@]}" --platform manylinux2014_x86_64 -d "$cwh" \
-    'nvidia-cuda-runtime-cu12==12.8.90' 2>>"$work/pip-download-cuda.log" \
-    || { tail -20 "$work/pip-download-cuda.log" >&2; exit 1; }
+  : >"$work/pip-download-cuda.log"
+  pypi_wheels x86_64 "$cwh" "$work/pip-download-cuda.log" 'torch==2.13.0'
+  pypi_wheels x86_64 "$cwh" "$work/pip-download-cuda.log" --no-deps \
+    'nvidia-cuda-runtime-cu12==12.8.90'
   echo "CUDA wheelhouse ready: $(ls "$cwh" | wc -l) files, $(du -sh "$cwh" | cut -f1)"
 else
   echo "CUDA wheelhouse present"
@@ -96,12 +101,8 @@ fi
 awh="$work/cuda-wheelhouse-arm64"
 if ! ls "$awh"/torch-2.13.0-cp311-*aarch64*.whl >/dev/null 2>&1; then
   mkdir -p "$awh"
-  plats=()
-  for n in 17 18 24 25 26 27 28 31 34 35; do plats+=(--platform "manylinux_2_${n}_aarch64"); done
-  python3 -m pip download --isolated -q --only-binary=:all: --python-version 3.11 \
-    --implementation cp "${plats[@]}" --platform manylinux2014_aarch64 -d "$awh" \
-    'torch==2.13.0' 2>"$work/pip-download-arm64.log" \
-    || { tail -20 "$work/pip-download-arm64.log" >&2; exit 1; }
+  : >"$work/pip-download-arm64.log"
+  pypi_wheels aarch64 "$awh" "$work/pip-download-arm64.log" 'torch==2.13.0'
   echo "arm64 CUDA wheelhouse ready: $(ls "$awh" | wc -l) files, $(du -sh "$awh" | cut -f1)"
 else
   echo "arm64 CUDA wheelhouse present"

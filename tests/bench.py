@@ -400,6 +400,19 @@ def bench_cluster(runs: int) -> None:
     print(f"  of which the slowest node's validator: {statistics.median(jobs):.1f} s")
 
 
+def _cuda_make(args: list[str], what: str) -> tuple[float, dict[str, Any]]:
+    """`envbuild make --target cuda` of torch 2.13.0 alone: (wall seconds, its JSON)."""
+    t = time.perf_counter()
+    p = subprocess.run([PY, "-m", "envbuild", "make", "--target", "cuda", "--torch", "2.13.0",
+                        "--without", "torchvision", "--without", "torchaudio",
+                        "--progress", "plain", "--json", *args],
+                       capture_output=True, text=True, cwd=ROOT)
+    if p.returncode != 0:
+        print(p.stderr[-2000:])
+        raise SystemExit(f"{what} make failed with {p.returncode}")
+    return time.perf_counter() - t, json.loads(p.stdout)
+
+
 def bench_cuda() -> None:
     """The real CUDA image (PyPI's torch 2.13.0 = CUDA 13.0 on the plain Debian base, the wheels
     from .work/cuda-wheelhouse): cold build with BuildKit's cache pruned, warm make, and the
@@ -411,17 +424,9 @@ def bench_cuda() -> None:
         return
     tag = "envbuild-bench/cuda:bench"
 
-    def make(*extra: str) -> tuple[float, dict[str, object]]:
-        t = time.perf_counter()
-        p = subprocess.run([PY, "-m", "envbuild", "make", "--target", "cuda", "--torch", "2.13.0",
-                            "--without", "torchvision", "--without", "torchaudio",
-                            "--base-image", BASE, "--wheelhouse", str(wheels), "--tag", tag,
-                            "--progress", "plain", "--json", *extra],
-                           capture_output=True, text=True, cwd=ROOT)
-        if p.returncode != 0:
-            print(p.stderr[-2000:])
-            raise SystemExit(f"CUDA make failed with {p.returncode}")
-        return time.perf_counter() - t, json.loads(p.stdout)
+    def make(*extra: str) -> tuple[float, dict[str, Any]]:
+        return _cuda_make(["--base-image", BASE, "--wheelhouse", str(wheels), "--tag", tag,
+                           *extra], "CUDA")
 
     subprocess.run(["/usr/bin/docker", "rmi", "-f", tag], capture_output=True)
     subprocess.run(["/usr/bin/docker", "builder", "prune", "-af"], capture_output=True)
@@ -463,17 +468,9 @@ def bench_arm64() -> None:
     tag = "envbuild-bench/cuda:arm64"
 
     def make(*extra: str) -> tuple[float, dict[str, Any]]:
-        t = time.perf_counter()
-        p = subprocess.run([PY, "-m", "envbuild", "make", "--target", "cuda", "--torch", "2.13.0",
-                            "--without", "torchvision", "--without", "torchaudio",
-                            "--platform", "linux/arm64", "--base-image", arm_base,
-                            "--build-base-image", BASE, "--wheelhouse", str(wheels), "--tag",
-                            tag, "--progress", "plain", "--json", *extra],
-                           capture_output=True, text=True, cwd=ROOT)
-        if p.returncode != 0:
-            print(p.stderr[-2000:])
-            raise SystemExit(f"arm64 make failed with {p.returncode}")
-        return time.perf_counter() - t, json.loads(p.stdout)
+        return _cuda_make(["--platform", "linux/arm64", "--base-image", arm_base,
+                           "--build-base-image", BASE, "--wheelhouse", str(wheels), "--tag", tag,
+                           *extra], "arm64")
 
     subprocess.run(["/usr/bin/docker", "rmi", "-f", tag], capture_output=True)
     subprocess.run(["/usr/bin/docker", "builder", "prune", "-af"], capture_output=True)

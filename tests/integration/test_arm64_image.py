@@ -22,8 +22,9 @@ import pytest
 from envbuild.core.platforms import on_platform
 from envbuild.matrix import Matrix
 from envbuild.validator.judges import EMULATION_NOT_RUN, GPU_ONLY_CHECKS
-from envbuild.validator.rules import arch_names, cudnn_version_str
+from envbuild.validator.rules import arch_names
 from tests.support import IN_CI, run_cli, work_dir
+from tests.support.cuda_facts import assert_wheel_facts
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -90,15 +91,8 @@ def test_arm64_image_passes_the_gpu_less_check_emulated_with_no_fact_skipped(
     # the artifact against the matrix's arm64 row: the wheel's real arch list, cuDNN, NCCL
     variant = next(v for v in on_platform(matrix, "linux/arm64").variants_of("2.13")
                    if v.tag == "cu130")
-    torch_facts = checks["facts.torch"]["evidence"]
-    assert torch_facts["arch_list"] == spec["archs"] == arch_names(variant.sass, variant.ptx), \
-        "fix matrix/torch.toml's [[platform]] row 2.13 cu130 linux/arm64"
-    assert torch_facts["cuda"] == variant.version
-    assert variant.cudnn.startswith(cudnn_version_str(torch_facts["cudnn"]) + ".")
-    assert variant.nccl.startswith(torch_facts["nccl"])
-    majors = {d["major"] for d in checks["cuda.packages"]["evidence"]["distributions"]
-              if d["major"] is not None}
-    assert majors == {13}
+    assert spec["archs"] == arch_names(variant.sass, variant.ptx)
+    assert_wheel_facts(checks, spec, variant, "[[platform]] 2.13 cu130 linux/arm64")
     # what emulation cannot judge is said, never passed; the GPU's own checks apart
     block = data["validation"]["gpu_less"]
     assert sorted(block["not_run"]) == sorted(GPU_ONLY_CHECKS)

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 
 from envbuild.matrix import Matrix, load
-from envbuild.validator.rules import cudnn_version_str
 from tests.support import FIXTURES, IN_CI, ROOT, run_cli, work_dir
+from tests.support.cuda_facts import assert_wheel_facts
 from tests.support.forward_compat import TOP, _standin_archive
 from tests.support.mirror import _gateway
 from tests.support.served import Served, serve
@@ -195,14 +195,7 @@ def test_cuda_image_builds_and_passes_the_gpu_less_check(built: dict[str, tuple[
     for cid in GPU_ONLY:
         assert checks[cid]["status"] == "not_run", (cid, checks[cid])
     # the artifact against the matrix: the real arch list, cuDNN and NCCL of the wheel
-    torch_facts = checks["facts.torch"]["evidence"]
-    assert torch_facts["arch_list"] == spec["archs"], "fix matrix/torch.toml 2.13 cu130"
-    assert torch_facts["cuda"] == variant.version
-    assert variant.cudnn.startswith(cudnn_version_str(torch_facts["cudnn"]) + ".")
-    assert variant.nccl.startswith(torch_facts["nccl"])
-    majors = {d["major"] for d in checks["cuda.packages"]["evidence"]["distributions"]
-              if d["major"] is not None}
-    assert majors == {13}
+    assert_wheel_facts(checks, spec, variant, "2.13 cu130")
     assert checks["cuda.triton"]["evidence"]["ptxas_version"]
     block = data["validation"]["gpu_less"]
     assert block["facts"] == sum(1 for c in checks.values() if c["status"] == "pass")

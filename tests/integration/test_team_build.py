@@ -12,7 +12,6 @@ import re
 import shutil
 import subprocess
 import time
-import tomllib
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import pytest
 from tests.support import run_cli
 from tests.support.docker_helpers import BASE, SYSTEM_CA, docker
 from tests.support.registry import start_registry
+from tests.support.team import TeamRun
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -31,17 +31,9 @@ DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 
 
 @dataclass
-class Family:
-    registry: str
-    base: str
-    base_digest: str
-    dir: Path
-    data: dict[str, Any]
-    stderr: str
-
-    @property
-    def lock(self) -> dict[str, Any]:
-        return tomllib.loads((self.dir / "envbuild.lock").read_text())
+class Family(TeamRun):
+    base: str = ""
+    base_digest: str = ""
 
 
 def team_file(registry: str, base: str, wheelhouse: Path, extra: str = "") -> str:
@@ -100,7 +92,7 @@ def family(fixtures: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         data = json.loads(r.stdout)
         for i in data["images"]:
             made += [i["tag"], i["tag"].removeprefix(f"{reg}/team-test/")]
-        yield Family(reg, base, base_digest, d, data, r.stderr)
+        yield Family(reg, d, data, r.stderr, base=base, base_digest=base_digest)
     finally:
         proc.terminate()
         proc.wait(timeout=10)

@@ -13,10 +13,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import tomllib
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ import pytest
 from tests.support import IN_CI, run_cli, work_dir
 from tests.support.docker_helpers import BASE, docker
 from tests.support.registry import start_registry
+from tests.support.team import TeamRun
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -33,17 +32,7 @@ OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 PLATFORMS = ["linux/amd64", "linux/arm64"]
 
 
-@dataclass
-class Multi:
-    registry: str
-    dir: Path
-    data: dict[str, Any]
-    stderr: str
-
-    @property
-    def lock(self) -> dict[str, Any]:
-        return tomllib.loads((self.dir / "envbuild.lock").read_text())
-
+class Multi(TeamRun):
     @property
     def index(self) -> dict[str, Any]:
         (ix,) = self.data["indexes"]

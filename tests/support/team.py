@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
 GOOD = """
 [defaults]
 registry = "registry.example.com/ml"
@@ -21,3 +26,17 @@ pip = ["bitsandbytes", "einops"]
 python = "3.12"
 """
 
+
+
+@dataclass
+class TeamRun:
+    """A `team build --push --json` run on a real registry: its output and the lock it wrote."""
+
+    registry: str
+    dir: Path
+    data: dict[str, Any]
+    stderr: str
+
+    @property
+    def lock(self) -> dict[str, Any]:
+        return tomllib.loads((self.dir / "envbuild.lock").read_text())
