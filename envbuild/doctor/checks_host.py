@@ -472,3 +472,46 @@ def check_macos(v: View, m: Matrix, o: Out) -> None:
         o.add("macos.mps_too_old", ERROR,
               f"macOS {v.macos} is older than every torch release's MPS floor",
               "upgrade macOS, or use --target cpu")
+
+
+def lscpu_cores(text: str) -> list[tuple[str, int]]:
+    """(core name, how many) per CPU type of an `lscpu` output (flat or tree layout): 'Model
+    name' with the 'Core(s) per socket' x 'Socket(s)' (or 'Core(s) per cluster') after it."""
+    out: list[tuple[str, int]] = []
+    name, cores, sockets = "", 0, 1
+    for line in [*text.splitlines(), "Model name: "]:
+        key, _, value = line.strip().partition(":")
+        key, value = key.strip().lower(), value.strip()
+        if key == "model name":
+            if name:
+                out.append((name, cores * sockets))
+            name, cores, sockets = value, 0, 1
+        elif key in ("core(s) per socket", "core(s) per cluster") and value.isdigit():
+            cores = int(value)
+        elif key in ("socket(s)", "cluster(s)") and value.isdigit():
+            sockets = int(value)
+    return [(n, c) for n, c in out if n and n != "-"]
+
+
+def check_platform(v: View, m: Matrix, o: Out, lscpu: str, kernel: str) -> None:
+    """An Arm Linux host: its platform, its CPU (named as the module's when its GPU pairs with
+    it: Grace beside a GH200), and a Jetson's L4T kernel."""
+    if v.platform in ("", "linux/amd64"):
+        return
+    from envbuild.core import gpus as gpu_rows
+
+    cores = lscpu_cores(lscpu)
+    cpu = " + ".join(f"{n} x {name}" if n else name for name, n in cores) or "not reported"
+    paired = {}
+    for g in v.gpus:
+        row = gpu_rows.lookup(m, g.name, "nvidia") if g.name else None
+        if row is not None and row.cpu_core:
+            paired[row.cpu_core.lower()] = (row.cpu, row.name)
+    names = [paired[name.lower()] for name, _ in cores if name.lower() in paired]
+    if names:
+        cpu += f": {names[0][0]}, the CPU of the {names[0][1]}"
+    jetson = "tegra" in kernel.lower()
+    detail = f"{v.platform} ({v.facts.machine}); CPU: {cpu}" + (
+        f"; kernel {kernel}" if kernel else "") + (
+        " (an L4T kernel: a Jetson)" if jetson else "")
+    o.add("host.platform", INFO, detail, "", [f"lscpu: {name} x {n}" for name, n in cores][:4])

@@ -7,10 +7,10 @@ from envbuild.common.echo import shown
 from envbuild.common.errors import UsageError
 from envbuild.core import compat
 from envbuild.core.compat import HostRules
-from envbuild.doctor import checks_env, checks_host
+from envbuild.doctor import checks_env, checks_host, model
 from envbuild.doctor.model import Finding, HostFacts, Recommendation, Request
 from envbuild.doctor.recommend import recommend
-from envbuild.doctor.view import INFO, Out, build_view
+from envbuild.doctor.view import INFO, Out, build_view, stdout_of
 from envbuild.matrix import Matrix
 
 __all__ = ["HostRules", "diagnose", "evaluate"]
@@ -31,6 +31,8 @@ def diagnose(facts: HostFacts, matrix: Matrix, request: Request | None = None,
     v = build_view(facts, matrix)
     o = Out()
     checks_host.check_macos(v, matrix, o)
+    checks_host.check_platform(v, matrix, o, stdout_of(facts, model.LSCPU),
+                               (facts.file(model.OSRELEASE) or "").strip())
     checks_host.check_wsl(v, matrix, o)
     checks_host.check_nvidia(v, matrix, rules, o)
     checks_host.check_request(v, matrix, req, o)

@@ -207,6 +207,8 @@ def diagnose_report(r: Report, m: Matrix,
     v = view_of(r, m)
     o = Out()
     checks_host.check_macos(v, m, o)
+    kernel = re.match(r"Linux-(.+?)-(?:aarch64|x86_64|arm64)(?:-|$)", r.platform)
+    checks_host.check_platform(v, m, o, "\n".join(r.cpu), kernel.group(1) if kernel else "")
     if v.nvidia:
         checks_host.check_driver_and_gpus(v, m, o)
     check_no_driver(r, v, o)

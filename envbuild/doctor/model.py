@@ -57,6 +57,7 @@ class Recommendation:
     alternatives: tuple[str, ...] = ()
     driver: str = ""  # Linux NVIDIA driver: the resolver keeps the image runnable on it
     gpus: tuple[str, ...] = ()  # sm_XY of the host's GPUs: the wheel must cover them
+    platform: str = ""  # the host's, when not linux/amd64: the image must be for it
 
     def argv(self) -> list[str]:
         out = ["envbuild", "make", "--target", self.target]
@@ -70,6 +71,8 @@ class Recommendation:
             out += ["--driver", self.driver]
         for g in self.gpus:
             out += ["--gpu", g]
+        if self.platform:
+            out += ["--platform", self.platform]
         return out
 
     @property
@@ -79,7 +82,7 @@ class Recommendation:
     def to_json(self) -> dict[str, Any]:
         return {"command": self.command, "argv": self.argv(), "target": self.target,
                 "cuda": self.cuda, "rocm": self.rocm, "torch": self.torch,
-                "driver": self.driver, "gpus": list(self.gpus),
+                "driver": self.driver, "gpus": list(self.gpus), "platform": self.platform or None,
                 "reason": self.reason, "alternatives": list(self.alternatives)}
 
 
@@ -171,6 +174,7 @@ SYSCTL_TRANSLATED = "sysctl-proc_translated.txt"
 SYSCTL_CPU = "sysctl-cpu_brand.txt"
 DPKG = "dpkg-l.txt"
 LDCONFIG = "ldconfig-p.txt"
+LSCPU = "lscpu.txt"
 TORCH_PROBE = "torch-probe.json"
 
 NVSMI_FIELDS = "index,pci.bus_id,name,compute_cap,memory.total"
@@ -178,6 +182,7 @@ OUTPUTS: dict[str, tuple[str, ...]] = {
     NVSMI_XML: ("nvidia-smi", "-q", "-x"),
     NVSMI_CSV: ("nvidia-smi", f"--query-gpu={NVSMI_FIELDS}", "--format=csv,noheader"),
     DOCKER_INFO: ("docker", "info", "--format", "{{json .}}"),
+    LSCPU: ("lscpu",),
     PODMAN_INFO: ("podman", "info", "--format", "json"),
     ROCMINFO: ("rocminfo",),
     SW_VERS: ("sw_vers",),

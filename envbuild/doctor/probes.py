@@ -221,6 +221,8 @@ def collect() -> HostFacts:
         if proc.which("rocminfo") or os.path.exists("/dev/kfd"):
             out(model.ROCMINFO, _first_on_path("rocminfo", ("/opt/rocm/bin/rocminfo",)))
         out(model.LDCONFIG, _first_on_path("ldconfig", ("/sbin/ldconfig", "/usr/sbin/ldconfig")))
+        if machine.lower() not in ("x86_64", "amd64"):  # which Arm cores (Grace, GB10, Jetson)
+            out(model.LSCPU, proc.which("lscpu"))
         if "microsoft" in files.get(model.OSRELEASE, "").lower() and proc.which("dpkg"):
             out(model.DPKG, "dpkg")
     if system == "Darwin":

@@ -17,6 +17,17 @@ HOW = {"native": "natively", "mvc": "through minor-version compatibility"}
 
 
 def recommend(v: View, m: Matrix, req: Request) -> Recommendation:
+    """The image for this host; on a Linux host that is not linux/amd64, for its platform (the
+    command says --platform, so it resolves the same anywhere)."""
+    from dataclasses import replace
+
+    rec = _recommend(v, m, req)
+    if v.platform in ("", "linux/amd64") or rec.target == "mps":
+        return rec
+    return checked(replace(rec, platform=v.platform), m)
+
+
+def _recommend(v: View, m: Matrix, req: Request) -> Recommendation:
     newest = compat.newest_torch(m)
     newest_v = newest.version if newest else ""
 
@@ -68,16 +79,18 @@ def recommend_cuda(v: View, m: Matrix, req: Request, pin: Callable[[str], str]) 
     arch = f"compute capability {', '.join(ccs)}" if ccs else "unknown compute capability"
     asked = ""
     if req.cuda:
-        spec, problem = _resolve(m, cuda=req.cuda, driver=driver, gpus=gpus)
+        spec, problem = _resolve(m, cuda=req.cuda, driver=driver, gpus=gpus,
+                                 platform=_plat(v))
         if spec is not None:
             return Recommendation("cuda", cuda=req.cuda, reason=f"as asked: {_what(spec)}",
                                   alternatives=_fwd(v, m, driver, spec.torch), gpus=gpus,
                                   driver=driver)
         asked = f"--cuda {req.cuda} does not fit this host ({problem}); "
-    spec, problem = _resolve(m, driver=driver, gpus=gpus)
+    spec, problem = _resolve(m, driver=driver, gpus=gpus, platform=_plat(v))
     if spec is None:
         return Recommendation("cpu", reason=f"no CUDA torch wheel runs on driver {driver} "
-                              f"with {arch}: {problem}", alternatives=_after_upgrade(m, gpus))
+                              f"with {arch}: {problem}",
+                              alternatives=_after_upgrade(m, gpus, _plat(v)))
     native = v.driver_cuda(m)
     runs = f"driver {driver} runs CUDA <= {native}" if native else f"driver {driver}"
     return Recommendation("cuda", reason=f"{asked}{runs}; for {arch}: {_what(spec)}",
@@ -85,13 +98,20 @@ def recommend_cuda(v: View, m: Matrix, req: Request, pin: Callable[[str], str]) 
                           driver=driver)
 
 
-def _after_upgrade(m: Matrix, gpus: tuple[str, ...]) -> tuple[str, ...]:
+def _plat(v: View) -> str | None:
+    """The platform to resolve for: the host's when it is not linux/amd64 (None: the default)."""
+    return v.platform if v.platform not in ("", "linux/amd64") else None
+
+
+def _after_upgrade(m: Matrix, gpus: tuple[str, ...],
+                   platform: str | None = None) -> tuple[str, ...]:
     """The CUDA image for these GPUs once the driver is upgraded (resolved here, so it
     resolves), with the driver it needs; () when no wheel covers the GPUs at all."""
-    spec, _ = _resolve(m, gpus=gpus)
+    spec, _ = _resolve(m, gpus=gpus, platform=platform)
     if spec is None or not spec.min_driver:
         return ()
-    return (f"{Recommendation('cuda', gpus=gpus).command}  (after a driver upgrade to >= "
+    rec = Recommendation('cuda', gpus=gpus, platform=platform or "")
+    return (f"{rec.command}  (after a driver upgrade to >= "
             f"{spec.min_driver}: {_what(spec)})",)
 
 
@@ -165,7 +185,8 @@ def checked(rec: Recommendation, m: Matrix) -> Recommendation:
     def fits(r: Recommendation) -> str:
         try:
             resolve(Resolve(target=r.target, cuda=r.cuda or None, torch=r.torch or None,
-                            driver=r.driver or None, gpus=r.gpus), m)
+                            driver=r.driver or None, gpus=r.gpus,
+                            platform=r.platform or None), m)
         except EnvbuildError as err:
             return err.message
         return ""

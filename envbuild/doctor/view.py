@@ -54,6 +54,15 @@ class View:
     driver_inferred: str = ""  # how a report's driver number was inferred ('' when it was read)
 
     @property
+    def platform(self) -> str:
+        """The container platform of a Linux host (linux/arm64), '' for macOS and Windows."""
+        from envbuild.core.platforms import ALIASES
+
+        if self.facts.system != "Linux" or not self.facts.machine:
+            return ""
+        return ALIASES.get(self.facts.machine.lower(), f"linux/{self.facts.machine.lower()}")
+
+    @property
     def windows_driver(self) -> bool:
         """The driver's number is a Windows driver's (WSL 2 or Windows): its own CUDA floors."""
         return self.wsl or self.windows

@@ -12,7 +12,7 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 from urllib.parse import urlsplit
@@ -182,7 +182,8 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
           progress: str = "plain", secrets: Secrets | None = None,
           log_dir: Path | None = None, on_line: Callable[[str], None] | None = None,
           timeout: float = 3600.0, proxies: Mapping[str, str] | None = None,
-          network: str | None = None, env: Mapping[str, str] | None = None) -> BuildResult:
+          network: str | None = None, env: Mapping[str, str] | None = None,
+          cache_from: Sequence[str] = (), inline_cache: bool = False) -> BuildResult:
     """Build `context`. `proxies` (envbuild.common.proxy.build_proxy_env) reach the RUN steps as
     Docker's predefined proxy build args: never in the image config, history or argv. The
     ENV_BUILD_ARGS the Dockerfile declares come from `env` (default: this process's)."""
@@ -209,7 +210,7 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
             return BuildResult(ref, image.id, True, time.monotonic() - start, None, "cache")
     builder = docker.find_builder()
     platform = spec.platform if emulation.emulated(spec.platform) else None
-    how = emulation.ready(platform) if platform else ""
+    how = emulation.ready(platform, docker.remote_engine()) if platform else ""
     log_path, log = open_log(log_dir or default_log_dir(),
                              f"build-{spec.hash}-{time.strftime('%Y%m%d-%H%M%S')}")
     work = Path(tempfile.mkdtemp(prefix="envbuild-build-"))
@@ -225,7 +226,8 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
         iidfile = work / "iid"
         argv = docker.build_argv(builder, context, iidfile, labels, secret_files, "plain",
                                  env_build_args=[*(proxies or {}), *extra], network=network,
-                                 platform=platform)
+                                 platform=platform, cache_from=cache_from,
+                                 inline_cache=inline_cache)
         with log:
             log.write(redact(f"# {builder.reason}\n# {' '.join(argv)}\n"))
             if proxies:

@@ -11,6 +11,7 @@ import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +64,46 @@ class Builder:
         return [self.docker, "buildx", "build", "--load"] if self.buildx else [self.docker, "build"]
 
     def env(self) -> dict[str, str]:
-        env = dict(os.environ)
+        env = cli_env()
         if not self.buildx:
             env["DOCKER_BUILDKIT"] = "1"
         return env
+
+
+# The engine this context's calls go to (a DOCKER_HOST address), set by `endpoint`; None: the
+# environment's DOCKER_HOST, else the default socket. A context variable: each thread of a team
+# build (one engine per platform image) has its own.
+_ENDPOINT: ContextVar[str | None] = ContextVar("envbuild_docker_endpoint", default=None)
+
+
+@contextmanager
+def endpoint(url: str | None) -> Iterator[None]:
+    """Send every engine call in the block (SDK and CLI: builds, runs, pushes) to `url`."""
+    token = _ENDPOINT.set(url) if url else None
+    try:
+        yield
+    finally:
+        if token is not None:
+            _ENDPOINT.reset(token)
+
+
+def current_endpoint() -> str:
+    """The engine's address as DOCKER_HOST writes it ('' for the default socket)."""
+    return _ENDPOINT.get() or os.environ.get("DOCKER_HOST", "")
+
+
+def remote_engine() -> bool:
+    """The engine is another machine (tcp://, ssh://): this host's emulation is not its own."""
+    host = current_endpoint()
+    return bool(host) and not host.startswith("unix://")
+
+
+def cli_env() -> dict[str, str]:
+    """The docker CLI's environment: this process's, aimed at the current engine."""
+    env = dict(os.environ)
+    if _ENDPOINT.get():
+        env["DOCKER_HOST"] = str(_ENDPOINT.get())
+    return env
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -151,7 +188,8 @@ def client() -> Any:
     import docker
 
     with _docker_errors():
-        c = docker.from_env(timeout=60)
+        url = _ENDPOINT.get()
+        c = docker.DockerClient(base_url=url, timeout=60) if url else docker.from_env(timeout=60)
         c.ping()
     return c
 
@@ -267,7 +305,8 @@ def tag(image_id: str, ref: str) -> None:
 def build_argv(builder: Builder, context: Path, iidfile: Path, labels: Mapping[str, str],
                secrets: Mapping[str, Path], progress: str, no_cache: bool = False,
                env_build_args: Sequence[str] = (), network: str | None = None,
-               platform: str | None = None) -> list[str]:
+               platform: str | None = None, cache_from: Sequence[str] = (),
+               inline_cache: bool = False) -> list[str]:
     """The build command; pure so tests can assert on it. No -t: tags are set after success.
     `env_build_args`: names passed as `--build-arg NAME`, the value read by the client from its
     environment (run_build's extra_env): a proxy password never shows on a command line."""
@@ -278,6 +317,10 @@ def build_argv(builder: Builder, context: Path, iidfile: Path, labels: Mapping[s
         argv += ["--network", network]
     if platform is not None:  # another platform than the engine's (emulated, or a remote one)
         argv += ["--platform", platform]
+    if inline_cache:  # the image carries its build cache: another engine can --cache-from it
+        argv += ["--build-arg", "BUILDKIT_INLINE_CACHE=1"]
+    for ref in cache_from:  # images in a registry whose layers this build may reuse
+        argv += ["--cache-from", ref]
     for k, v in sorted(labels.items()):
         argv += ["--label", f"{k}={v}"]
     for sid, path in sorted(secrets.items()):
@@ -291,7 +334,8 @@ def build_argv(builder: Builder, context: Path, iidfile: Path, labels: Mapping[s
 def save_image(ref: str, path: Path, timeout: float = 1800) -> None:
     """`docker save` ref (its tag kept) into a docker archive at path."""
     builder = find_builder()
-    r = proc.run([builder.docker, "save", "-o", str(path), ref], timeout=timeout, check=False)
+    r = proc.run([builder.docker, "save", "-o", str(path), ref], timeout=timeout, check=False,
+                 env=cli_env())
     if r.returncode != 0:
         raise EnvironmentProblem(f"docker save {ref} failed: {r.stderr.strip()[:200]}",
                                  "check the free space where the archive goes and that the "
@@ -301,7 +345,8 @@ def save_image(ref: str, path: Path, timeout: float = 1800) -> None:
 def load_image(path: Path, timeout: float = 1800) -> None:
     """`docker load` a docker archive (made by save_image)."""
     builder = find_builder()
-    r = proc.run([builder.docker, "load", "-i", str(path)], timeout=timeout, check=False)
+    r = proc.run([builder.docker, "load", "-i", str(path)], timeout=timeout, check=False,
+                 env=cli_env())
     if r.returncode != 0:
         raise EnvironmentProblem(f"docker load {path.name} failed: {r.stderr.strip()[:200]}",
                                  "is the bundle complete? (bundle.json lists its files)")

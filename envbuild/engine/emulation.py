@@ -9,7 +9,6 @@ mounts a stand-in /sys/devices/system/cpu holding the matrix's MIDR (torch.toml
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from envbuild.common.errors import EnvironmentProblem, UsageError
@@ -24,16 +23,11 @@ def emulated(platform: str | None) -> bool:
     return platform is not None and platform != platforms.host()
 
 
-def _remote_engine() -> bool:
-    host = os.environ.get("DOCKER_HOST", "")
-    return bool(host) and not host.startswith("unix://")
-
-
-def ready(platform: str) -> str:
+def ready(platform: str, remote: bool = False) -> str:
     """How this host runs `platform` binaries ('qemu-aarch64 through binfmt_misc'), or an
-    EnvironmentProblem (exit 4) that says how to get there. A remote engine (DOCKER_HOST
-    tcp:// or ssh://) is its own machine: not checked here ('')."""
-    if _remote_engine():
+    EnvironmentProblem (exit 4) that says how to get there. A remote engine (tcp://, ssh://)
+    is its own machine: not checked here ('')."""
+    if remote:
         return ""
     from envbuild.common.boundedio import read_text
 

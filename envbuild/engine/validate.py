@@ -125,7 +125,7 @@ def _emulation(platform: str, standin: Path) -> tuple[str, dict[str, Path]]:
 
     from envbuild.matrix import load
 
-    how = emulation.ready(platform)
+    how = emulation.ready(platform, docker.remote_engine())
     mounts: dict[str, Path] = {}
     midr = str(load().meta.get("torch", {}).get("emulated_arm64_midr", ""))
     if platform == "linux/arm64" and midr:

@@ -145,13 +145,14 @@ def pip_line(rec: Recommendation, m: Matrix, python: str = "", system: str = "Li
     try:
         spec = resolve(Ask(target=rec.target, cuda=rec.cuda or None, torch=rec.torch or None,
                            rocm=rec.rocm or None, driver=rec.driver or None, gpus=rec.gpus,
-                           python=python or None), m)
+                           python=python or None, platform=rec.platform or None), m)
     except EnvbuildError:
         return ""
     if system == "Darwin":  # PyPI's macOS wheels: no local tag, no index of PyTorch's own
         pins = [p.partition("+")[0] for p in torch_pins(spec)]
         return " ".join(shlex.quote(a) for a in ["pip", "install", *pins])
-    args = ["pip", "install", *torch_pins(spec)]
+    # PyPI's wheels carry no local version (+cu130): pinned without it where PyPI is the index
+    args = ["pip", "install", *torch_pins(spec, "pypi.org" not in (spec.index_url or ""))]
     if spec.index_url and "pypi.org" not in spec.index_url:
         args += ["--index-url", spec.index_url]
     return " ".join(shlex.quote(a) for a in args)

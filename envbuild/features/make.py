@@ -71,6 +71,9 @@ class MakeRequest:
     proxy: str | None = None  # --proxy; None: HTTP(S)_PROXY / NO_PROXY from the environment
     estimate_size: bool = True  # the size estimate beside the real size (make's summary)
     push_requires_gpu: bool = False  # a team file's push_requires = "gpu"
+    engine: str | None = None  # the Docker engine (a DOCKER_HOST address); None: the default
+    cache_from: tuple[str, ...] = ()  # registry images whose layers the build may reuse
+    inline_cache: bool = False  # the image carries its build cache (for other engines)
 
 
 @record
@@ -394,7 +397,15 @@ def check_push(push: str | None, validate: bool, push_unvalidated: bool) -> None
 
 
 def make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) -> MakeResult:
-    """Resolve, render, build, validate and push one image; the summary of what happened."""
+    """Resolve, render, build, validate and push one image; the summary of what happened. Every
+    engine call goes to mr.engine (None: the default one)."""
+    from envbuild.engine import docker
+
+    with docker.endpoint(mr.engine):
+        return _make(mr, m, hooks)
+
+
+def _make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) -> MakeResult:
     from envbuild.common.proxy import build_proxy_env
     from envbuild.engine import docker
     from envbuild.engine.build import build as do_build
@@ -436,7 +447,8 @@ def make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) -
         t1 = time.monotonic()
         with hooks.progress() as sink:
             result = do_build(ctx, tag=mr.tag, rebuild=mr.rebuild, secrets=prepared.secrets,
-                              on_line=sink, proxies=proxies)
+                              on_line=sink, proxies=proxies, cache_from=mr.cache_from,
+                              inline_cache=mr.inline_cache)
         times["build"] = time.monotonic() - t1
     out = MakeResult(spec, chosen, build=result, context=mr.out)
     shipped = ship(result, Shipping(

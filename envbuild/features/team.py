@@ -179,11 +179,13 @@ def lock_changes(planned: list[Planned], lock: Mapping[str, Any] | None,
 
 
 def cache_state(p: Planned) -> str:
-    """built (an image with these exact inputs exists locally) | to build | unknown (no engine)."""
+    """built (an image with these exact inputs exists in its engine) | to build | unknown (no
+    engine)."""
     from envbuild.engine import docker
 
     try:
-        return "built" if docker.local_image(p.tag) is not None else "to build"
+        with docker.endpoint(p.image.engine):
+            return "built" if docker.local_image(p.tag) is not None else "to build"
     except EnvbuildError:
         return "unknown (no engine)"
 
@@ -352,9 +354,13 @@ def build_order(planned: list[Planned]) -> tuple[list[Planned], list[Planned]]:
 def build(planned: list[Planned], m: Matrix, *, push: bool, jobs: int = 1, rebuild: bool = False,
           revalidate: bool = False, timeout: float = 600.0,
           hooks_for: Callable[[str], Hooks] | None = None,
-          on_done: Callable[[Built], None] | None = None) -> list[Built]:
-    """Build, validate and (with push) push every planned image; a failure of one image does not
-    stop the others (its entry carries the error)."""
+          on_done: Callable[[Built], None] | None = None,
+          cache_from: tuple[str, ...] = ()) -> list[Built]:
+    """Build, validate and (with push) push every planned image, each on its engine; a failure
+    of one image does not stop the others (its entry carries the error). Pushed images carry
+    their build cache, and `cache_from` (the family's images already in the registry) lets any
+    engine reuse their layers instead of building them again."""
+    from envbuild.engine import docker
     from envbuild.features.make import MakeRequest, make
 
     for p in planned:
@@ -367,13 +373,15 @@ def build(planned: list[Planned], m: Matrix, *, push: bool, jobs: int = 1, rebui
         mr = MakeRequest(p.image.request, p.image.inputs, tag=p.tag, rebuild=rebuild,
                          push=p.image.registry if push else None, revalidate=revalidate,
                          timeout=timeout, attach_report=True, recommend=False,
-                         estimate_size=False, push_requires_gpu=p.image.push_requires_gpu)
+                         estimate_size=False, push_requires_gpu=p.image.push_requires_gpu,
+                         engine=p.image.engine, cache_from=cache_from, inline_cache=push)
         b = Built(p)
         try:
-            b.result = make(mr, m, hooks_for(p.key) if hooks_for else None)
-            b.base_digest = current_base_digest(p.base_image)
-            if b.result.build is not None:
-                b.freeze = freeze(b.result.build.tag)
+            with docker.endpoint(p.image.engine):
+                b.result = make(mr, m, hooks_for(p.key) if hooks_for else None)
+                b.base_digest = current_base_digest(p.base_image)
+                if b.result.build is not None:
+                    b.freeze = freeze(b.result.build.tag)
         except EnvbuildError as exc:
             b.error = exc
         b.seconds = time.monotonic() - t0
@@ -437,6 +445,18 @@ def push_indexes(built: list[Built]) -> list[Indexed]:
 
 def _text(content: str | bytes) -> str:
     return content.decode() if isinstance(content, bytes) else content
+
+
+def registry_images(lock: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """Every image the lock pins in a registry (REGISTRY/NAME@sha256:...), platform images too:
+    what a build on any engine may take layers from."""
+    out: list[str] = []
+    for e in (lock or {}).get("image", {}).values():
+        for entry in [e, *(e.get("platforms") or {}).values()]:
+            tag, digest = str(entry.get("tag", "")), str(entry.get("digest", ""))
+            if tag and digest and "/" in tag and "platforms" not in entry:
+                out.append(f"{tag.rpartition(':')[0]}@{digest}")
+    return tuple(dict.fromkeys(out))
 
 
 def lock_entry(b: Built) -> dict[str, Any]:

@@ -84,7 +84,8 @@ def build(file: Path | None, only: Iterable[str] = (), *, push: bool, jobs: int 
     m = load()
     planned = t.plan(team, m, tuple(only))
     built = t.build(planned, m, push=push, jobs=jobs, rebuild=rebuild, revalidate=revalidate,
-                    hooks_for=hooks_for, on_done=on_done)
+                    hooks_for=hooks_for, on_done=on_done,
+                    cache_from=t.registry_images(old) if push else ())
     indexes = t.push_indexes(built) if push else []
     if locked:
         return TeamBuild(built, None, indexes)

@@ -45,13 +45,15 @@ _VERSION_EXAMPLE = {"cuda": "12.8", "rocm": "6.2", "python": "3.12", "driver": "
 
 SCALARS = ("target", "cuda", "rocm", "torch", "python", "driver", "os", "flavor", "base_image",
            "wheelhouse", "ca_cert", "pip_index_url", "torch_index_url", "python_source", "user",
-           "registry", "push_requires", "platform", "build_base_image")
+           "registry", "push_requires", "platform", "build_base_image", "engine")
 LISTS = ("gpu", "pip", "apt", "conda", "without", "pip_extra_index_url", "platforms")
 KEYS = frozenset(SCALARS + LISTS)
 # A platform's own table ([image.NAME.arm64], [defaults.amd64]): what may differ between the
 # platform images of one multi-platform image.
 PLATFORM_TABLES = {"amd64": "linux/amd64", "arm64": "linux/arm64"}
-PLATFORM_KEYS = ("base_image", "build_base_image", "wheelhouse", "torch_index_url")
+PLATFORM_KEYS = ("base_image", "build_base_image", "wheelhouse", "torch_index_url", "engine")
+# engine: the Docker engine that builds, checks and pushes the image, as DOCKER_HOST writes it
+_ENGINE = re.compile(r"(?:unix|tcp|ssh)://[^\s'\"\\`$;|&<>]{1,400}", re.ASCII)
 # What --push needs of an image's validation: "validation" (it passed, on a GPU or not) or "gpu"
 # (it passed on a GPU: an image checked only without one stays here).
 PUSH_REQUIRES = ("validation", "gpu")
@@ -71,6 +73,7 @@ class TeamImage:
     platforms: tuple[str, ...] = ()
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)  # platform -> keys
     directory: Path | None = None  # the team file's: relative paths start there
+    engine: str | None = None  # a DOCKER_HOST address; None: this machine's default engine
 
     def on(self, platform: str) -> TeamImage:
         """The image for one of its platforms: that platform's keys over the image's."""
@@ -86,7 +89,8 @@ class TeamImage:
                         else self.inputs.wheelhouse),
             torch_index_url=own.get("torch_index_url", self.inputs.torch_index_url))
         req = dataclasses.replace(self.request, platform=platform)
-        return dataclasses.replace(self, request=req, inputs=ci, platforms=())
+        return dataclasses.replace(self, request=req, inputs=ci, platforms=(),
+                                   engine=own.get("engine", self.engine))
 
 
 @record
@@ -173,6 +177,10 @@ def _check_value(key: str, value: str) -> None:
         platform_name(value)
     elif key == "build_base_image":
         context.image_reference(value, "build_base_image")
+    elif key == "engine" and not _ENGINE.fullmatch(value):
+        raise UsageError(f"{shown(value)} is not a Docker engine address",
+                         "as DOCKER_HOST writes it: unix:///run/docker-arm64.sock, "
+                         "tcp://builder.example.com:2376, ssh://user@builder")
 
 
 def platform_name(value: str) -> str:
@@ -307,7 +315,7 @@ def image_of(name: str, defaults: dict[str, Any], own: dict[str, Any], base: Pat
                          if plats else f"add platforms = [\"{unused[0]}\", ...] to the image")
     return TeamImage(name, req, ci, v.get("registry"), v,
                      push_requires_gpu=v.get("push_requires") == "gpu", platforms=plats,
-                     overrides=on, directory=base)
+                     overrides=on, directory=base, engine=v.get("engine"))
 
 
 def parse(text: str, path: Path) -> TeamFile:

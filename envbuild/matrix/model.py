@@ -155,6 +155,8 @@ class Gpu(Row):
     gfx: str = ""
     memory_gb: float = 0.0
     wheels: str = ""  # "jetpack": only NVIDIA's JetPack builds of torch fit (gpus.toml header)
+    cpu: str = ""  # the CPU an Arm module pairs it with ("Grace"), and the core name lscpu
+    cpu_core: str = ""  # prints for that CPU ("Neoverse-V2")
 
 
 @record

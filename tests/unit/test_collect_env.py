@@ -47,7 +47,8 @@ def _diagnose(text: str, m: Matrix):  # type: ignore[no-untyped-def]
 
 def _resolves(rec: Recommendation, m: Matrix) -> None:
     resolve(Ask(target=rec.target, cuda=rec.cuda or None, torch=rec.torch or None,
-                rocm=rec.rocm or None, driver=rec.driver or None, gpus=rec.gpus), m)
+                rocm=rec.rocm or None, driver=rec.driver or None, gpus=rec.gpus,
+                platform=rec.platform or None), m)
 
 
 # ---------------------------------------------------------------- the real reports
@@ -96,14 +97,26 @@ def test_each_real_report_gets_a_command_that_resolves(slug: str, matrix: Matrix
         flags = {a: argv[i + 1] for i, a in enumerate(argv) if a.startswith("--")
                  and i + 1 < len(argv) and not argv[i + 1].startswith("--")}
         assert set(flags) | {"--forward-compat"} >= {a for a in argv if a.startswith("--")}
-        assert set(flags) <= {"--target", "--cuda", "--torch", "--rocm", "--driver", "--gpu"}
+        assert set(flags) <= {"--target", "--cuda", "--torch", "--rocm", "--driver", "--gpu",
+                              "--platform"}
         resolve(Ask(target=flags["--target"], cuda=flags.get("--cuda"),
                     torch=flags.get("--torch"), rocm=flags.get("--rocm"),
                     driver=flags.get("--driver"), forward_compat="--forward-compat" in argv,
+                    platform=flags.get("--platform"),
                     gpus=tuple(argv[i + 1] for i, a in enumerate(argv) if a == "--gpu")),
                 matrix)
     pip = pip_line(d.recommendation, matrix)
     assert pip.startswith("pip install torch==")
+    # an Arm host's report: its platform said, and the image made for it
+    platform = CASES[slug].get("platform", "")
+    assert d.recommendation.platform == ("" if platform == "linux/amd64" else platform)
+    found = {f.id: f for f in d.findings}
+    if platform:
+        assert platform in found["host.platform"].message
+        assert ("--platform " + platform) in d.recommendation.command
+        assert CASES[slug].get("cpu", "CPU: not reported") in found["host.platform"].message
+    else:
+        assert "host.platform" not in found
 
 
 def test_the_arch_list_comes_from_torchs_own_warning(matrix: Matrix) -> None:

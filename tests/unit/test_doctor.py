@@ -720,3 +720,46 @@ def test_a_recorded_package_name_reaches_the_purge_command_only_when_debian_allo
     for word in argv[3:]:
         assert apt_name(word) or "*" in word, word
     assert (name in argv) == apt_name(name)
+
+
+def test_an_arm_host_says_its_platform_and_names_the_grace_beside_its_gh200(
+        matrix: Matrix) -> None:
+    """gh200-fasrc: a published lscpu (72 x Neoverse-V2) beside a GH200: the CPU is named as
+    the module's, and the image recommended is for linux/arm64 (and resolves there)."""
+    findings, rec = evaluate.diagnose(record.load(FIXTURES / "gh200-fasrc"), matrix)
+    # judged on the shipped matrix (the small one has no GH200 and no arm64 wheels)
+    assert [[f.id, str(f.severity)] for f in findings] == [
+        ["host.platform", "info"], ["nvidia.driver", "ok"], ["nvidia.gpus", "ok"],
+        ["nvidia.persistence_off", "info"], ["docker.not_found", "error"],
+        ["torch.not_installed", "info"]]
+    found = {f.id: f for f in findings}
+    assert "linux/arm64 (aarch64)" in found["host.platform"].message
+    assert "72 x Neoverse-V2: Grace, the CPU of the GH200" in found["host.platform"].message
+    assert rec.platform == "linux/arm64" and rec.command.endswith("--platform linux/arm64")
+    from envbuild.core.request import Request as Ask
+    from envbuild.core.resolve import resolve
+
+    spec = resolve(Ask(target="cuda", driver=rec.driver, gpus=rec.gpus, platform=rec.platform),
+                   matrix)
+    assert spec.platform == "linux/arm64" and "sm_90" in spec.archs
+
+
+@pytest.mark.parametrize("lscpu,want", [
+    ("Model name: Neoverse-V2\nCore(s) per socket: 72\nSocket(s): 1\n", [("Neoverse-V2", 72)]),
+    # GB10's two core types, each its own block (util-linux's tree layout, indented)
+    ("Vendor ID: ARM\n  Model name: Cortex-X925\n    Core(s) per socket: 5\n    Socket(s): 2\n"
+     "  Model name: Cortex-A725\n    Core(s) per socket: 5\n    Socket(s): 2\n",
+     [("Cortex-X925", 10), ("Cortex-A725", 10)]),
+    ("Model name: -\n", []), ("", []),
+    ("Model name: ARMv8 Processor rev 1 (v8l)\nCore(s) per cluster: 4\nCluster(s): 3\n",
+     [("ARMv8 Processor rev 1 (v8l)", 12)]),
+])
+def test_lscpu_core_counts(lscpu: str, want: list[tuple[str, int]]) -> None:
+    from envbuild.doctor.checks_host import lscpu_cores
+
+    assert lscpu_cores(lscpu) == want
+
+
+def test_an_x86_host_has_no_platform_finding(matrix: Matrix) -> None:
+    findings, rec = evaluate.diagnose(record.load(FIXTURES / "h100-sxm-recorded"), matrix)
+    assert "host.platform" not in {f.id for f in findings} and rec.platform == ""
