@@ -330,7 +330,9 @@ def _say_make(r: MakeResult, out: Path | None, push_unvalidated: bool) -> None:
             f"build, real {r.size / 1e6:.0f} MB ({r.sized.get('error_pct', 0):+.1f}%)"
             + ("" if est["complete"] else "; estimate incomplete: "
                + ", ".join(est["unknown"]) + " unknown"))
-    if spec.platform not in (None, "linux/amd64"):
+    from envbuild.core import platforms
+
+    if platforms.foreign(spec.platform):
         say(f"platform  {spec.platform}")
     if not result.cached:
         say(f"builder   {result.builder}")

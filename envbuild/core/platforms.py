@@ -40,6 +40,17 @@ def wheel_platforms(platform: str, glibc: str) -> list[str]:
             f"manylinux2014_{machine}"]
 
 
+def foreign(platform: str | None) -> bool:
+    """A platform other than linux/amd64, the one every spec had before --platform (None and ''
+    mean that one): it shows in tags, the trace and the Dockerfile's stages."""
+    return bool(platform) and platform != AMD64
+
+
+def tag_suffix(platform: str | None) -> str:
+    """What an image tag adds for its platform: '-arm64' for linux/arm64, '' for linux/amd64."""
+    return "-" + str(platform).rsplit("/", 1)[-1] if foreign(platform) else ""
+
+
 def known(m: Matrix) -> tuple[str, ...]:
     """torch.toml [meta] platforms: the first is the [[variant]] rows' own."""
     return tuple(str(p) for p in m.meta.get("torch", {}).get("platforms", (AMD64,)))

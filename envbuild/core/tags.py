@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from envbuild.core import platforms
+
 if TYPE_CHECKING:
     from envbuild.core.spec import Spec
 
@@ -71,5 +73,5 @@ def default_tag(spec: Spec, chash: str) -> str:
     digest = hashlib.sha256(f"{spec.hash}\0{chash}".encode()).hexdigest()[:12]
     variant = "" if spec.variant == spec.target else f"-{spec.variant}"
     # an image for another platform than linux/amd64 says so (the hex differs already)
-    arch = "" if spec.platform in (None, "linux/amd64") else "-" + spec.platform.rsplit("/")[-1]
+    arch = platforms.tag_suffix(spec.platform)
     return f"envbuild/{spec.target}:torch{spec.torch}{variant}-py{spec.python}{arch}-{digest}"

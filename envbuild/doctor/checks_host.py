@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from envbuild.common.versions import branch_of, major_of
-from envbuild.core import compat, wsl
+from envbuild.core import compat, platforms, wsl
 from envbuild.core.compat import HostRules
 from envbuild.core.gpu_window import window
 from envbuild.doctor import model, parse
@@ -496,7 +496,7 @@ def lscpu_cores(text: str) -> list[tuple[str, int]]:
 def check_platform(v: View, m: Matrix, o: Out, lscpu: str, kernel: str) -> None:
     """An Arm Linux host: its platform, its CPU (named as the module's when its GPU pairs with
     it: Grace beside a GH200), and a Jetson's L4T kernel."""
-    if v.platform in ("", "linux/amd64"):
+    if not platforms.foreign(v.platform):
         return
     from envbuild.core import gpus as gpu_rows
 

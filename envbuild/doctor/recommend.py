@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from envbuild.common.versions import minor_of, version_key
-from envbuild.core import compat
+from envbuild.core import compat, platforms
 from envbuild.core.spec import Spec
 from envbuild.doctor import model
 from envbuild.doctor.model import Recommendation, Request
@@ -22,7 +22,7 @@ def recommend(v: View, m: Matrix, req: Request) -> Recommendation:
     from dataclasses import replace
 
     rec = _recommend(v, m, req)
-    if v.platform in ("", "linux/amd64") or rec.target == "mps":
+    if not platforms.foreign(v.platform) or rec.target == "mps":
         return rec
     return checked(replace(rec, platform=v.platform), m)
 
@@ -100,7 +100,7 @@ def recommend_cuda(v: View, m: Matrix, req: Request, pin: Callable[[str], str]) 
 
 def _plat(v: View) -> str | None:
     """The platform to resolve for: the host's when it is not linux/amd64 (None: the default)."""
-    return v.platform if v.platform not in ("", "linux/amd64") else None
+    return v.platform if platforms.foreign(v.platform) else None
 
 
 def _after_upgrade(m: Matrix, gpus: tuple[str, ...],

@@ -23,7 +23,7 @@ from envbuild import __version__
 from envbuild.common.echo import shown
 from envbuild.common.errors import EnvbuildError, UsageError
 from envbuild.common.record import record
-from envbuild.core import refs
+from envbuild.core import platforms, refs
 from envbuild.features.teamfile import TeamFile, TeamImage
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ def layer_keys(p: Prepared) -> dict[str, str]:
     o = p.options
     os_key = _h(p.spec.os, p.spec.python, o.base_image or p.spec.base_image, o.python_source,
                 list(o.apt), o.user, o.ca_cert,
-                *([p.spec.platform] if p.spec.platform not in (None, "linux/amd64") else []))
+                *([p.spec.platform] if platforms.foreign(p.spec.platform) else []))
     torch_key = _h(os_key, _text(p.files["requirements.txt"].content),
                    _text(p.files["constraints.txt"].content), o.torch_index_url,
                    list(o.pip_extra_index_urls), _wheels(p.wheelhouse))
@@ -97,7 +97,7 @@ def inputs_hash(p: Prepared) -> str:
 def image_tag(name: str, p: Prepared) -> str:
     s = p.spec
     variant = "" if s.variant == s.target else f"-{s.variant}"
-    arch = "" if s.platform in (None, "linux/amd64") else "-" + s.platform.rsplit("/")[-1]
+    arch = platforms.tag_suffix(s.platform)
     return f"{name}:torch{s.torch}{variant}-py{s.python}{arch}-{inputs_hash(p)}"
 
 

@@ -32,6 +32,7 @@ from envbuild.common import boundedio
 from envbuild.common.echo import shown
 from envbuild.common.errors import UsageError
 from envbuild.common.record import record
+from envbuild.core.platforms import ALIASES
 from envbuild.core.request import COMPONENTS, Request
 from envbuild.render.pipeline import ContextInputs
 
@@ -50,7 +51,7 @@ LISTS = ("gpu", "pip", "apt", "conda", "without", "pip_extra_index_url", "platfo
 KEYS = frozenset(SCALARS + LISTS)
 # A platform's own table ([image.NAME.arm64], [defaults.amd64]): what may differ between the
 # platform images of one multi-platform image.
-PLATFORM_TABLES = {"amd64": "linux/amd64", "arm64": "linux/arm64"}
+PLATFORM_TABLES = {short: ALIASES[short] for short in ("amd64", "arm64")}
 PLATFORM_KEYS = ("base_image", "build_base_image", "wheelhouse", "torch_index_url", "engine")
 # engine: the Docker engine that builds, checks and pushes the image, as DOCKER_HOST writes it
 _ENGINE = re.compile(r"(?:unix|tcp|ssh)://[^\s'\"\\`$;|&<>]{1,400}", re.ASCII)
@@ -185,8 +186,6 @@ def _check_value(key: str, value: str) -> None:
 
 def platform_name(value: str) -> str:
     """linux/amd64 | linux/arm64, as Docker, uname -m or Debian write them."""
-    from envbuild.core.platforms import ALIASES
-
     name = ALIASES.get(value.lower(), value.lower())
     if name not in PLATFORM_TABLES.values():
         raise UsageError(f"{shown(value)} is not a platform",

@@ -552,14 +552,15 @@ def _cross_stage(spec: Spec, opts: RenderOptions, os_info: OsInfo, python: _Pyth
     arm64 builder runs the same stage natively. None for linux/amd64 (one stage, as before)."""
     from envbuild.core import platforms
 
-    if spec.platform in (None, platforms.AMD64):
+    if not platforms.foreign(spec.platform):
         return None
-    tags = platforms.wheel_platforms(spec.platform, os_info.glibc)
+    platform = str(spec.platform)
+    tags = platforms.wheel_platforms(platform, os_info.glibc)
     abi = "cp" + spec.python.replace(".", "")
     pip = ["--target", "/opt/stack/site", "--only-binary=:all:", "--implementation", "cp",
            "--python-version", spec.python, "--abi", abi, "--abi", "abi3", "--abi", "none",
            *(a for t in tags for a in ("--platform", t))]
-    return {"platform": spec.platform, "build_base": opts.build_base or base_image,
+    return {"platform": platform, "build_base": opts.build_base or base_image,
             "packages": python.pip_packages, "pip_args": pip,
             "site": f"{VENV}/lib/python{spec.python}/site-packages"}
 

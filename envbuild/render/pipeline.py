@@ -193,7 +193,9 @@ def prepare(req: Request, ci: ContextInputs, m: Matrix, image_ref: str = "") -> 
     if not _container(spec.target) and (opts.base_image or opts.apt or opts.wheelhouse):
         raise UsageError("--base-image, --apt and --wheelhouse do not apply to --target mps",
                          "--target mps is a native macOS environment: leave these options out")
-    if opts.build_base and spec.platform in (None, "linux/amd64"):
+    from envbuild.core import platforms
+
+    if opts.build_base and not platforms.foreign(spec.platform):
         raise UsageError("--build-base-image applies only to an image for another platform",
                          "the image is for linux/amd64, built in one stage: leave it out, or "
                          "add --platform linux/arm64")

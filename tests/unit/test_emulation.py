@@ -109,9 +109,12 @@ def test_no_emulation_is_one_environment_problem_saying_how(
 
 def test_a_remote_engine_is_not_checked_here(tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from envbuild.engine import docker
+
     _binfmt(tmp_path, monkeypatch, None)
     monkeypatch.setenv("DOCKER_HOST", "tcp://builder.example.com:2376")
-    assert emulation.ready(ARM) == ""
+    assert docker.remote_engine()
+    assert emulation.ready(ARM, remote=docker.remote_engine()) == ""
 
 
 def test_emulated_is_another_platform_than_this_hosts() -> None:

@@ -192,3 +192,18 @@ def test_a_jetson_before_thor_is_refused_naming_jetpack(matrix: Matrix, gpu: str
 def test_jetson_thor_resolves_to_an_aarch64_wheel_with_its_sass(matrix: Matrix) -> None:
     spec = resolve(Request(gpus=("Jetson Thor",), platform=ARM), matrix)
     assert "sm_110" in spec.archs and spec.platform == ARM
+
+
+def test_the_default_platform_is_one_value_everywhere() -> None:
+    """core.spec (lean, for start-up) and core.request keep their own copy of linux/amd64: the
+    same as core.platforms.AMD64, the platform a spec without one means."""
+    import dataclasses
+
+    from envbuild.core import spec as spec_module
+    from envbuild.core.request import Parsed
+
+    parsed = next(f.default for f in dataclasses.fields(Parsed) if f.name == "platform")
+    assert spec_module._DEFAULT_PLATFORM == platforms.AMD64 == parsed
+    assert not platforms.foreign(None) and not platforms.foreign("") \
+        and not platforms.foreign(platforms.AMD64) and platforms.foreign(ARM)
+    assert platforms.tag_suffix(ARM) == "-arm64" and platforms.tag_suffix(None) == ""
