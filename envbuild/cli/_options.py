@@ -138,9 +138,8 @@ Wheelhouse = Annotated[Path | None, typer.Option(
 BaseImage = Annotated[str | None, typer.Option(
     "--base-image", help="Override the base image (a mirror, an offline base).")]
 BuildBaseImage = Annotated[str | None, typer.Option(
-    "--build-base-image", help="An image for another platform (--platform linux/arm64 on an "
-    "x86_64 builder) gets its torch stack from a stage on the build machine: that stage's image "
-    "(default: the base image, which must then be multi-platform).")]
+    "--build-base-image", help="Another platform's torch stage runs on the build machine, in "
+    "this image (default: the base image, then multi-platform).")]
 PythonSource = Annotated[str | None, typer.Option(
     "--python-source", help="os | standalone: where the image's Python comes from.")]
 

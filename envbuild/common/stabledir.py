@@ -7,8 +7,9 @@ each time is sent whole each time: for a CUDA wheelhouse, 2.6 GB and about 25 s 
 
 `stable_dir(parent, key)` gives `parent/<prefix><key>/` when no live process holds it, else a fresh
 temporary directory beside it (a second build at the same time is correct, only slower). A
-directory left by a killed run (its owner's pid is gone) is taken over. Either way the directory is
-removed when the block ends, Ctrl-C and errors included.
+directory left by a killed run (the pid in its owner file is gone) is taken over; one without
+an owner file is left alone (its maker may be between mkdir and writing it). Either way the
+directory is removed when the block ends, Ctrl-C and errors included.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from envbuild.common.files import write_atomic
 
 OWNER = "owner.pid"  # in the claimed directory, beside what the caller writes
 
@@ -31,9 +34,7 @@ def _alive(pid_file: Path) -> bool:
 
     try:
         fd = os.open(pid_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return False  # not yet written, or already removed: the race is settled by mkdir
-    except OSError:
+    except OSError:  # missing too: its maker may be between mkdir and writing it
         return True
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -43,6 +44,8 @@ def _alive(pid_file: Path) -> bool:
         return True
     finally:
         os.close(fd)
+    if not text:
+        return True  # written atomically, so never seen empty: leave an odd one alone
     if not text.isdecimal() or int(text) <= 0:
         return False
     try:
@@ -70,7 +73,7 @@ def _claim(path: Path) -> bool:
                 return False
             shutil.rmtree(trash, ignore_errors=True)
             continue
-        (path / OWNER).write_text(str(os.getpid()))
+        write_atomic(path / OWNER, str(os.getpid()))  # never seen half-written
         return True
     return False
 

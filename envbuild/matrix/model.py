@@ -3,10 +3,10 @@ where each kind lives in the TOML files (TABLES). Data only, no I/O."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import field
 from functools import cached_property
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from envbuild.common.record import record
 from envbuild.common.versions import minor_of
@@ -34,6 +34,9 @@ class Row:
 
 @record
 class CudaCompat(Row):
+    """cuda.toml [[compat]]: a CUDA major's minor-version-compatibility floor, the oldest driver
+    that runs every minor of it (CUDA 11 and later)."""
+
     major: int
     min_driver_linux: str
     min_driver_windows: str = ""
@@ -67,18 +70,25 @@ class CompatPackage(Row):
 
 @record
 class CudaRelease(Row):
-    version: str
-    latest: str
+    """cuda.toml [[release]]: a CUDA minor, its newest patch, the driver it shipped with (GA) and
+    that of its newest patch, the nvidia/cuda image patch it is built on, and whether it is EOL."""
+
+    version: str  # the minor: 12.4
+    latest: str  # its newest patch: 12.4.1
+    # The minimum driver of the minor's GA release, then of its newest patch ("" = N/A).
     ga_driver_linux: str
     ga_driver_windows: str = ""
     driver_linux: str = ""
     driver_windows: str = ""
-    image: str = ""
+    image: str = ""  # the nvidia/cuda image patch for this minor ("" = none)
     eol: bool = False
 
 
 @record
 class CudaImage(Row):
+    """cuda.toml [[image]]: the nvidia/cuda image flavors (base, runtime, cudnn-devel, ...) that
+    exist for a CUDA image patch on one OS."""
+
     cuda: str
     os: str
     flavors: tuple[str, ...]
@@ -89,6 +99,9 @@ class CudaImage(Row):
 
 @record
 class TorchRelease(Row):
+    """torch.toml [[release]]: a torch minor, its date, the Pythons it has wheels for, the variant
+    PyPI serves, and its macOS (MPS) floor."""
+
     version: str
     released: str
     python: tuple[str, ...]
@@ -99,6 +112,8 @@ class TorchRelease(Row):
 
 @record
 class TorchPatch(Row):
+    """torch.toml [[patch]]: a torch patch and the torchvision / torchaudio that pin it."""
+
     torch: str
     torchvision: str
     torchaudio: str = ""
@@ -111,12 +126,17 @@ class TorchPatch(Row):
 
 @record
 class Variant(Row):
-    release: str
-    tag: str
-    kind: str
+    """torch.toml [[variant]]: one wheel index of a torch minor (cu124, rocm6.2, cpu): the CUDA or
+    ROCm it carries, its cuDNN and NCCL, and the GPU code in it (SASS, PTX, gfx)."""
+
+    release: str  # the torch minor: 2.5
+    tag: str  # the index's tag: cu124
+    kind: str  # cuda | rocm | cpu
+    # What the wheels carry: the CUDA or ROCm version, cuDNN, NCCL ("" = none or unknown).
     version: str = ""
     cudnn: str = ""
     nccl: str = ""
+    # The GPU code compiled in: SASS and PTX by compute capability (9.0), ROCm gfx targets (gfx942).
     sass: tuple[str, ...] = ()
     ptx: tuple[str, ...] = ()
     gfx: tuple[str, ...] = ()
@@ -125,9 +145,10 @@ class Variant(Row):
 
 @record
 class WheelPlatform(Row):
-    """Where a torch release's wheel variant has wheels for a platform other than linux/amd64 (the
-    [[variant]] rows are the x86_64 facts), and the arch list there: linux/arm64 (aarch64;
-    NVIDIA's 'sbsa') wheels leave out archs no aarch64 GPU has and add Jetson Thor's 11.0."""
+    """torch.toml [[platform]]: where a torch release's wheel variant has wheels for a platform
+    other than linux/amd64 (the [[variant]] rows are the x86_64 facts), and the arch list there:
+    linux/arm64 (aarch64; NVIDIA's 'sbsa') wheels leave out archs no aarch64 GPU has and add
+    Jetson Thor's 11.0."""
 
     release: str
     tag: str
@@ -139,6 +160,9 @@ class WheelPlatform(Row):
 
 @record
 class Arch(Row):
+    """gpus.toml [[arch]]: a compute capability, its sm_ name, the first CUDA that builds for it and
+    the last CUDA and driver branch that still do."""
+
     cc: str
     name: str
     min_cuda: str
@@ -148,6 +172,9 @@ class Arch(Row):
 
 @record
 class Gpu(Row):
+    """gpus.toml [[gpu]]: a GPU model by name (and the aliases users type), its vendor, its compute
+    capability or gfx target, and its memory."""
+
     name: str
     vendor: str
     aliases: tuple[str, ...] = ()
@@ -161,6 +188,9 @@ class Gpu(Row):
 
 @record
 class RocmRelease(Row):
+    """rocm.toml [[release]]: a ROCm release, the image torch is built on, its OSes and the gfx
+    targets it supports."""
+
     version: str
     base_image: str
     os: tuple[str, ...] = ()
@@ -169,6 +199,8 @@ class RocmRelease(Row):
 
 @record
 class OsInfo(Row):
+    """os.toml [[os]]: a base OS and what the rendered Dockerfile depends on in its stock image."""
+
     id: str
     family: str
     package_manager: str
@@ -193,38 +225,57 @@ class OsInfo(Row):
         return version == self.python or version in self.extra_python
 
 
+_R = TypeVar("_R", bound=Row)
+
+
+class _ByKey(Generic[_R]):
+    """A Matrix lookup: `matrix.<name>(value)` gives the first row of the table (a Matrix field)
+    whose key field equals value, or None. One small linear scan over a tuple kept in version
+    order; one rule for every table looked up by its key."""
+
+    def __init__(self, table: str, key: str) -> None:
+        self.table, self.key = table, key
+
+    def __get__(self, matrix: Matrix | None, owner: type | None = None
+                ) -> Callable[[object], _R | None]:
+        rows: tuple[_R, ...] = getattr(matrix, self.table) if matrix is not None else ()
+        key = self.key
+        return lambda value: next((r for r in rows if getattr(r, key) == value), None)
+
+
 @record
 class Matrix:
+    """Every row of the matrix files by kind, in the files' order (TABLES says which file and
+    table each kind comes from); sources.toml by id, each file's [meta] by stem, and the
+    EXTRA_FILES whole by stem."""
+
+    # Each table looked up by its key stands beside it: `matrix.cuda_release("12.4")` is the
+    # first row whose key field equals the value, or None.
     cuda_compat: tuple[CudaCompat, ...]
+    compat_floor = _ByKey[CudaCompat]("cuda_compat", "major")
     cuda: tuple[CudaRelease, ...]
+    cuda_release = _ByKey[CudaRelease]("cuda", "version")
     images: tuple[CudaImage, ...]
     compat_packages: tuple[CompatPackage, ...]
     torch: tuple[TorchRelease, ...]
+    torch_release = _ByKey[TorchRelease]("torch", "version")
     patches: tuple[TorchPatch, ...]
     variants: tuple[Variant, ...]
     platforms: tuple[WheelPlatform, ...]
     archs: tuple[Arch, ...]
+    arch = _ByKey[Arch]("archs", "cc")
     gpus: tuple[Gpu, ...]
     rocm: tuple[RocmRelease, ...]
+    rocm_release = _ByKey[RocmRelease]("rocm", "version")
     oses: tuple[OsInfo, ...]
+    os_info = _ByKey[OsInfo]("oses", "id")
     cuda_history: tuple[CudaHistory, ...]
+    cuda_history_row = _ByKey[CudaHistory]("cuda_history", "version")
     sources: Mapping[str, Mapping[str, Any]]
     meta: Mapping[str, Mapping[str, Any]]
     extra: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
-    # Lookups used by the resolver; all small linear scans over tuples kept in version order.
-    def cuda_release(self, minor: str) -> CudaRelease | None:
-        return next((r for r in self.cuda if r.version == minor), None)
-
-    def cuda_history_row(self, minor: str) -> CudaHistory | None:
-        return next((r for r in self.cuda_history if r.version == minor), None)
-
-    def compat_floor(self, major: int) -> CudaCompat | None:
-        return next((c for c in self.cuda_compat if c.major == major), None)
-
-    def torch_release(self, minor: str) -> TorchRelease | None:
-        return next((r for r in self.torch if r.version == minor), None)
-
+    # A torch minor's variants and patches, indexed once.
     @cached_property
     def _by_release(self) -> dict[str, tuple[list[Variant], list[TorchPatch]]]:
         index: dict[str, tuple[list[Variant], list[TorchPatch]]] = {}
@@ -245,35 +296,26 @@ class Matrix:
         return next((w for w in self.platforms if (w.release, w.tag, w.platform)
                      == (release, tag, platform)), None)
 
-    def os_info(self, os_id: str) -> OsInfo | None:
-        return next((o for o in self.oses if o.id == os_id), None)
-
-    def rocm_release(self, version: str) -> RocmRelease | None:
-        return next((r for r in self.rocm if r.version == version), None)
-
-    def arch(self, cc: str) -> Arch | None:
-        return next((a for a in self.archs if a.cc == cc), None)
-
     def images_for(self, cuda_image: str) -> list[CudaImage]:
         return [i for i in self.images if i.cuda == cuda_image]
 
 
-# (file stem, table name, row type, Matrix field)
-TABLES: tuple[tuple[str, str, type[Row], str], ...] = (
-    ("cuda", "compat", CudaCompat, "cuda_compat"),
-    ("cuda", "release", CudaRelease, "cuda"),
-    ("cuda", "image", CudaImage, "images"),
-    ("cuda", "compat_package", CompatPackage, "compat_packages"),
-    ("cuda", "history", CudaHistory, "cuda_history"),
-    ("torch", "release", TorchRelease, "torch"),
-    ("torch", "patch", TorchPatch, "patches"),
-    ("torch", "variant", Variant, "variants"),
-    ("torch", "platform", WheelPlatform, "platforms"),
-    ("gpus", "arch", Arch, "archs"),
-    ("gpus", "gpu", Gpu, "gpus"),
-    ("rocm", "release", RocmRelease, "rocm"),
-    ("os", "os", OsInfo, "oses"),
-)
+# Where each kind of row lives: file stem -> table name -> (row type, Matrix field).
+LOCATIONS: dict[str, dict[str, tuple[type[Row], str]]] = {
+    "cuda": {"compat": (CudaCompat, "cuda_compat"), "release": (CudaRelease, "cuda"),
+             "image": (CudaImage, "images"),
+             "compat_package": (CompatPackage, "compat_packages"),
+             "history": (CudaHistory, "cuda_history")},
+    "torch": {"release": (TorchRelease, "torch"), "patch": (TorchPatch, "patches"),
+              "variant": (Variant, "variants"), "platform": (WheelPlatform, "platforms")},
+    "gpus": {"arch": (Arch, "archs"), "gpu": (Gpu, "gpus")},
+    "rocm": {"release": (RocmRelease, "rocm")},
+    "os": {"os": (OsInfo, "oses")},
+}
+# The same, flat: (file stem, table name, row type, Matrix field), in the files' order.
+TABLES: tuple[tuple[str, str, type[Row], str], ...] = tuple(
+    (stem, table, cls, attr)
+    for stem, tables in LOCATIONS.items() for table, (cls, attr) in tables.items())
 EXTRA_FILES = ("mps", "wsl2", "peaks", "sizes")  # read whole into Matrix.extra
 # Every matrix file (by stem) a Matrix is read from.
 FILES: tuple[str, ...] = tuple(sorted({t[0] for t in TABLES} | {"sources", *EXTRA_FILES}))
