@@ -137,6 +137,9 @@ def _hint(step: str, tail: list[str]) -> str:
     if re.search(r"No matching distribution|Could not find a version", text):
         return ("the index does not have that build: check --torch-index-url / --wheelhouse, or "
                 "the --pip requirement")
+    if re.search(r"no space left on device|ENOSPC", text, re.IGNORECASE):
+        return ("the disk where the engine keeps images and build cache is full: free space there "
+                "(`docker system df`; `docker builder prune` drops the build cache)")
     if re.search(r"Unable to locate package|No match for argument", text):
         return "an OS package name does not exist for this OS (--apt)"
     return "see the full log; fix the input and run again (nothing was tagged)"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,7 +85,8 @@ def multi(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> Iter
         if IN_CI:
             pytest.fail(msg)
         pytest.skip(msg)
-    proc, reg = start_registry(tmp_path_factory.mktemp("multi-registry"))
+    storage = tmp_path_factory.mktemp("multi-registry")
+    proc, reg = start_registry(storage)
     made = []
     data: dict[str, Any] = {}
     try:
@@ -107,6 +109,7 @@ def multi(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> Iter
         docker("rmi", *made, check=False)
         proc.terminate()
         proc.wait(timeout=10)
+        shutil.rmtree(storage, ignore_errors=True)  # two CUDA images' blobs: gigabytes
         docker("builder", "prune", "--filter", "type=source.local", "-f", check=False)
 
 
