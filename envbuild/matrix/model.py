@@ -230,17 +230,25 @@ _R = TypeVar("_R", bound=Row)
 
 class _ByKey(Generic[_R]):
     """A Matrix lookup: `matrix.<name>(value)` gives the first row of the table (a Matrix field)
-    whose key field equals value, or None. One small linear scan over a tuple kept in version
-    order; one rule for every table looked up by its key."""
+    whose key field equals value, or None. One rule for every table looked up by its key: the
+    table is indexed by that key on the first lookup, and the index's `get` is kept on the
+    Matrix instance (a non-data descriptor: later lookups never come back here)."""
 
     def __init__(self, table: str, key: str) -> None:
-        self.table, self.key = table, key
+        self.table, self.key, self.name = table, key, ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
 
     def __get__(self, matrix: Matrix | None, owner: type | None = None
                 ) -> Callable[[object], _R | None]:
-        rows: tuple[_R, ...] = getattr(matrix, self.table) if matrix is not None else ()
-        key = self.key
-        return lambda value: next((r for r in rows if getattr(r, key) == value), None)
+        if matrix is None:
+            return lambda value: None
+        index: dict[object, _R] = {}
+        for row in getattr(matrix, self.table):
+            index.setdefault(getattr(row, self.key), row)
+        matrix.__dict__[self.name] = index.get  # as functools.cached_property does
+        return index.get
 
 
 @record
