@@ -77,6 +77,14 @@ def collect(out: Path, req: Request, ci: ContextInputs, proxy: str | None = None
     if spec.target == "mps":
         raise UsageError("bundle builds container images; --target mps is a native macOS "
                          "environment", "use --target cuda/rocm/cpu")
+    from envbuild.core import platforms
+
+    if platforms.foreign(spec.platform):  # its torch stage runs on the build machine's pip
+        raise UsageError(f"bundle does not collect {spec.platform} images yet: their torch stack "
+                         "is installed by the build machine's own pip in a stage of its own",
+                         "bundle a linux/amd64 image (--platform linux/amd64), or build the "
+                         f"{spec.platform} image with `envbuild make --platform {spec.platform}` "
+                         "where the indexes are reachable")
     proxies = build_proxy_env(environ, proxy)
     torch_plan = None  # no --wheelhouse: the torch stack is downloaded as the build would
     if ci.wheelhouse is None:
