@@ -20,7 +20,7 @@ from tests.support import run_cli
 from tests.support.docker_helpers import BASE, SYSTEM_CA, docker
 from tests.support.engines import engine_docker, second_engine
 from tests.support.registry import start_registry
-from tests.support.team import TeamRun
+from tests.support.team import TeamRun, remove_images
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -82,6 +82,7 @@ def runs(fixtures: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[R
         proc.terminate()
         proc.wait(timeout=10)
         docker("rmi", *made, check=False)
+        remove_images("trainer")
 
 
 def test_the_second_engine_builds_from_the_registry_cache(runs: Runs) -> None:

@@ -24,7 +24,7 @@ import pytest
 from tests.support import IN_CI, run_cli, work_dir
 from tests.support.docker_helpers import BASE, docker
 from tests.support.registry import start_registry
-from tests.support.team import TeamRun
+from tests.support.team import TeamRun, remove_images
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -107,6 +107,7 @@ def multi(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> Iter
             made += [i["tag"], i["tag"].removeprefix(f"{reg}/team-arm/")]
         made += [ix["tag"] for ix in data.get("indexes", [])]
         docker("rmi", *made, check=False)
+        remove_images("gpu")  # the platform images' local tags and the pulled index's
         proc.terminate()
         proc.wait(timeout=10)
         shutil.rmtree(storage, ignore_errors=True)  # two CUDA images' blobs: gigabytes

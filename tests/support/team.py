@@ -40,3 +40,18 @@ class TeamRun:
     @property
     def lock(self) -> dict[str, Any]:
         return tomllib.loads((self.dir / "envbuild.lock").read_text())
+
+
+def remove_images(*repositories: str) -> None:
+    """Remove every local tag of these repositories (bare, or under any registry): a team build
+    tags each image twice (its local and its registry name) and a pull adds the index's."""
+    import subprocess
+
+    listed = subprocess.run(["/usr/bin/docker", "images", "--format",
+                             "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True,
+                            check=False).stdout.split()
+    doomed = [ref for ref in listed if ref.rpartition(":")[0].rpartition("/")[2] in repositories
+              or ref.rpartition(":")[0] in repositories]
+    if doomed:
+        subprocess.run(["/usr/bin/docker", "rmi", "-f", *doomed], capture_output=True,
+                       check=False)
