@@ -53,7 +53,7 @@ def tag_suffix(platform: str | None) -> str:
 
 def known(m: Matrix) -> tuple[str, ...]:
     """torch.toml [meta] platforms: the first is the [[variant]] rows' own."""
-    return tuple(str(p) for p in m.meta.get("torch", {}).get("platforms", (AMD64,)))
+    return m.platform_names
 
 
 def parse(text: str, m: Matrix) -> str:

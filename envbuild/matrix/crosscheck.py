@@ -114,7 +114,7 @@ def _cuda_images(m: Matrix) -> list[Problem]:
             yield f"os {i.os!r} is not defined in os.toml"
         if not i.flavors:
             yield "no flavors"
-        arches = {p.rsplit("/", 1)[-1] for p in m.meta.get("torch", {}).get("platforms", ())}
+        arches = {p.rsplit("/", 1)[-1] for p in m.platform_names}
         yield from (f"platform {a!r} is not one of {', '.join(sorted(arches))} (torch.toml "
                     "[meta] platforms)" for a in i.platforms if a not in arches)
         yield from (f"amd64_only {f!r} is not one of its flavors" for f in i.amd64_only
@@ -190,7 +190,7 @@ def _variants(m: Matrix) -> list[Problem]:
 def _platforms(m: Matrix) -> list[Problem]:
     """[[platform]] rows: a known release variant, a known platform and place, the arch list a
     CUDA build needs; one row per (release, tag, platform)."""
-    known = tuple(m.meta.get("torch", {}).get("platforms", ()))
+    known = m.platform_names
     seen: set[tuple[str, str, str]] = set()
 
     def messages(w: WheelPlatform) -> Iterator[str]:
@@ -203,7 +203,7 @@ def _platforms(m: Matrix) -> list[Problem]:
             yield f"torch {w.release} has no [[variant]] {w.tag!r}"
         if w.platform not in known[1:]:
             yield (f"platform {w.platform!r} is not one of {', '.join(known[1:])} ([meta] "
-                   f"platforms; {known[0] if known else 'linux/amd64'} is the [[variant]] rows)")
+                   f"platforms; {known[0]} is the [[variant]] rows)")
         if w.where not in WHERE:
             yield f"where {w.where!r} is not one of {', '.join(WHERE)}"
         if v is not None and v.kind == "cuda" and not w.sass:

@@ -283,6 +283,13 @@ class Matrix:
     meta: Mapping[str, Mapping[str, Any]]
     extra: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
+    @property
+    def platform_names(self) -> tuple[str, ...]:
+        """torch.toml [meta] platforms: the first is what the [[variant]] rows describe (a matrix
+        that names none has linux/amd64 alone)."""
+        return tuple(str(p) for p in self.meta.get("torch", {}).get("platforms",
+                                                                     ("linux/amd64",)))
+
     # A torch minor's variants and patches, indexed once.
     @cached_property
     def _by_release(self) -> dict[str, tuple[list[Variant], list[TorchPatch]]]:
