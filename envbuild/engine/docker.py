@@ -302,6 +302,13 @@ def tag(image_id: str, ref: str) -> None:
         c.images.get(image_id).tag(repo, t)
 
 
+def untag(ref: str) -> None:
+    """Remove the tag ref (the image stays while another tag or a container holds it)."""
+    c = client()
+    with suppress(Exception):  # best effort: it may be gone already
+        c.images.remove(ref, noprune=True)
+
+
 def build_argv(builder: Builder, context: Path, iidfile: Path, labels: Mapping[str, str],
                secrets: Mapping[str, Path], progress: str, no_cache: bool = False,
                env_build_args: Sequence[str] = (), network: str | None = None,

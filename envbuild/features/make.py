@@ -153,8 +153,14 @@ def push(ref: str, registry: str) -> tuple[str, str]:
     from envbuild.render.context import image_reference
 
     remote = image_reference(f"{registry.rstrip('/')}/{ref}", "--push")
+    had_tag = docker.image_id(remote) is not None
     docker.tag(ref, remote)
-    digest = docker.push(remote)
+    try:
+        digest = docker.push(remote)
+    except BaseException:  # a failed or interrupted push leaves no tag of its own behind
+        if not had_tag:
+            docker.untag(remote)
+        raise
     return remote, digest
 
 

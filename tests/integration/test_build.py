@@ -304,6 +304,7 @@ def test_push_to_local_registry(cpu_image: str, fixtures: Path, registry: str,
     config = json.loads(urllib.request.urlopen(
         f"http://{registry}/v2/{repo}/blobs/{config_digest}", timeout=10).read())
     assert "io.envbuild.spec" in config["config"]["Labels"]
+    docker("rmi", pushed)  # the registry's tag on the engine, kept as `docker push` keeps it
 
 
 def test_push_to_a_registry_that_is_down(cpu_image: str, fixtures: Path, tmp_path: Path) -> None:
@@ -317,6 +318,7 @@ def test_push_to_a_registry_that_is_down(cpu_image: str, fixtures: Path, tmp_pat
     assert "local image is kept" in r.stderr
     assert time.monotonic() - t < 60
     assert image_exists(cpu_image)
+    assert not image_exists(f"{down}/{cpu_image}")  # the tag made for the push is gone with it
 
 
 def test_validation_timeout_removes_the_container(cpu_image: str) -> None:

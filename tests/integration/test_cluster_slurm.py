@@ -60,7 +60,7 @@ def slurm() -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def image(docker_engine: None) -> str:
+def image(docker_engine: None) -> Iterator[str]:
     wheelhouse = work_dir() / "wheelhouse"
     if subprocess.run([DOCKER, "image", "inspect", BASE], capture_output=True,
                       timeout=60).returncode != 0 or not list(wheelhouse.glob("torch-2.13.0*")):
@@ -70,7 +70,8 @@ def image(docker_engine: None) -> str:
                 "--base-image", BASE, "--wheelhouse", str(wheelhouse), "--tag", IMAGE,
                 "--no-validate", "--progress", "plain", "--json")
     assert r.returncode == 0, r.stderr[-2000:]
-    return IMAGE
+    yield IMAGE
+    subprocess.run([DOCKER, "rmi", IMAGE], capture_output=True, timeout=120, check=False)
 
 
 def ours_in_queue(env: dict[str, str]) -> list[str]:
