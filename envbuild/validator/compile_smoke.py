@@ -1,4 +1,7 @@
-"""compile.smoke: torch.compile forward and backward against eager, on the CPU and a GPU."""
+"""compile.smoke: torch.compile forward and backward against eager, on the GPU when one is usable
+(Triton), else on the CPU (Inductor C++). Not both: on a real H200 host the CPU compile took
+66.6 s of a 93 s validation and the GPU one 3.2 s (tests/fixtures/hosts/h200-*-2026-11-28), and
+the GPU job is what the image is for."""
 
 from __future__ import annotations
 
@@ -59,13 +62,11 @@ def t_compile_smoke(ctx: TorchContext) -> Outcome:
     import sysconfig
 
     facts = ctx.device_facts()
-    devices = ["cpu"]
     gpu, bad = ctx.compute_device()
-    if gpu.startswith("cuda") and not bad:
-        devices.append(gpu)
+    devices = [gpu] if gpu.startswith("cuda") and not bad else ["cpu"]
     toolchain = find_toolchain(dict(os.environ), shutil.which,
                                sysconfig.get_paths().get("include"), os.path.exists)
-    if toolchain_missing(toolchain, len(devices) > 1):  # fail fast: no minute-long traceback
+    if toolchain_missing(toolchain, devices[0] != "cpu"):  # fail fast: no minute-long traceback
         return compile_verdict(toolchain, [{"device": d, "backend": "not run"} for d in devices],
                                ctx.opts.in_image)
     if not hasattr(torch, "compile"):

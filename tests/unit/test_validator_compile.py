@@ -78,3 +78,32 @@ def test_find_toolchain_resolves_like_inductor_and_triton(env: dict[str, str], c
     tc = V.find_toolchain(env, have.get, "/inc", lambda p: p == "/inc/Python.h")
     assert (tc["cxx"], tc["cc"], tc["python_h"]) == (cxx, cc, "/inc/Python.h")
     assert V.find_toolchain({}, lambda n: None, None, os.path.exists)["python_h"] is None
+
+
+@pytest.mark.parametrize(("device", "problem", "compiled_on"), [
+    ("cuda:0", None, ["cuda:0"]),  # a usable GPU: Triton only (CPU compile: 67 s on an H200)
+    ("cuda:0", "no kernel image", ["cpu"]),  # a GPU that cannot run: the CPU still says something
+    ("cpu", None, ["cpu"]),
+    ("mps", None, ["cpu"]),  # Inductor has no MPS path judged here
+])
+def test_compile_runs_on_the_gpu_or_else_the_cpu(monkeypatch: pytest.MonkeyPatch, device: str,
+                                                 problem: str | None,
+                                                 compiled_on: list[str]) -> None:
+    from types import SimpleNamespace
+
+    from envbuild.validator import compile_smoke
+
+    seen: list[str] = []
+
+    def once(torch: Any, dev: str) -> dict[str, Any]:
+        seen.append(dev)
+        return {**(CPU_OK if dev == "cpu" else GPU_OK), "device": dev}
+
+    monkeypatch.setattr(compile_smoke, "_compile_once", once)
+    monkeypatch.setattr(compile_smoke, "find_toolchain", lambda *a: _tc())
+    torch = SimpleNamespace(compile=object(), _dynamo=SimpleNamespace(reset=lambda: None))
+    ctx = SimpleNamespace(torch=torch, opts=SimpleNamespace(in_image=False),
+                          device_facts=lambda: {"torch": {"version": "2.13.0"}},
+                          compute_device=lambda: (device, problem))
+    out = compile_smoke.t_compile_smoke(ctx)  # type: ignore[arg-type]
+    assert seen == compiled_on and out.status == "pass"

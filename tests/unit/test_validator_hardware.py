@@ -14,12 +14,15 @@ from envbuild.core.request import Request
 from envbuild.core.resolve import resolve
 from envbuild.engine.validate import host_spec_from
 from envbuild.matrix import load
+from envbuild.validator.checks import CHECK_IDS
 from tests.support import FIXTURES
 from tests.support.validator import V, peaks_data
 
 # Copies of shared/reference/hosts/*-torch2.11-cu130 (the files these tests read; README there).
 HOSTS = FIXTURES / "hosts"
 RECORDINGS = sorted(HOSTS.glob("*-torch2.11-cu130"))
+# Today's validator on a real H200, run on a lent machine on 2026-11-28 (README there).
+LATEST = HOSTS / "h200-driver580-torch2.11-cu130-2026-11-28"
 needs_recordings = pytest.mark.skipif(len(RECORDINGS) < 2, reason="host recordings missing")
 H100_ARCHS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
 
@@ -85,7 +88,8 @@ def resolved_cu130_spec(gpu: str) -> dict[str, Any]:
 
 
 @needs_recordings
-@pytest.mark.parametrize("host", RECORDINGS, ids=lambda p: p.name.split("-")[0])
+@pytest.mark.parametrize("host", [*RECORDINGS, LATEST],
+                         ids=lambda p: p.name)
 @pytest.mark.parametrize("which", ["spec-cu130", "host-nospec", "recorded-nospec-spec"])
 def test_recorded_gpu_hosts_replay_to_all_pass(host: Path, which: str) -> None:
     """H100/H200 facts through the pure judges: nothing fails or warns. The spec is the one
@@ -109,6 +113,23 @@ def test_recorded_gpu_hosts_replay_to_all_pass(host: Path, which: str) -> None:
         assert got["expect.archs"].status == "pass"
         assert got["expect.cudnn"].status == "pass" and got["expect.nccl"].status == "pass"
     assert got["expect.torch_version"].status == "pass"
+
+
+@pytest.mark.parametrize("report", ["validate-host-nospec.json", "validate-host-spec-cu130.json"])
+def test_latest_real_h200_run_passed_every_check(report: str) -> None:
+    """The recording is today's table's: its checks are ids the validator still has, none failed,
+    warned or could not run, and every check that needs the GPU ran on it and passed."""
+    data = json.loads((LATEST / report).read_text())
+    status = {c["id"]: c["status"] for c in data["checks"]}
+    assert data["summary"]["status"] == "pass" and set(status) <= set(CHECK_IDS)
+    assert [cid for cid, s in status.items() if s in ("fail", "warn", "not_run")] == []
+    on_gpu = [cid for cid in status if cid.split(".")[0] in
+              ("device", "numerics", "train", "compile", "dist", "perf")]
+    skipped = [cid for cid in on_gpu if status[cid] != "pass"]
+    with_spec = report == "validate-host-spec-cu130.json"
+    assert skipped == ([] if with_spec else ["device.spec_gpus"])  # no spec, no GPU list
+    compiled = {c["id"]: c for c in data["checks"]}["compile.smoke"]["evidence"]["runs"]
+    assert [r["device"] for r in compiled][-1] == "cuda:0"
 
 
 def test_matrix_211_cu130_fact_is_hardware_verified() -> None:
