@@ -36,6 +36,9 @@ Flavor = Annotated[str | None, typer.Option(
     "devel (nvcc / hipcc).")]
 Without = Annotated[list[str] | None, typer.Option(
     "--without", help="Leave out a companion: torchvision or torchaudio. Repeatable.")]
+With = Annotated[list[str] | None, typer.Option(
+    "--with", help="A CUDA extension with a prebuilt wheel that fits: NAME or NAME==VERSION "
+    "(xformers, flash-attn, bitsandbytes, vllm, transformer-engine). Repeatable.")]
 ForwardCompat = Annotated[bool, typer.Option(
     "--forward-compat", help="Allow a CUDA newer than --driver runs natively, through NVIDIA's "
     "forward-compatibility libraries (data-center GPUs only; needs --driver and --gpu).")]
@@ -51,7 +54,8 @@ Size = Annotated[bool, typer.Option(
 def make_request(target: str | None, cuda: str | None, rocm: str | None, torch: str | None,
                  python: str | None, driver: str | None, gpu: list[str] | None,
                  os: str | None, flavor: str | None, without: list[str] | None,
-                 forward_compat: bool = False, platform: str | None = None) -> Request:
+                 forward_compat: bool = False, platform: str | None = None,
+                 with_: list[str] | None = None) -> Request:
     check_given(target=target, cuda=cuda, rocm=rocm, torch=torch, python=python, driver=driver,
                 os=os, flavor=flavor, platform=platform)
     left_out = set(without or ())
@@ -59,6 +63,7 @@ def make_request(target: str | None, cuda: str | None, rocm: str | None, torch: 
     return Request(target=target.strip().lower() if target else target, cuda=cuda, rocm=rocm,
                    torch=torch, python=python, driver=driver, gpus=tuple(gpu or ()), os=os,
                    flavor=flavor, forward_compat=forward_compat, platform=platform,
+                   extensions=tuple(with_ or ()),
                    components=tuple(c for c in COMPONENTS if c not in left_out)
                    + tuple(sorted(left_out - set(COMPONENTS))))
 
@@ -68,8 +73,8 @@ RequestMaker = Callable[[], Request]  # what a command with request_options() ge
 _REQUEST_OPTIONS: tuple[tuple[str, Any, bool | None], ...] = (
     ("target", Target, None), ("cuda", Cuda, None), ("rocm", Rocm, None), ("torch", Torch, None),
     ("python", Python, None), ("driver", Driver, None), ("gpu", Gpu, None), ("os", Os, None),
-    ("flavor", Flavor, None), ("without", Without, None), ("forward_compat", ForwardCompat, False),
-    ("platform", Platform, None))
+    ("flavor", Flavor, None), ("without", Without, None), ("with_", With, None),
+    ("forward_compat", ForwardCompat, False), ("platform", Platform, None))
 
 
 def request_options(*, forward_compat: bool = True) -> Callable[[Callable[..., None]],

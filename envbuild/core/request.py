@@ -16,6 +16,7 @@ from envbuild.common.lazyre import lazy
 from envbuild.common.record import record
 from envbuild.common.versions import major_of, minor_of, version_key
 from envbuild.core import targets
+from envbuild.core.extensions import Wanted, parse_with
 from envbuild.core.gpus import gpu_index, name_key
 from envbuild.matrix import Matrix, Variant
 from envbuild.validator import rules
@@ -80,6 +81,7 @@ class Request:
     base: BaseFacts | None = None  # an inspected --base-image (make): the OS is the base's
     forward_compat: bool = False  # --forward-compat: a newer CUDA on an older driver branch
     platform: str | None = None  # --platform linux/arm64; None: this host's
+    extensions: tuple[str, ...] = ()  # --with NAME[==VER], as typed
 
 
 @record
@@ -106,6 +108,8 @@ class Parsed:
     forward_compat: bool = False
     variant: str | None = None  # `--torch 2.5.1+cu121`: this wheel variant and no other
     platform: str = "linux/amd64"  # the image's platform (envbuild.core.platforms)
+    extensions: tuple[Wanted, ...] = ()  # --with: every one needs a prebuilt wheel that fits
+    extension_facts: str = "verified"  # verified: only rows a primary source confirmed; any
 
 
 def check_given(**values: str | None) -> None:
@@ -318,7 +322,8 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
                   components=tuple(c for c in COMPONENTS if c in req.components), given=given,
                   cuda_major=cuda_major, notes=tuple(notes), base=req.base,
                   forward_compat=req.forward_compat,
-                  variant=variant.tag if variant is not None else None, platform=platform)
+                  variant=variant.tag if variant is not None else None, platform=platform,
+                  extensions=parse_with(req.extensions, matrix))
 
 
 def _platform(req: Request, target: str, matrix: Matrix) -> str:

@@ -47,7 +47,7 @@ _VERSION_EXAMPLE = {"cuda": "12.8", "rocm": "6.2", "python": "3.12", "driver": "
 SCALARS = ("target", "cuda", "rocm", "torch", "python", "driver", "os", "flavor", "base_image",
            "wheelhouse", "ca_cert", "pip_index_url", "torch_index_url", "python_source", "user",
            "registry", "push_requires", "platform", "build_base_image", "engine")
-LISTS = ("gpu", "pip", "apt", "conda", "without", "pip_extra_index_url", "platforms")
+LISTS = ("gpu", "pip", "apt", "conda", "without", "pip_extra_index_url", "platforms", "with")
 KEYS = frozenset(SCALARS + LISTS)
 # A platform's own table ([image.NAME.arm64], [defaults.amd64]): what may differ between the
 # platform images of one multi-platform image.
@@ -297,7 +297,8 @@ def image_of(name: str, defaults: dict[str, Any], own: dict[str, Any], base: Pat
                   torch=v.get("torch"), python=v.get("python"), driver=v.get("driver"),
                   gpus=tuple(v.get("gpu", ())), os=v.get("os"), flavor=v.get("flavor"),
                   components=tuple(c for c in COMPONENTS if c not in left_out),
-                  platform=platform_name(v["platform"]) if "platform" in v else None)
+                  platform=platform_name(v["platform"]) if "platform" in v else None,
+                  extensions=tuple(v.get("with", ())))
     ci = ContextInputs(
         pip=tuple(own_pip), team_pip=tuple(team_pip), apt=tuple(v.get("apt", ())),
         conda=tuple(v.get("conda", ())), user=v.get("user", "envbuild"),

@@ -225,6 +225,55 @@ class OsInfo(Row):
         return version == self.python or version in self.extra_python
 
 
+@record
+class Extension(Row):
+    """extensions.toml [[extension]]: a CUDA extension users install on top of torch, and how a
+    fit of its wheels is judged (`kind`: built | libs | asset | build; the file's header says
+    what each means)."""
+
+    name: str  # as `--with` names it: the PyPI distribution name
+    import_name: str
+    kind: str
+    where: str  # pypi | github-release
+
+
+@record
+class ExtensionRelease(Row):
+    """extensions.toml [[release]]: one version of an extension on one platform, with what its
+    wheel needs. Empty fields are not published (no arch list: none to judge)."""
+
+    extension: str
+    version: str  # as pip names it (a PyTorch index build carries its local tag: 0.0.33+cu130)
+    platform: str
+    where: str  # pypi | index:<variant> | github-release
+    torch: str = ""  # a PEP 440 specifier over torch versions (its Requires-Dist), "" = any
+    torch_minors: tuple[str, ...] = ()  # asset: the torch major.minor with assets
+    python: tuple[str, ...] = ()  # the CPython versions with wheels
+    python_min: str = ""  # an abi3 or pure wheel's floor
+    variant: str = ""  # built: the torch variant it was compiled against (cu128)
+    cuda: tuple[str, ...] = ()  # asset: the cu tags of the asset names; build: core wheels
+    cuda_match: str = ""  # libs: exact | nearest-major
+    abi: tuple[str, ...] = ()  # asset: cxx11abi values with assets (TRUE, FALSE)
+    exclude: tuple[str, ...] = ()  # asset: "torch=2.4 & python=3.13": combinations not built
+    asset: str = ""  # asset: the file name template
+    tag: str = ""  # asset: the release tag the asset hangs on
+    archs: tuple[str, ...] = ()
+    ptx: tuple[str, ...] = ()
+
+
+@record
+class ExtensionLibrary(Row):
+    """extensions.toml [[library]]: a native library inside a `libs` extension's wheel, one per
+    CUDA version, and the archs it is built for."""
+
+    extension: str
+    version: str
+    platform: str
+    cuda: str
+    archs: tuple[str, ...] = ()
+    ptx: tuple[str, ...] = ()
+
+
 _R = TypeVar("_R", bound=Row)
 
 
@@ -279,6 +328,10 @@ class Matrix:
     os_info = _ByKey[OsInfo]("oses", "id")
     cuda_history: tuple[CudaHistory, ...]
     cuda_history_row = _ByKey[CudaHistory]("cuda_history", "version")
+    extensions: tuple[Extension, ...]
+    extension = _ByKey[Extension]("extensions", "name")
+    extension_releases: tuple[ExtensionRelease, ...]
+    extension_libraries: tuple[ExtensionLibrary, ...]
     sources: Mapping[str, Mapping[str, Any]]
     meta: Mapping[str, Mapping[str, Any]]
     extra: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -326,6 +379,9 @@ LOCATIONS: dict[str, dict[str, tuple[type[Row], str]]] = {
     "gpus": {"arch": (Arch, "archs"), "gpu": (Gpu, "gpus")},
     "rocm": {"release": (RocmRelease, "rocm")},
     "os": {"os": (OsInfo, "oses")},
+    "extensions": {"extension": (Extension, "extensions"),
+                   "release": (ExtensionRelease, "extension_releases"),
+                   "library": (ExtensionLibrary, "extension_libraries")},
 }
 # The same, flat: (file stem, table name, row type, Matrix field), in the files' order.
 TABLES: tuple[tuple[str, str, type[Row], str], ...] = tuple(
@@ -342,6 +398,8 @@ def label(row: Any) -> str:
         return f"(release={row.release!r}, tag={row.tag!r})"
     if isinstance(row, WheelPlatform):
         return f"(release={row.release!r}, tag={row.tag!r}, platform={row.platform!r})"
+    if isinstance(row, (ExtensionRelease, ExtensionLibrary)):
+        return f"(extension={row.extension!r}, version={row.version!r}, platform={row.platform!r})"
     if isinstance(row, CudaImage):
         return f"(cuda={row.cuda!r}, os={row.os!r})"
     for key in ("version", "name", "id", "cc", "torch", "major"):

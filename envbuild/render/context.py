@@ -463,6 +463,11 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
         **({"team-requirements.txt": RenderedFile(_template(
             "user-requirements.txt.j2", **{**common, "user_pip": list(opts.team_pip)}))}
            if opts.team_pip else {}),
+        **{layer["file"]: RenderedFile(_template(
+            "user-requirements.txt.j2", **{**common, "user_pip": layer["packages"],
+                                           "header": "the --with extensions as resolved (spec "
+                                           f"{spec.hash}), one per line."}))
+           for layer in extension_layers(spec, [])},
         "spec.json": RenderedFile(json.dumps(spec.to_json(), indent=2) + "\n"),
         "peaks.json": RenderedFile(peaks_json(m)),
         "validator.pyz": RenderedFile(validator_source(m)),
@@ -500,7 +505,7 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
         "base_image": base_image, "spec_label": spec_label(spec),
         "runtime": m.meta.get("cuda", {}).get("runtime", {}),
         "has_os_packages": bool(opts.apt),
-        "package_layers": package_layers(opts),
+        "package_layers": package_layers(opts, spec, pip_args),
         "secret_mounts": secret_mounts(opts, uid, home),
         "root_secret_mounts": secret_mounts(opts, 0, "/root"),
     }
@@ -565,15 +570,38 @@ def _cross_stage(spec: Spec, opts: RenderOptions, os_info: OsInfo, python: _Pyth
             "site": f"{VENV}/lib/python{spec.python}/site-packages"}
 
 
-def package_layers(opts: RenderOptions) -> list[dict[str, Any]]:
-    """The pip layers above the torch stack, in order: the team's packages (a team file's
-    defaults, shared by its images), then the image's own. Each is one COPY and one RUN."""
+def extension_layers(spec: Spec, torch_args: list[str]) -> list[dict[str, Any]]:
+    """The --with extensions, right above the torch stack and constrained by it: those from
+    PyPI or a release asset through the user's pip options, those from the PyTorch index through
+    the torch stack's (a PyPI build and an index build share a version number: one index each
+    keeps pip from taking the other)."""
+    pypi = [e["install"] for e in spec.extensions if not e["where"].startswith("index:")]
+    index = [e["install"] for e in spec.extensions if e["where"].startswith("index:")]
     out: list[dict[str, Any]] = []
+    if pypi:
+        out.append({"title": "The --with extensions (prebuilt wheels: PyPI or release assets)",
+                    "file": "extensions-requirements.txt", "packages": pypi, "args": None})
+    if index:
+        out.append({"title": "The --with extensions from the PyTorch index",
+                    "file": "extensions-index-requirements.txt", "packages": index,
+                    "args": torch_args})
+    return out
+
+
+def package_layers(opts: RenderOptions, spec: Spec | None = None,
+                   torch_args: list[str] | None = None) -> list[dict[str, Any]]:
+    """The pip layers above the torch stack, in order: the --with extensions, the team's
+    packages (a team file's defaults, shared by its images), then the image's own. Each is one
+    COPY and one RUN."""
+    out: list[dict[str, Any]] = []
+    if spec is not None:
+        out += extension_layers(spec, torch_args or [])
     if opts.team_pip:
         out.append({"title": "The team's packages (the team file's defaults)",
-                    "file": "team-requirements.txt", "packages": list(opts.team_pip)})
+                    "file": "team-requirements.txt", "packages": list(opts.team_pip),
+                    "args": None})
     out.append({"title": "The image's own packages", "file": "user-requirements.txt",
-                "packages": list(opts.pip)})
+                "packages": list(opts.pip), "args": None})
     return out
 
 
