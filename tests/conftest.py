@@ -41,7 +41,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             return 2, 0
         if not item.get_closest_marker("slow"):
             return 0, 0
-        name = Path(str(item.fspath)).name
+        name = Path(item.path).name
         return 1, HEAVY_FIRST.index(name) if name in HEAVY_FIRST else len(HEAVY_FIRST)
 
     items.sort(key=rank)
