@@ -188,8 +188,8 @@ class Gpu(Row):
 
 @record
 class RocmRelease(Row):
-    """rocm.toml [[release]]: a ROCm release, the image torch is built on, its OSes and the gfx
-    targets it supports."""
+    """rocm.toml [[release]]: a ROCm release, the ROCm base image for its containers, its OSes
+    and the gfx targets it supports."""
 
     version: str
     base_image: str
@@ -275,9 +275,10 @@ class ExtensionLibrary(Row):
 
 
 _R = TypeVar("_R", bound=Row)
+_K = TypeVar("_K")
 
 
-class _ByKey(Generic[_R]):
+class _ByKey(Generic[_R, _K]):
     """A Matrix lookup: `matrix.<name>(value)` gives the first row of the table (a Matrix field)
     whose key field equals value, or None. One rule for every table looked up by its key: the
     table is indexed by that key on the first lookup, and the index's `get` is kept on the
@@ -290,10 +291,10 @@ class _ByKey(Generic[_R]):
         self.name = name
 
     def __get__(self, matrix: Matrix | None, owner: type | None = None
-                ) -> Callable[[object], _R | None]:
+                ) -> Callable[[_K], _R | None]:
         if matrix is None:
             return lambda value: None
-        index: dict[object, _R] = {}
+        index: dict[_K, _R] = {}
         for row in getattr(matrix, self.table):
             index.setdefault(getattr(row, self.key), row)
         matrix.__dict__[self.name] = index.get  # as functools.cached_property does
@@ -309,27 +310,27 @@ class Matrix:
     # Each table looked up by its key stands beside it: `matrix.cuda_release("12.4")` is the
     # first row whose key field equals the value, or None.
     cuda_compat: tuple[CudaCompat, ...]
-    compat_floor = _ByKey[CudaCompat]("cuda_compat", "major")
+    compat_floor = _ByKey[CudaCompat, int]("cuda_compat", "major")
     cuda: tuple[CudaRelease, ...]
-    cuda_release = _ByKey[CudaRelease]("cuda", "version")
+    cuda_release = _ByKey[CudaRelease, str]("cuda", "version")
     images: tuple[CudaImage, ...]
     compat_packages: tuple[CompatPackage, ...]
     torch: tuple[TorchRelease, ...]
-    torch_release = _ByKey[TorchRelease]("torch", "version")
+    torch_release = _ByKey[TorchRelease, str]("torch", "version")
     patches: tuple[TorchPatch, ...]
     variants: tuple[Variant, ...]
     platforms: tuple[WheelPlatform, ...]
     archs: tuple[Arch, ...]
-    arch = _ByKey[Arch]("archs", "cc")
+    arch = _ByKey[Arch, str]("archs", "cc")
     gpus: tuple[Gpu, ...]
     rocm: tuple[RocmRelease, ...]
-    rocm_release = _ByKey[RocmRelease]("rocm", "version")
+    rocm_release = _ByKey[RocmRelease, str]("rocm", "version")
     oses: tuple[OsInfo, ...]
-    os_info = _ByKey[OsInfo]("oses", "id")
+    os_info = _ByKey[OsInfo, str]("oses", "id")
     cuda_history: tuple[CudaHistory, ...]
-    cuda_history_row = _ByKey[CudaHistory]("cuda_history", "version")
+    cuda_history_row = _ByKey[CudaHistory, str]("cuda_history", "version")
     extensions: tuple[Extension, ...]
-    extension = _ByKey[Extension]("extensions", "name")
+    extension = _ByKey[Extension, str]("extensions", "name")
     extension_releases: tuple[ExtensionRelease, ...]
     extension_libraries: tuple[ExtensionLibrary, ...]
     sources: Mapping[str, Mapping[str, Any]]

@@ -31,7 +31,7 @@ def _row(check_id: str, on: str, timeout_s: float, fn: Callable[..., Outcome], c
         return CheckDef(check_id, title, timeout_s, host=fn)
     if on == "spec":
         return CheckDef(check_id, title, timeout_s,
-                        torch=spec_judge(fn, "torch", *filter(None, [companion])))
+                        torch=spec_judge(fn, "torch", *([companion] if companion else [])))
     if on == "device":
         return CheckDef(check_id, title, timeout_s, torch=device_judge(fn))
     if on == "torch":

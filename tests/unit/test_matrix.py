@@ -67,3 +67,36 @@ def test_check_stays_the_function_after_a_cold_load(tmp_path: Path,
     load(tmp_path / "matrix")
     assert callable(envbuild.matrix.check) and callable(envbuild.matrix.load)
     assert envbuild.matrix.check(tmp_path / "matrix") == []
+
+
+def test_key_lookups_give_the_first_row_with_that_key_per_matrix_instance() -> None:
+    """The one lookup rule (model._ByKey): the first row whose key equals the value, or None;
+    the index belongs to its Matrix, so a replaced matrix looks up its own rows."""
+    import dataclasses
+
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    m = load()
+    for name, table, key in (("cuda_release", "cuda", "version"),
+                             ("cuda_history_row", "cuda_history", "version"),
+                             ("compat_floor", "cuda_compat", "major"),
+                             ("torch_release", "torch", "version"),
+                             ("os_info", "oses", "id"), ("rocm_release", "rocm", "version"),
+                             ("arch", "archs", "cc")):
+        rows = getattr(m, table)
+        for row in rows:
+            want = next(r for r in rows if getattr(r, key) == getattr(row, key))
+            assert getattr(m, name)(getattr(row, key)) is want, (name, row)
+    first = m.cuda[0]
+    twice = dataclasses.replace(m, cuda=(first, dataclasses.replace(first, latest="other")))
+    assert twice.cuda_release(first.version) is first
+    assert dataclasses.replace(m, cuda=()).cuda_release(first.version) is None
+    assert m.cuda_release(first.version) is first  # the original keeps its own index
+
+    @given(st.text(max_size=12))
+    def unknown(value: str) -> None:
+        if value not in {r.version for r in m.cuda}:
+            assert m.cuda_release(value) is None
+
+    unknown()

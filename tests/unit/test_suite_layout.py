@@ -64,6 +64,11 @@ def test_docker_tests_are_integration_tests(kind: str) -> None:
 class _Item:
     name: str
     marks: set[str] = field(default_factory=set)
+    module: str = "test_x.py"
+
+    @property
+    def path(self) -> Path:
+        return Path("/tests/integration") / self.module
 
     def get_closest_marker(self, name: str) -> object | None:
         return name if name in self.marks else None
@@ -76,6 +81,8 @@ def test_slow_tests_run_after_the_others_and_the_leak_check_last(
                   if getattr(p, "__file__", None) == str(top)]
     items = [_Item("leaks", {"docker", "leak_check"}), _Item("build", {"docker", "slow"}),
              _Item("pure"), _Item("engine", {"docker"}), _Item("image", {"slow"}),
-             _Item("cli")]
-    conftest.pytest_collection_modifyitems(None, None, items)  # type: ignore[arg-type]
-    assert [i.name for i in items] == ["pure", "engine", "cli", "build", "image", "leaks"]
+             _Item("multi", {"slow"}, "test_team_multiarch.py"), _Item("cli"),
+             _Item("cuda", {"slow"}, "test_cuda_image.py")]
+    conftest.pytest_collection_modifyitems(None, None, items)
+    assert [i.name for i in items] == ["pure", "engine", "cli", "cuda", "multi", "build", "image",
+                                       "leaks"]  # the CUDA image modules first of the slow ones
