@@ -2,15 +2,16 @@
 wheel for a candidate spec's torch, CUDA, Python, platform and GPUs (matrix/extensions.toml).
 
 Pure. The resolver calls `fit` on each candidate (newest torch first), so the torch it settles on
-is the newest one every requested extension has a wheel for; a miss is a `Reject` that says which
-extension has nothing for which torch, and the trace of the chosen spec carries those lines.
+is the newest one every requested extension has a wheel for; a miss (NoWheel) rejects the
+candidate saying which extension has nothing for which torch, and the trace of the chosen spec
+carries those lines.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from envbuild.common.echo import shown
 from envbuild.common.errors import UsageError
@@ -19,13 +20,27 @@ from envbuild.common.versions import major_of, minor_of, version_key
 from envbuild.validator import rules
 
 if TYPE_CHECKING:
-    from envbuild.core.request import GpuRef
     from envbuild.core.spec import Spec
     from envbuild.matrix import ExtensionLibrary, ExtensionRelease, Matrix
+
+class GpuRef(Protocol):
+    """A requested GPU as this module reads it (request.GpuRef, which imports this module)."""
+
+    @property
+    def label(self) -> str: ...
+    @property
+    def vendor(self) -> str: ...
+    @property
+    def cc(self) -> str: ...
+
 
 MAX_WITH = 16  # --with options in one request
 _NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,62}[A-Za-z0-9])?$", re.ASCII)
 _OPS = re.compile(r"[=<>!~]")
+
+
+class NoWheel(Exception):
+    """No release of a wanted extension fits a candidate spec (the message says why)."""
 
 
 @record
@@ -49,13 +64,14 @@ class Chosen:
     where: str  # pypi | index:<variant> | github-release
     install: str  # the pip requirement: NAME==VERSION, or the asset's URL
     verified: bool
+    module: str = ""  # what `import` names (the validator's ext.load)
     cuda: str = ""  # the CUDA library (libs) or asset tag (asset) that fits
     archs_known: bool = True  # False: the project publishes no arch list to judge GPUs by
     note: str = ""  # a trace line's tail: what was taken on the project's word
 
     def to_json(self) -> dict[str, str]:
         out = {"name": self.name, "version": self.version, "where": self.where,
-               "install": self.install}
+               "install": self.install, "module": self.module}
         if self.cuda:
             out["cuda"] = self.cuda
         if not self.verified:
@@ -273,7 +289,7 @@ def _one(m: Matrix, spec: Spec, gpus: Sequence[GpuRef], w: Wanted, verified_only
                                                                       r.platform, cuda)]
             known = bool(r.archs or r.ptx or any(x.archs for x in libs))
             return Chosen(w.name, Version(r.version).public, r.where, install, r.verified,
-                          cuda, known, note), ""
+                          ext.import_name, cuda, known, note), ""
         first_miss = first_miss or f"{w.name} {r.version}: {miss}"
     return None, f"{w.text} publishes no prebuilt wheel for torch {spec.torch} {spec.variant} " \
                  f"with Python {spec.python} (newest, {first_miss})"
@@ -314,16 +330,14 @@ def _check(m: Matrix, kind: str, r: ExtensionRelease, spec: Spec, gpus: Sequence
 def fit(m: Matrix, spec: Spec, gpus: Sequence[GpuRef], wanted: Sequence[Wanted], *,
         verified_only: bool = False) -> tuple[tuple[Chosen, ...], list[str]]:
     """The release of each wanted extension for this spec, with a trace line each; raises
-    candidate.Reject naming the first extension with no fitting wheel. verified_only: only the
-    rows a primary source confirmed."""
-    from envbuild.core.candidate import Reject
-
+    NoWheel naming the first extension with no fitting wheel. verified_only: only the rows a
+    primary source confirmed."""
     chosen: list[Chosen] = []
     lines: list[str] = []
     for w in wanted:
         c, why = _one(m, spec, gpus, w, verified_only)
         if c is None:
-            raise Reject(why)
+            raise NoWheel(why)
         chosen.append(c)
         how = {"pypi": "from PyPI", "github-release": "a GitHub release asset"}.get(
             c.where, f"from the PyTorch index ({c.where.removeprefix('index:')})")

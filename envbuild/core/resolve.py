@@ -190,10 +190,13 @@ def _search(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatch]
 
 def _with_extensions(m: Matrix, p: Parsed, spec: Spec) -> Spec:
     """The spec with a fitting release of every --with extension (Reject: one has none)."""
-    from envbuild.core.extensions import fit
+    from envbuild.core.extensions import NoWheel, fit
 
-    chosen, lines = fit(m, spec, p.gpus, p.extensions,
-                        verified_only=p.extension_facts == "verified")
+    try:
+        chosen, lines = fit(m, spec, p.gpus, p.extensions,
+                            verified_only=p.extension_facts == "verified")
+    except NoWheel as why:
+        raise Reject(str(why)) from None
     unverified = [f"not verified against a primary source: the {c.name} {c.version} wheel facts "
                   "(`envbuild matrix show`)" for c in chosen if not c.verified]
     return dataclasses.replace(spec, extensions=tuple(c.to_json() for c in chosen),

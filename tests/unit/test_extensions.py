@@ -289,3 +289,22 @@ def test_wanted_text_round_trips() -> None:
     w = ext.Wanted("xformers", "==0.0.32.post1")
     assert w.text == "xformers==0.0.32.post1"
     assert dataclasses.replace(w, versions="").text == "xformers"
+
+
+_V = st.builds(lambda a, b, c: f"{a}.{b}.{c}", st.integers(0, 3), st.integers(0, 12),
+               st.integers(0, 3))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(["==", "!=", ">=", "<=", ">", "<", "~="]), _V, _V,
+       st.booleans())
+def test_the_validators_clause_reader_agrees_with_packaging(op: str, want: str, have: str,
+                                                            wildcard: bool) -> None:
+    """The validator (stdlib + torch, whose vendored packaging has Version only) reads
+    Requires-Dist clauses itself: it must agree with packaging's SpecifierSet."""
+    from envbuild.validator.extensions import _holds
+
+    if wildcard and op in ("==", "!="):
+        want = want.rsplit(".", 1)[0] + ".*"
+    assert _holds(op, want, Version(have), Version) == \
+        SpecifierSet(f"{op}{want}").contains(have), (op, want, have)
