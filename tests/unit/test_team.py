@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envbuild.common.errors import UsageError
+from envbuild.common.errors import EnvbuildError, UsageError
 from envbuild.core import targets
 from envbuild.core.request import TARGETS
 from envbuild.features import team, teamfile
@@ -306,3 +306,20 @@ def dataclasses_replace_registry(p: team.Planned) -> team.Planned:
     import dataclasses
 
     return dataclasses.replace(p, image=dataclasses.replace(p.image, registry=None))
+
+
+def test_team_with_merges_and_each_image_resolves_its_extensions(matrix: Matrix) -> None:
+    """with = [...] (issue 23): the defaults' and the image's own merge like other lists; the
+    image's plan resolves them (the torch every one has a wheel for) and renders their layer."""
+    text = ('[defaults]\ntarget = "cuda"\nplatform = "linux/amd64"\nwith = ["xformers"]\n'
+            '[image.a]\ntorch = "2.8"\n[image.b]\nwith = ["bitsandbytes"]\ntorch = "2.8"\n')
+    t = teamfile.parse(text, F)
+    assert t.image("a").request.extensions == ("xformers",)
+    assert t.image("b").request.extensions == ("xformers", "bitsandbytes")
+    a, b = team.plan(t, matrix)
+    assert [e["name"] for e in a.prepared.spec.extensions] == ["xformers"]
+    assert [e["name"] for e in b.prepared.spec.extensions] == ["xformers", "bitsandbytes"]
+    assert "extensions-requirements.txt" in b.prepared.files
+    with pytest.raises(EnvbuildError, match=r"\[image.b\]: --with xformers is given twice") as e:
+        team.plan(teamfile.parse(text.replace('["bitsandbytes"]', '["XFormers"]'), F), matrix)
+    assert e.value.exit_code == 2

@@ -1,0 +1,75 @@
+"""--with through the CLI (issue 23): resolve, render and matrix show, with the exit codes and
+one-line errors of the conventions (0 resolved, 1 refused with alternatives, 2 bad input)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support import run_cli
+
+
+def test_resolve_with_xformers_json() -> None:
+    r = run_cli("resolve", "--with", "xformers", "--torch", "2.8", "--platform", "linux/amd64",
+                "--json")
+    assert r.returncode == 0, r.stderr
+    spec = json.loads(r.stdout)
+    (x,) = spec["extensions"]
+    assert (x["name"], x["version"], x["install"]) == ("xformers", "0.0.32.post2",
+                                                       "xformers==0.0.32.post2")
+    assert any(line.startswith("xformers 0.0.32.post2: a prebuilt wheel") for line in
+               spec["trace"])
+
+
+@pytest.mark.parametrize("value", ["nosuch", "xformers==", "x;y", ""])
+def test_bad_with_is_one_line_and_exit_2(value: str) -> None:
+    r = run_cli("resolve", "--with", value, "--platform", "linux/amd64")
+    assert r.returncode == 2, r.stderr
+    first, *rest = r.stderr.strip().splitlines()
+    assert first.startswith("error: ") and "Traceback" not in r.stderr
+    assert any(line.startswith("hint: ") for line in rest)
+
+
+def test_no_wheel_is_exit_1_with_alternatives_that_resolve() -> None:
+    r = run_cli("resolve", "--with", "flash-attn", "--torch", "2.13", "--platform",
+                "linux/amd64", "--json")
+    assert r.returncode == 1
+    err = json.loads(r.stdout)["error"]
+    assert "it needs torch 2.4-2.8" in err["message"]
+    for fix in err["fixes"]:
+        for changes in fix["requests"]:
+            argv = ["resolve", "--with", "flash-attn", "--platform", "linux/amd64"]
+            if "torch" in changes and changes["torch"]:
+                argv += ["--torch", changes["torch"]]
+            elif "torch" not in changes:
+                argv += ["--torch", "2.13"]
+            if changes.get("extensions") == []:
+                argv.remove("--with")
+                argv.remove("flash-attn")
+            assert run_cli(*argv).returncode == 0, (fix, argv)
+
+
+def test_render_installs_extensions_in_a_constrained_layer(tmp_path: Path) -> None:
+    out = tmp_path / "ctx"
+    r = run_cli("render", "--with", "xformers", "--with", "bitsandbytes", "--torch", "2.8",
+                "--platform", "linux/amd64", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    reqs = (out / "extensions-requirements.txt").read_text().splitlines()
+    assert "xformers==0.0.32.post2" in reqs and any(x.startswith("bitsandbytes==") for x in reqs)
+    docker = (out / "Dockerfile").read_text()
+    line = next(x for x in docker.splitlines() if "extensions-requirements.txt -c" in x)
+    assert line.rstrip().endswith("-c /opt/envbuild/constraints.txt")
+    assert docker.index("extensions-requirements.txt") < docker.index("user-requirements.txt")
+    assert "torch==2.8.0" in (out / "constraints.txt").read_text()
+
+
+def test_help_and_matrix_show_name_the_extensions() -> None:
+    assert "--with" in run_cli("resolve", "--help").stdout
+    r = run_cli("matrix", "show", "extensions", "--json")
+    assert r.returncode == 0
+    rows = json.loads(r.stdout)
+    assert {row["extension"] for row in rows} == {"xformers", "vllm", "bitsandbytes",
+                                                  "flash-attn", "transformer-engine"}
+    assert any(row["verified"] is False for row in rows)  # kept visible, not hidden
