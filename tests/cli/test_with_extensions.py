@@ -41,7 +41,7 @@ def test_no_wheel_is_exit_1_with_alternatives_that_resolve() -> None:
     for fix in err["fixes"]:
         for changes in fix["requests"]:
             argv = ["resolve", "--with", "flash-attn", "--platform", "linux/amd64"]
-            if "torch" in changes and changes["torch"]:
+            if changes.get("torch"):
                 argv += ["--torch", changes["torch"]]
             elif "torch" not in changes:
                 argv += ["--torch", "2.13"]
