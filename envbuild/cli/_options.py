@@ -145,6 +145,10 @@ BaseImage = Annotated[str | None, typer.Option(
 BuildBaseImage = Annotated[str | None, typer.Option(
     "--build-base-image", help="Another platform's torch stage runs on the build machine, in "
     "this image (default: the base image, then multi-platform).")]
+BuildExtension = Annotated[list[Path] | None, typer.Option(
+    "--build-extension", help="A CUDA extension's source directory (setup.py or "
+    "pyproject.toml) to compile in a builder stage, for the --gpu archs, with nvcc from PyPI; "
+    "only its wheel reaches the image. Repeatable.")]
 PythonSource = Annotated[str | None, typer.Option(
     "--python-source", help="os | standalone: where the image's Python comes from.")]
 
@@ -156,7 +160,8 @@ def context_inputs(pip: list[str] | None, apt: list[str] | None, conda: list[str
                    python_source: str | None, apptainer: bool = False,
                    torch_index_kind: str | None = None,
                    cuda_redist_url: str | None = None,
-                   build_base_image: str | None = None) -> ContextInputs:
+                   build_base_image: str | None = None,
+                   build_extension: list[Path] | None = None) -> ContextInputs:
     check_given(pip_index_url=pip_index_url, torch_index_url=torch_index_url, user=user,
                 base_image=base_image, build_base_image=build_base_image,
                 python_source=python_source,
@@ -172,4 +177,5 @@ def context_inputs(pip: list[str] | None, apt: list[str] | None, conda: list[str
                          ca_cert=ca_cert, wheelhouse=wheelhouse,
                          base_image=base_image, build_base_image=build_base_image,
                          python_source=python_source, apptainer=apptainer,
-                         cuda_redist_url=cuda_redist_url)
+                         cuda_redist_url=cuda_redist_url,
+                         extension_sources=tuple(build_extension or ()))

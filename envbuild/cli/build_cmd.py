@@ -239,6 +239,7 @@ def make(
     torch_index_kind: o.TorchIndexKind = None, proxy: o.Proxy = None,
     ca_cert: o.CaCert = None, wheelhouse: o.Wheelhouse = None, base_image: o.BaseImage = None,
     build_base_image: o.BuildBaseImage = None, python_source: o.PythonSource = None,
+    build_extension: o.BuildExtension = None,
     tag: Tag = None, rebuild: Rebuild = False, progress: Progress = "auto", push: Push = None,
     push_unvalidated: PushUnvalidated = False,
     no_validate: Annotated[bool, typer.Option("--no-validate", help="Skip validation.")] = False,
@@ -271,7 +272,8 @@ def make(
     ci = o.context_inputs(pip, apt, conda, allow_url, user, pip_index_url, pip_extra_index_url,
                           torch_index_url, ca_cert, wheelhouse, base_image, python_source,
                           torch_index_kind=torch_index_kind,
-                          cuda_redist_url=cuda_redist_url, build_base_image=build_base_image)
+                          cuda_redist_url=cuda_redist_url, build_base_image=build_base_image,
+                          build_extension=build_extension)
     mr = MakeRequest(req, ci, tag=tag, rebuild=rebuild, push=push, proxy=proxy,
                      push_unvalidated=push_unvalidated, validate=not no_validate,
                      revalidate=revalidate, require_gpu=require_gpu, timeout=timeout, out=out)

@@ -73,6 +73,8 @@ class RenderOptions:
     extra: dict[str, str] = field(default_factory=dict)
     cuda_redist_url: str | None = None  # a mirror of NVIDIA's redist root (--cuda-redist-url)
     compat: CompatArchive | None = None  # the forward-compat archive read from that mirror
+    # --build-extension: (name, ((relative path, bytes), ...)) per source tree
+    extension_sources: tuple[tuple[str, tuple[tuple[str, bytes], ...]], ...] = ()
 
 
 def image_reference(value: str, flag: str = "--base-image") -> str:
@@ -511,6 +513,13 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
     }
     ctx.update(_runtime_context(spec, opts, m))
     ctx["cross"] = _cross_stage(spec, opts, os_info, python, base_image)
+    ctx["ext_build"] = extension_build(spec, opts)
+    if ctx["ext_build"] is not None:
+        files["build-extensions.py"] = RenderedFile(
+            (templates_dir() / "build-extensions.py").read_text(encoding="utf-8"))
+        for name, tree in opts.extension_sources:
+            for rel, data in tree:
+                files[f"ext-src/{name}/{rel}"] = RenderedFile(data)
     if ctx["compat"] is not None:
         files["install-cuda-compat.py"] = RenderedFile(
             (templates_dir() / "install-cuda-compat.py").read_text(encoding="utf-8"))
@@ -586,6 +595,36 @@ def extension_layers(spec: Spec, torch_args: list[str]) -> list[dict[str, Any]]:
                     "file": "extensions-index-requirements.txt", "packages": index,
                     "args": torch_args})
     return out
+
+
+def extension_build(spec: Spec, opts: RenderOptions) -> dict[str, Any] | None:
+    """The builder stage of --build-extension: the sources compiled for exactly the --gpu archs
+    with nvcc from PyPI (the cuda-toolkit version torch itself pins). PyPI has an nvcc for CUDA
+    13 only (the cu12 nvcc wheels hold ptxas alone), and the stage runs on the build machine, so
+    another platform's image is refused here."""
+    if not opts.extension_sources:
+        return None
+    from envbuild.core import platforms
+
+    names = [n for n, _ in opts.extension_sources]
+    what = f"--build-extension {names[0]}"
+    if spec.target != "cuda" or not spec.torch_cuda:
+        raise UsageError(f"{what}: a CUDA extension needs a CUDA torch; the spec's target is "
+                         f"{spec.target}", "add --target cuda (or --cuda X.Y)")
+    if int(spec.torch_cuda.split(".")[0]) < 13:
+        raise UsageError(f"{what}: torch {spec.torch} is a CUDA {spec.torch_cuda} build; PyPI's "
+                         "CUDA 12 compiler wheels carry no nvcc", "compile against a CUDA 13 "
+                         "torch (--cuda 13), or build the wheel elsewhere and --pip it")
+    if platforms.foreign(spec.platform):
+        raise UsageError(f"{what}: the builder stage would run emulated for {spec.platform}",
+                         "build the extension on a native builder and --pip its wheel")
+    ccs = sorted({g["cc"] for g in spec.gpus if g.get("vendor") == "nvidia" and g.get("cc")},
+                 key=lambda c: tuple(int(x) for x in c.split(".")))
+    if not ccs:
+        raise UsageError(f"{what}: name the GPUs it is compiled for",
+                         "add --gpu (e.g. --gpu H100 --gpu A100): the builder compiles for "
+                         "exactly their archs, not torch's whole list")
+    return {"names": names, "arch_list": " ".join(ccs)}
 
 
 def package_layers(opts: RenderOptions, spec: Spec | None = None,

@@ -7,6 +7,7 @@ docker) are imported only when a stage runs.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,6 +42,54 @@ class ContextInputs:
     build_base_image: str | None = None  # a cross-platform image's torch stage's image
     python_source: str | None = None
     apptainer: bool = False
+    extension_sources: tuple[Path, ...] = ()  # --build-extension: compiled in a builder stage
+
+
+# --build-extension: a source tree goes into the build context whole, so it is bounded.
+SOURCE_FILES = 500
+SOURCE_BYTES = 16 << 20
+_SOURCE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$", re.ASCII)
+_SKIP_DIRS = frozenset({".git", "__pycache__", "build", "dist", ".eggs", ".tox", ".venv"})
+
+
+def read_source_tree(path: Path) -> tuple[str, tuple[tuple[str, bytes], ...]]:
+    """--build-extension DIR: (its name, its files as (relative path, bytes)), regular files
+    only (no link is followed), build outputs and VCS data left out, bounded in count and size.
+    UsageError (exit 2) for anything else."""
+    import os
+    import stat
+
+    from envbuild.common.boundedio import read_bytes
+
+    flag = f"--build-extension {path}"
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        raise UsageError(f"{flag}: no such directory", "give the extension's source directory "
+                         "(the one with setup.py or pyproject.toml)") from None
+    name = path.resolve().name
+    if not stat.S_ISDIR(st.st_mode) or not _SOURCE_NAME.match(name):
+        raise UsageError(f"{flag}: not a source directory with a plain name",
+                         "give a directory named in letters, digits, '.', '_' and '-'")
+    if not any((path / f).is_file() for f in ("setup.py", "pyproject.toml")):
+        raise UsageError(f"{flag}: no setup.py or pyproject.toml", "pip builds the wheel from "
+                         "one of them: give the project's root directory")
+    files: list[tuple[str, bytes]] = []
+    total = 0
+    for root, dirs, names in os.walk(path, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.endswith(".egg-info"))
+        for n in sorted(names):
+            full = Path(root) / n
+            if full.is_symlink() or not full.is_file():
+                continue
+            data = read_bytes(full, "extension source file", cap=SOURCE_BYTES)
+            total += len(data)
+            files.append((full.relative_to(path).as_posix(), data))
+            if len(files) > SOURCE_FILES or total > SOURCE_BYTES:
+                raise UsageError(f"{flag}: more than {SOURCE_FILES} files or {SOURCE_BYTES >> 20}"
+                                 " MB", "point at the extension's own source tree (no datasets, "
+                                 "no build outputs)")
+    return name, tuple(files)
 
 
 @record
@@ -161,8 +210,19 @@ def render_options(ci: ContextInputs, image_ref: str = "") -> tuple[RenderOption
         build_base=(image_reference(ci.build_base_image, "--build-base-image")
                     if ci.build_base_image else None),
         python_source=ci.python_source, apptainer=ci.apptainer, image_ref=image_ref,
-        cuda_redist_url=redist_url)
+        cuda_redist_url=redist_url,
+        extension_sources=_sources(ci.extension_sources))
     return opts, secrets
+
+
+def _sources(paths: tuple[Path, ...]) -> tuple[tuple[str, tuple[tuple[str, bytes], ...]], ...]:
+    out = [read_source_tree(p) for p in paths]
+    names = [n for n, _ in out]
+    for n in names:
+        if names.count(n) > 1:
+            raise UsageError(f"--build-extension: two sources named {n}",
+                             "give each extension once (its directory name names it)")
+    return tuple(out)
 
 
 def index_kind(ci: ContextInputs) -> str | None:

@@ -17,7 +17,7 @@ from typing import Any
 from .context import TorchContext
 from .judges import Outcome, _err, failed, no_gpu_outcome, passed, skipped
 
-NO_EXTENSIONS = "the spec names no --with extensions"
+NO_EXTENSIONS = "the spec names no --with extensions and the image built none"
 
 
 def _public(version: str) -> str:
@@ -104,10 +104,32 @@ NATIVE: dict[str, Callable[[Any, dict[str, str]], str]] = {
 }
 
 
+BUILT = "/opt/envbuild/ext-wheels"  # where the image keeps the wheels its builder stage made
+
+
+def built_extensions(directory: str = BUILT) -> list[dict[str, str]]:
+    """The --build-extension wheels an image installed, as spec entries: the distribution and
+    version from the wheel's name, the module from the installed top_level.txt."""
+    from importlib import metadata
+    from pathlib import Path
+
+    out = []
+    for wheel in sorted(Path(directory).glob("*.whl")):
+        dist, version = wheel.name.split("-")[:2]
+        name = dist.replace("_", "-")
+        try:
+            top = (metadata.distribution(name).read_text("top_level.txt") or "").split()
+        except metadata.PackageNotFoundError:
+            top = []
+        out.append({"name": name, "version": version, "where": "built",
+                    "module": top[0] if top else dist})
+    return out
+
+
 def t_ext_load(ctx: TorchContext) -> Outcome:
     from importlib import metadata
 
-    wanted = list(ctx.spec.get("extensions") or [])
+    wanted = list(ctx.spec.get("extensions") or []) + built_extensions()
     if not wanted:
         return skipped(NO_EXTENSIONS)
     torch_version = str(ctx.torch.__version__)
@@ -187,7 +209,7 @@ KERNELS: dict[str, tuple[Callable[[Any, str], float], float]] = {
 
 
 def t_ext_kernel(ctx: TorchContext) -> Outcome:
-    wanted = [e["name"] for e in ctx.spec.get("extensions") or []]
+    wanted = [e["name"] for e in list(ctx.spec.get("extensions") or []) + built_extensions()]
     if not wanted:
         return skipped(NO_EXTENSIONS)
     device, bad = ctx.compute_device()

@@ -12,14 +12,15 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
-from tests.support import GOLDEN, run_cli
+from tests.support import GOLDEN, ROOT, run_cli
 from tests.support.render import HADOLINT_CONFIG
 
 UPDATE = os.environ.get("ENVBUILD_UPDATE_GOLDEN") == "1"
 # Files compared byte for byte; validator.pyz and peaks.json are checked against their sources.
 COMPARED = ("Dockerfile", ".dockerignore", "environment.yml", "requirements.txt", "constraints.txt",
             "user-requirements.txt", "apt-packages.txt", "envbuild-validate", "spec.json",
-            "apptainer.def", "setup-macos.sh", "install-cuda-compat.py")
+            "apptainer.def", "setup-macos.sh", "install-cuda-compat.py",
+            "extensions-requirements.txt", "build-extensions.py")
 
 CASES: dict[str, list[str]] = {
     "cuda-base-ubuntu22.04": ["--cuda", "12.2", "--torch", "2.5.1", "--os", "ubuntu22.04"],
@@ -58,6 +59,14 @@ CASES: dict[str, list[str]] = {
     # a PyPI mirror as the torch index: the default variant pinned without +cu130
     "cuda-pypi-mirror": ["--cuda", "13.0", "--torch", "2.13.0", "--os", "ubuntu24.04",
                          "--torch-index-url", "https://nexus.example.com/repository/pypi/simple"],
+    # --with: prebuilt extension wheels in a layer of their own, constrained by the torch stack
+    "cuda-with-extensions": ["--with", "xformers", "--with", "bitsandbytes", "--torch", "2.8",
+                             "--os", "ubuntu24.04", "--gpu", "H100"],
+    # --build-extension: a builder stage compiles the source for the --gpu archs (nvcc from PyPI)
+    "cuda-build-extension": ["--target", "cuda", "--torch", "2.13.0", "--os", "debian12",
+                             "--gpu", "A100", "--build-extension",
+                             str(ROOT / "tests" / "fixtures" / "extensions" /
+                                 "envbuild-tiny-cuda")],
 }
 
 

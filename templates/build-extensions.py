@@ -1,0 +1,68 @@
+"""The builder stage of `envbuild --build-extension` (issue 23), run by the image's venv Python.
+
+usage: build-extensions.py ARCH_LIST SRC_DIR WHEEL_DIR [-- PIP_INDEX_OPTIONS...]
+
+Installs nvcc from PyPI at the cuda-toolkit version torch itself pins (so headers and compiler
+match torch's CUDA), links libcudart.so (the wheel ships only libcudart.so.N, and CUDAExtension
+links -lcudart), sets TORCH_CUDA_ARCH_LIST to exactly ARCH_LIST and MAX_JOBS from the memory
+the builder has, and builds each source directory under SRC_DIR into a wheel in WHEEL_DIR
+without build isolation (against the installed torch). Only those wheels leave the stage.
+"""
+
+import importlib.metadata
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+GIB_PER_JOB = 4  # nvcc on a template-heavy kernel file takes up to a few GiB; a job per 4 GiB
+
+
+def torch_toolkit_pin() -> str:
+    for req in importlib.metadata.requires("torch") or []:
+        m = re.match(r"^cuda-toolkit\b[^=;]*==\s*([0-9][0-9.]*)", req)
+        if m:
+            return m.group(1)
+    sys.exit("build-extensions: torch pins no cuda-toolkit (a CUDA 13 torch from PyPI does)")
+
+
+def max_jobs() -> int:
+    avail = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                avail = int(line.split()[1]) // (1024 * 1024)
+    return max(1, min(os.cpu_count() or 1, avail // GIB_PER_JOB))
+
+
+def main(argv: list) -> int:
+    arch_list, src, out = argv[:3]
+    pip_opts = argv[4:] if len(argv) > 3 and argv[3] == "--" else []
+    pip = [sys.executable, "-m", "pip"]
+    pin = torch_toolkit_pin()
+    t = time.monotonic()
+    subprocess.run([*pip, "install", f"cuda-toolkit[nvcc,cccl]=={pin}", "ninja", "setuptools",
+                    "wheel", *pip_opts], check=True)
+    major = pin.split(".")[0]
+    home = Path(sysconfig.get_paths()["purelib"]) / "nvidia" / f"cu{major}"
+    lib = home / "lib" / "libcudart.so"
+    if not lib.exists():
+        lib.symlink_to(f"libcudart.so.{major}")
+    env = {**os.environ, "CUDA_HOME": str(home), "TORCH_CUDA_ARCH_LIST": arch_list,
+           "MAX_JOBS": str(max_jobs()),
+           "PATH": f"{home / 'bin'}:{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+    print(f"build-extensions: nvcc from cuda-toolkit {pin} ({time.monotonic() - t:.0f} s), "
+          f"TORCH_CUDA_ARCH_LIST={arch_list} MAX_JOBS={env['MAX_JOBS']}", flush=True)
+    for d in sorted(Path(src).iterdir()):
+        t = time.monotonic()
+        subprocess.run([*pip, "wheel", "--no-build-isolation", "--no-deps", "-w", out, str(d)],
+                       check=True, env=env)
+        print(f"build-extensions: {d.name} built in {time.monotonic() - t:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,98 @@
+"""--build-extension (issue 23): the source tree read into the build context (bounded, regular
+files only, no link followed) and the builder stage's preconditions, each a one-line usage
+error with a hint."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from envbuild.common.errors import UsageError
+from envbuild.core.request import Request
+from envbuild.core.resolve import resolve
+from envbuild.matrix import Matrix
+from envbuild.render import pipeline
+from envbuild.render.context import RenderOptions, extension_build
+
+TINY = Path(__file__).resolve().parents[1] / "fixtures" / "extensions" / "envbuild-tiny-cuda"
+
+
+def test_the_tiny_extension_reads_whole_and_in_order() -> None:
+    name, files = pipeline.read_source_tree(TINY)
+    assert name == "envbuild-tiny-cuda"
+    assert [rel for rel, _ in files] == ["setup.py", "csrc/add_one.cu", "csrc/bind.cpp"]
+
+
+def _tree(tmp_path: Path) -> Path:
+    d = tmp_path / "ext"
+    (d / "src").mkdir(parents=True)
+    (d / "setup.py").write_text("from setuptools import setup\nsetup()\n")
+    (d / "src" / "k.cu").write_text("// k\n")
+    return d
+
+
+def test_links_fifos_and_build_outputs_stay_out(tmp_path: Path) -> None:
+    d = _tree(tmp_path)
+    (tmp_path / "secret").write_text("token")
+    os.symlink(tmp_path / "secret", d / "link-to-secret")
+    os.mkfifo(d / "fifo")
+    for skipped in (".git", "build", "__pycache__", "x.egg-info"):
+        (d / skipped).mkdir()
+        (d / skipped / "f").write_text("x")
+    _, files = pipeline.read_source_tree(d)
+    assert sorted(rel for rel, _ in files) == ["setup.py", "src/k.cu"]
+
+
+@pytest.mark.parametrize("how", ["missing", "a file", "a link", "no setup", "bad name",
+                                 "too many files", "too big"])
+def test_bad_source_trees_are_usage_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           how: str) -> None:
+    d = _tree(tmp_path)
+    path = d
+    if how == "missing":
+        path = tmp_path / "nope"
+    elif how == "a file":
+        path = d / "setup.py"
+    elif how == "a link":
+        path = tmp_path / "link"
+        os.symlink(d, path)
+    elif how == "no setup":
+        (d / "setup.py").unlink()
+    elif how == "bad name":
+        path = tmp_path / "bad name;x"
+        d.rename(path)
+    elif how == "too many files":
+        monkeypatch.setattr(pipeline, "SOURCE_FILES", 1)
+    else:
+        monkeypatch.setattr(pipeline, "SOURCE_BYTES", 10)
+    with pytest.raises(UsageError) as e:
+        pipeline.read_source_tree(path)
+    assert e.value.exit_code == 2 and e.value.hint and "\n" not in e.value.message
+
+
+@pytest.mark.parametrize(("request_", "says"), [
+    (Request(target="cpu", torch="2.13"), "needs a CUDA torch"),
+    (Request(torch="2.8", gpus=("A100",)), "carry no nvcc"),
+    (Request(torch="2.13", target="cuda"), "name the GPUs"),
+    (Request(torch="2.13", gpus=("GH200",), platform="linux/arm64"), "would run emulated"),
+])
+def test_the_builder_stage_needs_cuda_13_gpus_and_this_platform(
+        matrix: Matrix, request_: Request, says: str) -> None:
+    import dataclasses
+
+    if request_.platform is None:
+        request_ = dataclasses.replace(request_, platform="linux/amd64")
+    spec = resolve(request_, matrix)
+    opts = RenderOptions(extension_sources=(pipeline.read_source_tree(TINY),))
+    with pytest.raises(UsageError, match=says):
+        extension_build(spec, opts)
+
+
+def test_the_arch_list_is_exactly_the_gpus(matrix: Matrix) -> None:
+    spec = resolve(Request(torch="2.13", gpus=("H100", "A100", "H200"), platform="linux/amd64"),
+                   matrix)
+    plan = extension_build(spec, RenderOptions(extension_sources=(
+        pipeline.read_source_tree(TINY),)))
+    assert plan == {"names": ["envbuild-tiny-cuda"], "arch_list": "8.0 9.0"}
