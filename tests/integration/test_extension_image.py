@@ -1,0 +1,104 @@
+"""A real CUDA image with extensions (issue 23), built by the real CLI on the real engine and
+checked without a GPU:
+- `--with bitsandbytes`: PyPI's bitsandbytes wheel resolved for torch 2.13.0+cu130, installed in
+  its constrained layer; the validator's ext.load loads its CUDA 13.0 library;
+- `--build-extension tests/fixtures/extensions/envbuild-tiny-cuda --gpu A100`: the builder stage
+  compiles a real CUDA extension with nvcc from PyPI for sm_80 only; only its wheel reaches the
+  image (no nvcc, no sources there), and ext.load imports it;
+- a second image of the family (one more --pip package) reuses the compiled wheel: BuildKit
+  serves the builder's compile step from its cache (the log says CACHED), timed.
+The env stage (base, Python, torch stack) equals test_cuda_image's plain image, which runs just
+before (tests/conftest.py HEAVY_FIRST), so its layers come from the cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support import FIXTURES, IN_CI, run_cli, work_dir
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+DOCKER = "/usr/bin/docker"
+BASE = os.environ.get("ENVBUILD_TEST_BASE", "local/debian:bookworm")
+TINY = FIXTURES / "extensions" / "envbuild-tiny-cuda"
+EXT = "envbuild-ext-test/cuda:ext"
+EXT2 = "envbuild-ext-test/cuda:ext-more"
+
+
+def _make(tag: str, *extra: str) -> tuple[int, dict[str, Any] | None, str, float]:
+    t = time.monotonic()
+    r = run_cli("make", "--target", "cuda", "--torch", "2.13.0", "--without", "torchvision",
+                "--without", "torchaudio", "--base-image", BASE, "--wheelhouse",
+                str(work_dir() / "cuda-wheelhouse"), "--gpu", "A100", "--with", "bitsandbytes",
+                "--build-extension", str(TINY), "--tag", tag, "--progress", "plain", "--json",
+                *extra, timeout=2400)
+    data = json.loads(r.stdout) if r.stdout.strip().startswith("{") else None
+    return r.returncode, data, r.stdout + r.stderr, time.monotonic() - t
+
+
+@pytest.fixture(scope="module")
+def images(docker_engine: None) -> Iterator[dict[str, tuple[int, Any, str, float]]]:
+    if subprocess.run([DOCKER, "image", "inspect", BASE], capture_output=True,
+                      timeout=60).returncode != 0 or \
+            not list((work_dir() / "cuda-wheelhouse").glob("torch-2.13.0-cp311-*.whl")):
+        msg = f"{BASE} or the CUDA wheelhouse missing (make fixtures)"
+        pytest.fail(msg) if IN_CI else pytest.skip(msg)
+    out: dict[str, tuple[int, Any, str, float]] = {}
+    try:
+        out["ext"] = _make(EXT)
+        out["ext2"] = _make(EXT2, "--pip", "einops")
+        yield out
+    finally:
+        subprocess.run([DOCKER, "rmi", "-f", EXT, EXT2], capture_output=True, timeout=300)
+
+
+def _checks(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["id"]: c for c in data["validation"]["checks"]}
+
+
+def test_the_image_builds_and_its_extensions_load_without_a_gpu(
+        images: dict[str, tuple[int, Any, str, float]]) -> None:
+    rc, data, log, seconds = images["ext"]
+    assert rc == 0 and data is not None, log[-3000:]
+    load = _checks(data)["ext.load"]
+    assert load["status"] == "pass", load
+    assert "bitsandbytes 0.50.2 (libbitsandbytes_cuda130.so loads)" in load["detail"]
+    assert "envbuild-tiny-cuda 0.1.0" in load["detail"]
+    assert _checks(data)["ext.kernel"]["status"] == "skip"  # no GPU here: said, not passed
+    print(f"\nextension image: {seconds:.0f} s")
+
+
+def test_only_the_wheel_reaches_the_image(images: dict[str, tuple[int, Any, str, float]]
+                                          ) -> None:
+    assert images["ext"][0] == 0
+    script = ("import sysconfig, pathlib; p = pathlib.Path(sysconfig.get_paths()['purelib']); "
+              "print(sorted(x.name for x in (p / 'nvidia' / 'cu13' / 'bin').glob('*')) "
+              "if (p / 'nvidia' / 'cu13' / 'bin').is_dir() else []); "
+              "print(pathlib.Path('/opt/envbuild/ext-src').exists()); "
+              "import torch, envbuild_tiny_cuda; print(envbuild_tiny_cuda.__file__)")
+    r = subprocess.run([DOCKER, "run", "--rm", "--network", "none", "--entrypoint",
+                        "/opt/venv/bin/python", EXT, "-c", script], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    bins, src, module = r.stdout.split("\n")[:3]
+    assert "nvcc" not in bins and src == "False" and module.endswith(".so")
+
+
+def test_the_second_image_reuses_the_compiled_wheel(
+        images: dict[str, tuple[int, Any, str, float]]) -> None:
+    rc, _, log, seconds = images["ext2"]
+    assert rc == 0, log[-3000:]
+    step = [line for line in log.splitlines() if "build-extensions.py" in line]
+    assert step and any("CACHED" in line for line in step), step[-5:]
+    assert not re.search(r"envbuild-tiny-cuda built in \d+ s", log)  # no compiler ran
+    print(f"\nsecond image, the compiled wheel reused: {seconds:.0f} s "
+          f"(first: {images['ext'][3]:.0f} s)")
