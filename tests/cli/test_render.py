@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -266,3 +267,26 @@ def test_build_refuses_a_context_whose_secrets_are_missing(tmp_path: Path) -> No
     r = run_cli("build", str(ctx), env={"DOCKER_HOST": "unix:///nonexistent.sock"})
     assert r.returncode == 2
     assert "build secret(s) ca, which were not given" in r.stderr and "--ca-cert" in r.stderr
+
+
+@pytest.mark.parametrize("name", sorted(n for n in CASES if n != "mps"))
+def test_every_file_the_dockerfile_reads_is_in_the_context(rendered: dict[str, Path],
+                                                          name: str) -> None:
+    """The .dockerignore is an allow-list: every COPY source and bind-mount source of the
+    Dockerfile (not another stage's) must be on it and rendered, or the build fails with
+    'not found' (as the first --build-extension build did)."""
+    out = rendered[name]
+    allowed = {line[1:].strip() for line in (out / ".dockerignore").read_text().splitlines()
+               if line.startswith("!")}
+    text = (out / "Dockerfile").read_text()
+    read: set[str] = set()
+    for m in re.finditer(r"^COPY (.+) \S+$", text, re.MULTILINE):
+        words = m.group(1).split()
+        if not any(w.startswith("--from") for w in words):
+            read.update(w for w in words if not w.startswith("--"))
+    for m in re.finditer(r"--mount=type=bind,source=([^,\s]+),(?!.*from=)", text):
+        read.add(m.group(1))
+    for src in read:
+        top = src.split("/")[0]
+        assert top in allowed, f"{name}: the Dockerfile reads {src}, the .dockerignore drops it"
+        assert (out / top).exists() or top == "wheelhouse", f"{name}: {top} is not rendered"
