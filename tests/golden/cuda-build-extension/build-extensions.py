@@ -65,4 +65,8 @@ def main(argv: list) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except subprocess.CalledProcessError as e:  # pip said why above; no traceback on top of it
+        sys.exit(f"build-extensions: {' '.join(map(str, e.cmd[1:4]))} ... failed (exit "
+                 f"{e.returncode})")
