@@ -53,6 +53,7 @@ def cpu_image(fixtures: Path) -> Iterator[str]:
     report = data["validation"]
     assert isinstance(report, dict)
     yield tag
+    docker("rmi", tag, check=False)  # the module's image: nothing of it stays on the engine
 
 
 def test_make_builds_and_validates(cpu_image: str, fixtures: Path) -> None:
@@ -449,6 +450,7 @@ def test_build_push_validates_first(cpu_image: str, fixtures: Path, registry: st
     data = json.loads(r.stdout)
     assert data["validation"]["summary"]["fail"] == 0 and data["validation"]["checks"]
     assert data["pushed"] == f"{registry}/{cpu_image}"
+    docker("rmi", data["pushed"])  # the registry's tag on the engine, as `docker push` keeps it
 
 
 def test_warm_make_reuses_a_passing_validation(cpu_image: str, fixtures: Path,
