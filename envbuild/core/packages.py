@@ -150,6 +150,8 @@ def conda_spec(value: str) -> str:
         spec = MatchSpec(v, strict=True)
     except Exception as exc:  # rattler raises its own exception family
         reason = redact(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__
+        if "@" in v:  # rattler quotes pieces of the value: a login's may be among them
+            reason = "it holds what looks like a login (not echoed)"
         raise UsageError(f"--conda {shown(v, 40)!r} is not a conda MatchSpec: {reason}",
                          "e.g. --conda 'numpy>=1.26', --conda conda-forge::ffmpeg") from None
     channel = str(getattr(spec.channel, "base_url", "") or "")

@@ -13,7 +13,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from tests.support import run_cli
@@ -114,6 +114,9 @@ def _argv(command: str, how: str, url: str, root: Path) -> list[str]:
 
 
 @given(url=urls(), entry=st.sampled_from(ENTRIES))
+# found by this test: rattler's error quoted '<user>@<part of the password>' of a --conda value
+@example(url=("ZqBkj3b@ZqCg5FP#ZqEegoW@pypi.example.com/simple",
+              ["ZqBkj3b", "ZqCg5FP", "ZqEegoW"]), entry=("render", "--conda"))
 @settings(max_examples=250, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 def test_no_entry_point_shows_a_secret(url: tuple[str, list[str]],
