@@ -17,7 +17,7 @@ from typing import Any
 from envbuild.common.echo import shown
 from envbuild.common.errors import MatrixError
 from envbuild.matrix.cache import cache_path, read_docs, write_docs
-from envbuild.matrix.model import EXTRA_FILES, FILES, TABLES, Matrix, Problem
+from envbuild.matrix.model import EXTRA_FILES, FILES, OPTIONAL_FILES, TABLES, Matrix, Problem
 
 
 def _type_ok(value: Any, hint: Any) -> Any:
@@ -111,7 +111,8 @@ def _read_toml(path: Path, problems: list[Problem]) -> dict[str, Any]:
 
 
 def _read_docs(directory: Path, problems: list[Problem]) -> dict[str, dict[str, Any]]:
-    return {stem: _read_toml(directory / f"{stem}.toml", problems) for stem in FILES}
+    return {stem: {} if stem in OPTIONAL_FILES and not (directory / f"{stem}.toml").exists()
+            else _read_toml(directory / f"{stem}.toml", problems) for stem in FILES}
 
 
 def _clean_rows(cls: type, rows: list[dict[str, Any]]) -> list[Any]:

@@ -389,6 +389,9 @@ TABLES: tuple[tuple[str, str, type[Row], str], ...] = tuple(
     (stem, table, cls, attr)
     for stem, tables in LOCATIONS.items() for table, (cls, attr) in tables.items())
 EXTRA_FILES = ("mps", "wsl2", "peaks", "sizes")  # read whole into Matrix.extra
+# Files a matrix may leave out (no facts of that kind): a matrix copied before they existed, and
+# the small matrices of tests and forks, still load.
+OPTIONAL_FILES = ("extensions",)
 # Every matrix file (by stem) a Matrix is read from.
 FILES: tuple[str, ...] = tuple(sorted({t[0] for t in TABLES} | {"sources", *EXTRA_FILES}))
 

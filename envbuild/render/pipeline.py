@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
+from envbuild.common.echo import shown
 from envbuild.common.errors import ConflictError, UsageError
 from envbuild.common.record import record
 
@@ -61,7 +62,7 @@ def read_source_tree(path: Path) -> tuple[str, tuple[tuple[str, bytes], ...]]:
 
     from envbuild.common.boundedio import read_bytes
 
-    flag = f"--build-extension {path}"
+    flag = f"--build-extension {shown(str(path))}"
     try:
         st = os.stat(path, follow_symlinks=False)
     except OSError:
