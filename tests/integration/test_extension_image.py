@@ -6,7 +6,10 @@ checked without a GPU:
   compiles a real CUDA extension with nvcc from PyPI for sm_80 only; only its wheel reaches the
   image (no nvcc, no sources there), and ext.load imports it;
 - a second image of the family (one more --pip package) reuses the compiled wheel: BuildKit
-  serves the builder's compile step from its cache (the log says CACHED), timed.
+  serves the builder's compile step from its cache (the log says CACHED), timed;
+- `--with xformers --with bitsandbytes` on torch 2.10.0: xformers' one Linux wheel is compiled
+  against torch 2.10.0+cu128, so the resolver takes PyPI's CUDA 12.8 torch; ext.load loads
+  xformers' C++ library (libcudart.so.12 from the cu12 wheels) and bitsandbytes' CUDA 12.8 one.
 The env stage (base, Python, torch stack) equals test_cuda_image's plain image, which runs just
 before (tests/conftest.py HEAVY_FIRST), so its layers come from the cache.
 """
@@ -26,7 +29,9 @@ from typing import Any
 
 import pytest
 
+from envbuild.matrix import Matrix
 from tests.support import FIXTURES, IN_CI, run_cli, work_dir
+from tests.support.cuda_facts import assert_wheel_facts
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -35,6 +40,7 @@ BASE = os.environ.get("ENVBUILD_TEST_BASE", "local/debian:bookworm")
 TINY = FIXTURES / "extensions" / "envbuild-tiny-cuda"
 EXT = "envbuild-ext-test/cuda:ext"
 EXT2 = "envbuild-ext-test/cuda:ext-more"
+XF = "envbuild-ext-test/cuda:xformers"
 
 
 def _make(tag: str, src: Path, *extra: str) -> tuple[int, dict[str, Any] | None, str, float]:
@@ -70,6 +76,44 @@ def images(docker_engine: None, tmp_path_factory: pytest.TempPathFactory
         yield out
     finally:
         subprocess.run([DOCKER, "rmi", "-f", EXT, EXT2], capture_output=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def xformers_image(docker_engine: None) -> Iterator[tuple[int, Any, str, float]]:
+    wheelhouse = work_dir() / "cuda12-wheelhouse"
+    if not list(wheelhouse.glob("xformers-0.0.35-*.whl")):
+        msg = "the CUDA 12 wheelhouse missing (make fixtures)"
+        pytest.fail(msg) if IN_CI else pytest.skip(msg)
+    t = time.monotonic()
+    try:
+        r = run_cli("make", "--target", "cuda", "--torch", "2.10.0", "--without", "torchvision",
+                    "--without", "torchaudio", "--base-image", BASE, "--wheelhouse",
+                    str(wheelhouse), "--gpu", "A100", "--with", "xformers", "--with",
+                    "bitsandbytes", "--tag", XF, "--progress", "plain", "--json",
+                    "--ca-cert", "/etc/ssl/certs/ca-certificates.crt", timeout=2400)
+        data = json.loads(r.stdout) if r.stdout.strip().startswith("{") else None
+        yield r.returncode, data, r.stdout + r.stderr, time.monotonic() - t
+    finally:
+        subprocess.run([DOCKER, "rmi", "-f", XF], capture_output=True, timeout=300)
+
+
+def test_xformers_and_bitsandbytes_on_a_cuda_12_torch(
+        xformers_image: tuple[int, Any, str, float], matrix: Matrix) -> None:
+    rc, data, log, seconds = xformers_image
+    assert rc == 0 and data is not None, log[-3000:]
+    spec = data["spec"]
+    assert (spec["torch"], spec["variant"]) == ("2.10.0", "cu128")
+    checks = _checks(data)
+    assert checks["ext.load"]["status"] == "pass", checks["ext.load"]
+    assert "xformers 0.0.35 (C++ library loaded)" in checks["ext.load"]["detail"]
+    assert "bitsandbytes 0.50.2 (libbitsandbytes_cuda128.so loads)" in checks["ext.load"]["detail"]
+    assert checks["expect.torch_version"]["status"] == "pass"  # torch 2.10.0 left in place
+    assert checks["ext.kernel"]["status"] == "skip"
+    assert data["validation"]["summary"]["fail"] == 0
+    # the real wheel against the matrix's 2.10 cu128 row: arch list, CUDA, cuDNN, NCCL
+    variant = next(v for v in matrix.variants_of("2.10") if v.tag == "cu128")
+    assert_wheel_facts(checks, spec, variant, "2.10 cu128")
+    print(f"\nxformers image: {seconds:.0f} s")
 
 
 def _checks(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
