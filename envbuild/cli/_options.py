@@ -39,6 +39,10 @@ Without = Annotated[list[str] | None, typer.Option(
 With = Annotated[list[str] | None, typer.Option(
     "--with", help="A CUDA extension with a prebuilt wheel that fits: NAME or NAME==VERSION "
     "(xformers, flash-attn, bitsandbytes, vllm, transformer-engine). Repeatable.")]
+BuildExtensions = Annotated[bool, typer.Option(
+    "--build-extensions", help="Where no prebuilt wheel of a --with extension fits, compile it "
+    "from its PyPI sdist in a builder stage for exactly the --gpu archs (flash-attn, xformers; "
+    "needs a CUDA 13 torch and --gpu). A prebuilt wheel on an older torch still comes first.")]
 ForwardCompat = Annotated[bool, typer.Option(
     "--forward-compat", help="Allow a CUDA newer than --driver runs natively, through NVIDIA's "
     "forward-compatibility libraries (data-center GPUs only; needs --driver and --gpu).")]
@@ -55,7 +59,7 @@ def make_request(target: str | None, cuda: str | None, rocm: str | None, torch: 
                  python: str | None, driver: str | None, gpu: list[str] | None,
                  os: str | None, flavor: str | None, without: list[str] | None,
                  forward_compat: bool = False, platform: str | None = None,
-                 with_: list[str] | None = None) -> Request:
+                 with_: list[str] | None = None, build_extensions: bool = False) -> Request:
     check_given(target=target, cuda=cuda, rocm=rocm, torch=torch, python=python, driver=driver,
                 os=os, flavor=flavor, platform=platform)
     left_out = set(without or ())
@@ -63,7 +67,7 @@ def make_request(target: str | None, cuda: str | None, rocm: str | None, torch: 
     return Request(target=target.strip().lower() if target else target, cuda=cuda, rocm=rocm,
                    torch=torch, python=python, driver=driver, gpus=tuple(gpu or ()), os=os,
                    flavor=flavor, forward_compat=forward_compat, platform=platform,
-                   extensions=tuple(with_ or ()),
+                   extensions=tuple(with_ or ()), build_extensions=build_extensions,
                    components=tuple(c for c in COMPONENTS if c not in left_out)
                    + tuple(sorted(left_out - set(COMPONENTS))))
 
@@ -74,6 +78,7 @@ _REQUEST_OPTIONS: tuple[tuple[str, Any, bool | None], ...] = (
     ("target", Target, None), ("cuda", Cuda, None), ("rocm", Rocm, None), ("torch", Torch, None),
     ("python", Python, None), ("driver", Driver, None), ("gpu", Gpu, None), ("os", Os, None),
     ("flavor", Flavor, None), ("without", Without, None), ("with_", With, None),
+    ("build_extensions", BuildExtensions, False),
     ("forward_compat", ForwardCompat, False), ("platform", Platform, None))
 
 

@@ -260,8 +260,9 @@ def _image_alternatives(m: Matrix, p: Parsed, fits: Fits) -> list[Alternative]:
 
 
 def _extension_alternatives(m: Matrix, p: Parsed, fits: Fits) -> list[Alternative]:
-    """With --with: the request without one extension, and on linux/amd64 (where most extension
-    wheels are) when another platform was asked for."""
+    """With --with: the request without one extension, with --build-extensions (compiled for the
+    --gpu archs) when GPUs are named, and on linux/amd64 (where most extension wheels are) when
+    another platform was asked for."""
     out: list[Alternative] = []
     for w in p.extensions:
         rest = tuple(x for x in p.extensions if x is not w)
@@ -269,6 +270,13 @@ def _extension_alternatives(m: Matrix, p: Parsed, fits: Fits) -> list[Alternativ
         if s is not None:
             out.append(Alternative(f"without --with {w.text}: {_core(s)}",
                                    ((("extensions", tuple(x.text for x in rest)),),), (1, 2.0)))
+    if p.extensions and not p.build_extensions and p.platform == "linux/amd64" and \
+            any(g.vendor == "nvidia" and g.cc for g in p.gpus):
+        s = fits(m, dataclasses.replace(p, build_extensions=True))
+        if s is not None:
+            built = ", ".join(e["name"] for e in s.extensions if e["where"] == "sdist")
+            out.append(Alternative(f"--build-extensions: {_core(s)} ({built} compiled in the "
+                                   "builder stage)", ((("build_extensions", True),),), (1, 1.5)))
     if p.extensions and p.platform != "linux/amd64":
         s = fits(m, dataclasses.replace(p, platform="linux/amd64"))
         if s is not None:

@@ -87,6 +87,8 @@ def normalize(name: str) -> str:
 def parse_with(values: Sequence[str], m: Matrix) -> tuple[Wanted, ...]:
     """`--with` values, checked for form: a known extension, a version specifier that parses,
     each extension once. UsageError (exit 2) otherwise, with the known names."""
+    if not values:
+        return ()  # start-up: packaging is imported only for a request with extensions
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
     known = [e.name for e in m.extensions]
@@ -302,7 +304,7 @@ def _check(m: Matrix, kind: str, r: ExtensionRelease, spec: Spec, gpus: Sequence
         return f"a CUDA extension, the spec's target is {spec.target}", "", "", ""
     if kind == "build":
         return (f"it has no prebuilt torch extension for torch {spec.torch}: its torch part "
-                "compiles at install (envbuild's builder stage is not there yet)"), "", "", ""
+                "compiles at install"), "", "", ""
     if not _torch_ok(r, spec.torch):
         return f"it needs {_torch_text(r)}", "", "", ""
     if not _python_ok(r, spec.python):
@@ -328,14 +330,21 @@ def _check(m: Matrix, kind: str, r: ExtensionRelease, spec: Spec, gpus: Sequence
 
 
 def fit(m: Matrix, spec: Spec, gpus: Sequence[GpuRef], wanted: Sequence[Wanted], *,
-        verified_only: bool = False) -> tuple[tuple[Chosen, ...], list[str]]:
+        verified_only: bool = False, build: bool = False
+        ) -> tuple[tuple[Chosen, ...], list[str]]:
     """The release of each wanted extension for this spec, with a trace line each; raises
     NoWheel naming the first extension with no fitting wheel. verified_only: only the rows a
-    primary source confirmed."""
+    primary source confirmed; build (--build-extensions): an extension with no fitting wheel is
+    compiled from its PyPI sdist where the matrix says how."""
     chosen: list[Chosen] = []
     lines: list[str] = []
     for w in wanted:
         c, why = _one(m, spec, gpus, w, verified_only)
+        if c is None and build:
+            c, line = _source(m, spec, gpus, w, why)
+            chosen.append(c)
+            lines.append(line)
+            continue
         if c is None:
             raise NoWheel(why)
         chosen.append(c)
@@ -350,3 +359,44 @@ def fit(m: Matrix, spec: Spec, gpus: Sequence[GpuRef], wanted: Sequence[Wanted],
             lines.append(f"{c.name} {c.version} publishes no arch list: whether it has kernels "
                          f"for {', '.join(g.label for g in gpus)} was not checked")
     return tuple(chosen), lines
+
+
+def _sdist_takes(r: ExtensionRelease, torch: str) -> bool:
+    """Whether the sdist of r's version builds against this torch: a wheel's exact pin (==) and
+    an asset's torch minors say which torch the project compiled its wheels with, not what its
+    source takes; a floor (xformers 0.0.35: torch>=2.10) holds for the source too."""
+    if r.torch_minors or r.torch.startswith("=="):
+        return True
+    return _torch_ok(r, torch)
+
+
+def _source(m: Matrix, spec: Spec, gpus: Sequence[GpuRef], w: Wanted, why: str
+            ) -> tuple[Chosen, str]:
+    """--build-extensions: the newest version of w whose torch requirement holds, compiled from
+    PyPI's sdist in the builder stage against the spec's torch, for the --gpu archs (NoWheel:
+    the matrix plans no build of it, or the build cannot run)."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    ext = m.extension(w.name)
+    assert ext is not None  # parse_with checked it
+    if not ext.sdist:
+        raise NoWheel(f"{why}; and envbuild plans no source build of {w.name} "
+                      f"({ext.kind} extension: see `envbuild matrix show extensions`)")
+    if spec.target != "cuda" or major_of(spec.torch_cuda or "0") < 13:
+        raise NoWheel(f"{why}; and a source build needs nvcc, which PyPI has for CUDA 13 only "
+                      f"(the spec's torch is {spec.variant})")
+    wanted = SpecifierSet(w.versions)
+    versions = sorted({Version(r.version).public for r in m.extension_releases
+                       if r.extension == w.name and _sdist_takes(r, spec.torch) and
+                       wanted.contains(Version(r.version).public, prereleases=True)},
+                      key=Version, reverse=True)
+    if not versions:
+        raise NoWheel(f"{why}; and no {w.text} release takes torch {spec.torch}")
+    archs = " ".join(rules.arch_name(cc) for cc in sorted(
+        {g.cc for g in gpus if g.vendor == "nvidia" and g.cc}, key=version_key))
+    c = Chosen(w.name, versions[0], "sdist", f"{ext.sdist}=={versions[0]}", ext.verified,
+               ext.import_name)
+    return c, (f"{w.name} {versions[0]}: {why}; compiled from its PyPI "
+               f"sdist in the builder stage against torch {spec.torch} for {archs} "
+               "(--build-extensions); only the wheel reaches the image")

@@ -89,6 +89,11 @@ def resolve_parsed(m: Matrix, p: Parsed, alternatives: bool = True) -> Spec:
             try:
                 return _resolve_on(on, dataclasses.replace(p, extension_facts="any"), False)
             except ConflictError as e:  # the alternatives start from the request as asked
+                if not p.build_extensions:
+                    raise _with_alternatives(e, m, p, alternatives) from None
+            try:  # --build-extensions: a prebuilt wheel on any torch first, then a source build
+                return _resolve_on(on, dataclasses.replace(p, extension_facts="build"), False)
+            except ConflictError as e:
                 raise _with_alternatives(e, m, p, alternatives) from None
         return _resolve_on(on, p, alternatives)
     except ConflictError as e:
@@ -194,7 +199,8 @@ def _with_extensions(m: Matrix, p: Parsed, spec: Spec) -> Spec:
 
     try:
         chosen, lines = fit(m, spec, p.gpus, p.extensions,
-                            verified_only=p.extension_facts == "verified")
+                            verified_only=p.extension_facts == "verified",
+                            build=p.extension_facts == "build")
     except NoWheel as why:
         raise Reject(str(why)) from None
     unverified = [f"not verified against a primary source: the {c.name} {c.version} wheel facts "

@@ -235,6 +235,9 @@ class Extension(Row):
     import_name: str
     kind: str
     where: str  # pypi | github-release
+    sdist: str = ""  # --build-extensions compiles this PyPI sdist; "" = envbuild plans no build
+    build_requires: tuple[str, ...] = ()  # what its setup.py imports (built without isolation)
+    build_env: tuple[str, ...] = ()  # NAME=VALUE for the build; {archs_nodot} = 80;90
 
 
 @record

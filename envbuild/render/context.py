@@ -513,10 +513,12 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
     }
     ctx.update(_runtime_context(spec, opts, m))
     ctx["cross"] = _cross_stage(spec, opts, os_info, python, base_image)
-    ctx["ext_build"] = extension_build(spec, opts)
+    ctx["ext_build"] = extension_build(spec, opts, m)
     if ctx["ext_build"] is not None:
         files["build-extensions.py"] = RenderedFile(
             (templates_dir() / "build-extensions.py").read_text(encoding="utf-8"))
+        files["ext-build.json"] = RenderedFile(
+            json.dumps(ctx["ext_build"]["plan"], indent=2, sort_keys=True) + "\n")
         for name, tree in opts.extension_sources:
             for rel, data in tree:
                 files[f"ext-src/{name}/{rel}"] = RenderedFile(data)
@@ -584,7 +586,8 @@ def extension_layers(spec: Spec, torch_args: list[str]) -> list[dict[str, Any]]:
     PyPI or a release asset through the user's pip options, those from the PyTorch index through
     the torch stack's (a PyPI build and an index build share a version number: one index each
     keeps pip from taking the other)."""
-    pypi = [e["install"] for e in spec.extensions if not e["where"].startswith("index:")]
+    pypi = [e["install"] for e in spec.extensions
+            if not e["where"].startswith("index:") and e["where"] != "sdist"]
     index = [e["install"] for e in spec.extensions if e["where"].startswith("index:")]
     out: list[dict[str, Any]] = []
     if pypi:
@@ -597,17 +600,20 @@ def extension_layers(spec: Spec, torch_args: list[str]) -> list[dict[str, Any]]:
     return out
 
 
-def extension_build(spec: Spec, opts: RenderOptions) -> dict[str, Any] | None:
-    """The builder stage of --build-extension: the sources compiled for exactly the --gpu archs
-    with nvcc from PyPI (the cuda-toolkit version torch itself pins). PyPI has an nvcc for CUDA
-    13 only (the cu12 nvcc wheels hold ptxas alone), and the stage runs on the build machine, so
-    another platform's image is refused here."""
-    if not opts.extension_sources:
+def extension_build(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, Any] | None:
+    """The builder stage of --build-extension DIR and of a --with extension --build-extensions
+    planned from its PyPI sdist: compiled for exactly the --gpu archs with nvcc from PyPI (the
+    cuda-toolkit version torch itself pins). PyPI has an nvcc for CUDA 13 only (the cu12 nvcc
+    wheels hold ptxas alone), and the stage runs on the build machine, so another platform's
+    image is refused here. `plan` is the builder's ext-build.json."""
+    sdists = [e for e in spec.extensions if e["where"] == "sdist"]
+    if not opts.extension_sources and not sdists:
         return None
     from envbuild.core import platforms
 
-    names = [n for n, _ in opts.extension_sources]
-    what = f"--build-extension {names[0]}"
+    names = [n for n, _ in opts.extension_sources] + [e["install"] for e in sdists]
+    what = f"--build-extension {names[0]}" if opts.extension_sources else \
+        f"--build-extensions ({names[0]})"
     if spec.target != "cuda" or not spec.torch_cuda:
         raise UsageError(f"{what}: a CUDA extension needs a CUDA torch; the spec's target is "
                          f"{spec.target}", "add --target cuda (or --cuda X.Y)")
@@ -624,7 +630,19 @@ def extension_build(spec: Spec, opts: RenderOptions) -> dict[str, Any] | None:
         raise UsageError(f"{what}: name the GPUs it is compiled for",
                          "add --gpu (e.g. --gpu H100 --gpu A100): the builder compiles for "
                          "exactly their archs, not torch's whole list")
-    return {"names": names, "arch_list": " ".join(ccs)}
+    values = {"archs_nodot": ";".join(c.replace(".", "") for c in ccs)}
+    builds = []
+    for e in sdists:
+        ext = m.extension(e["name"])
+        assert ext is not None  # the resolver chose it from the matrix
+        env = dict(x.split("=", 1) for x in ext.build_env)
+        builds.append({"requirement": e["install"], "no_binary": ext.sdist,
+                       "build_requires": list(ext.build_requires),
+                       "env": {k: v.format(**values) for k, v in env.items()}})
+    plan = {"arch_list": " ".join(ccs), "sources": [n for n, _ in opts.extension_sources],
+            "sdists": builds}
+    return {"names": names, "arch_list": plan["arch_list"], "sources": plan["sources"],
+            "plan": plan}
 
 
 def package_layers(opts: RenderOptions, spec: Spec | None = None,

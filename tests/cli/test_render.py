@@ -68,6 +68,11 @@ CASES: dict[str, list[str]] = {
                              "--gpu", "A100", "--build-extension",
                              str(ROOT / "tests" / "fixtures" / "extensions" /
                                  "envbuild-tiny-cuda")],
+    # --build-extensions: flash-attn has no wheel for torch 2.13, so PyPI's sdist is compiled in
+    # the builder stage (its own arch variable and force-build switch from the matrix)
+    "cuda-build-extensions-sdist": ["--target", "cuda", "--torch", "2.13.0", "--os", "debian12",
+                                    "--gpu", "H100", "--gpu", "A100", "--with", "flash-attn",
+                                    "--build-extensions"],
 }
 
 

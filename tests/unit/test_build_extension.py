@@ -87,12 +87,15 @@ def test_the_builder_stage_needs_cuda_13_gpus_and_this_platform(
     spec = resolve(request_, matrix)
     opts = RenderOptions(extension_sources=(pipeline.read_source_tree(TINY),))
     with pytest.raises(UsageError, match=says):
-        extension_build(spec, opts)
+        extension_build(spec, opts, matrix)
 
 
 def test_the_arch_list_is_exactly_the_gpus(matrix: Matrix) -> None:
     spec = resolve(Request(torch="2.13", gpus=("H100", "A100", "H200"), platform="linux/amd64"),
                    matrix)
     plan = extension_build(spec, RenderOptions(extension_sources=(
-        pipeline.read_source_tree(TINY),)))
-    assert plan == {"names": ["envbuild-tiny-cuda"], "arch_list": "8.0 9.0"}
+        pipeline.read_source_tree(TINY),)), matrix)
+    assert plan is not None
+    assert (plan["names"], plan["arch_list"]) == (["envbuild-tiny-cuda"], "8.0 9.0")
+    assert plan["plan"] == {"arch_list": "8.0 9.0", "sources": ["envbuild-tiny-cuda"],
+                            "sdists": []}

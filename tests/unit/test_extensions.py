@@ -308,3 +308,75 @@ def test_the_validators_clause_reader_agrees_with_packaging(op: str, want: str, 
         want = want.rsplit(".", 1)[0] + ".*"
     assert _holds(op, want, Version(have), Version) == \
         SpecifierSet(f"{op}{want}").contains(have), (op, want, have)
+
+
+# ---- --build-extensions: PyPI's sdist compiled where no prebuilt wheel fits ----------------
+
+def test_build_extensions_compiles_flash_attn_for_a_torch_it_has_no_wheel_for(
+        matrix: Matrix) -> None:
+    spec = _resolve(matrix, "flash-attn", torch="2.13.0", gpus=("H100", "A100"),
+                    build_extensions=True)
+    e = _only(spec, "flash-attn")
+    assert spec.torch == "2.13.0" and e["where"] == "sdist"
+    assert e["install"] == f"flash-attn=={e['version']}" and e["module"] == "flash_attn"
+    line = next(t for t in spec.trace if t.startswith(f"flash-attn {e['version']}:"))
+    assert "it needs torch 2.4-2.8" in line and "for sm_80 sm_90" in line
+    assert "compiled from its PyPI sdist" in line
+
+
+def test_build_extensions_still_takes_a_prebuilt_wheel_first(matrix: Matrix) -> None:
+    """Without a torch pin, an older torch with the asset beats compiling."""
+    built = _resolve(matrix, "flash-attn", gpus=("H100",), build_extensions=True)
+    plain = _resolve(matrix, "flash-attn", gpus=("H100",))
+    assert built.extensions == plain.extensions and built.torch == plain.torch
+    assert _only(built, "flash-attn")["where"] == "github-release"
+
+
+@pytest.mark.parametrize(("with_", "kw", "says"), [
+    (("transformer-engine",), {}, "envbuild plans no source build of transformer-engine"),
+    (("flash-attn",), {"torch": "2.13.0", "cuda": "12.8"},
+     "a source build needs nvcc, which PyPI has for CUDA 13 only"),
+])
+def test_build_extensions_refuses_what_it_cannot_build(matrix: Matrix, with_: tuple[str, ...],
+                                                       kw: dict[str, str], says: str) -> None:
+    with pytest.raises(ConflictError) as e:
+        _resolve(matrix, *with_, gpus=("H100",), build_extensions=True, **kw)
+    assert says in e.value.message
+
+
+@pytest.mark.parametrize(("kw", "says"), [
+    ({"extensions": ()}, "none is named"),
+    ({"gpus": ()}, "add --gpu"),
+])
+def test_build_extensions_needs_a_with_and_the_gpus(matrix: Matrix, kw: dict[str, object],
+                                                     says: str) -> None:
+    request = dataclasses.replace(Request(target="cuda", torch="2.13.0", extensions=(
+        "flash-attn",), gpus=("H100",), build_extensions=True), **kw)  # type: ignore[arg-type]
+    with pytest.raises(UsageError) as e:
+        resolve(request, matrix)
+    assert says in (e.value.message + " " + e.value.hint) and e.value.exit_code == 2
+
+
+def test_a_refusal_with_gpus_offers_build_extensions_and_it_resolves(matrix: Matrix) -> None:
+    request = Request(target="cuda", torch="2.13.0", extensions=("flash-attn",), gpus=("H100",))
+    with pytest.raises(ConflictError) as e:
+        resolve(request, matrix)
+    fix = next(f for f in e.value.fixes if str(f["text"]).startswith("--build-extensions:"))
+    for changes in fix["requests"]:  # type: ignore[attr-defined]
+        spec = resolve(apply_changes(request, list(changes.items())), matrix)
+        assert _only(spec, "flash-attn")["where"] == "sdist"
+
+
+def test_the_sdist_plan_carries_the_matrix_build_switches(matrix: Matrix) -> None:
+    """flash-attn ignores TORCH_CUDA_ARCH_LIST (its own -gencode list): the plan sets its
+    FLASH_ATTN_CUDA_ARCHS to the --gpu archs and forces the compile (no asset guess)."""
+    from envbuild.render.context import RenderOptions, extension_build
+
+    spec = _resolve(matrix, "flash-attn", torch="2.13.0", gpus=("H100", "A100"),
+                    build_extensions=True)
+    plan = extension_build(spec, RenderOptions(), matrix)
+    assert plan is not None
+    (b,) = plan["plan"]["sdists"]
+    assert plan["plan"]["arch_list"] == "8.0 9.0" and plan["plan"]["sources"] == []
+    assert b["env"] == {"FLASH_ATTENTION_FORCE_BUILD": "TRUE", "FLASH_ATTN_CUDA_ARCHS": "80;90"}
+    assert b["no_binary"] == "flash-attn" and "psutil" in b["build_requires"]

@@ -1,15 +1,21 @@
 """The builder stage of `envbuild --build-extension` (issue 23), run by the image's venv Python.
 
-usage: build-extensions.py ARCH_LIST SRC_DIR WHEEL_DIR [-- PIP_INDEX_OPTIONS...]
+usage: build-extensions.py PLAN SRC_DIR WHEEL_DIR [-- PIP_INDEX_OPTIONS...]
+
+PLAN (ext-build.json, rendered by envbuild): {"arch_list": "8.0 9.0", "sources": [directory
+names under SRC_DIR], "sdists": [{"requirement", "no_binary", "build_requires", "env"}]}.
 
 Installs nvcc from PyPI at the cuda-toolkit version torch itself pins (so headers and compiler
 match torch's CUDA), links libcudart.so (the wheel ships only libcudart.so.N, and CUDAExtension
-links -lcudart), sets TORCH_CUDA_ARCH_LIST to exactly ARCH_LIST and MAX_JOBS from the memory
-the builder has, and builds each source directory under SRC_DIR into a wheel in WHEEL_DIR
-without build isolation (against the installed torch). Only those wheels leave the stage.
+links -lcudart), sets TORCH_CUDA_ARCH_LIST to exactly the plan's arch list and MAX_JOBS from the
+memory the builder has, and builds each source directory, then each sdist (from the index, never
+a binary: --no-binary, with its own build requirements and environment), into a wheel in
+WHEEL_DIR without build isolation (against the installed torch). Only those wheels leave the
+stage.
 """
 
 import importlib.metadata
+import json
 import os
 import re
 import subprocess
@@ -39,28 +45,38 @@ def max_jobs() -> int:
 
 
 def main(argv: list) -> int:
-    arch_list, src, out = argv[:3]
+    plan_file, src, out = argv[:3]
     pip_opts = argv[4:] if len(argv) > 3 and argv[3] == "--" else []
+    with open(plan_file, encoding="utf-8") as f:
+        plan = json.load(f)
     pip = [sys.executable, "-m", "pip"]
     pin = torch_toolkit_pin()
     t = time.monotonic()
+    needs = sorted({r for b in plan["sdists"] for r in b["build_requires"]})
     subprocess.run([*pip, "install", f"cuda-toolkit[nvcc,cccl]=={pin}", "ninja", "setuptools",
-                    "wheel", *pip_opts], check=True)
+                    "wheel", *needs, *pip_opts, "-c", "/opt/envbuild/constraints.txt"],
+                   check=True)
     major = pin.split(".")[0]
     home = Path(sysconfig.get_paths()["purelib"]) / "nvidia" / f"cu{major}"
     lib = home / "lib" / "libcudart.so"
     if not lib.exists():
         lib.symlink_to(f"libcudart.so.{major}")
-    env = {**os.environ, "CUDA_HOME": str(home), "TORCH_CUDA_ARCH_LIST": arch_list,
+    env = {**os.environ, "CUDA_HOME": str(home), "TORCH_CUDA_ARCH_LIST": plan["arch_list"],
            "MAX_JOBS": str(max_jobs()),
            "PATH": f"{home / 'bin'}:{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
     print(f"build-extensions: nvcc from cuda-toolkit {pin} ({time.monotonic() - t:.0f} s), "
-          f"TORCH_CUDA_ARCH_LIST={arch_list} MAX_JOBS={env['MAX_JOBS']}", flush=True)
-    for d in sorted(Path(src).iterdir()):
+          f"TORCH_CUDA_ARCH_LIST={plan['arch_list']} MAX_JOBS={env['MAX_JOBS']}", flush=True)
+    wheel = [*pip, "wheel", "--no-build-isolation", "--no-deps", "-w", out]
+    for name in plan["sources"]:
         t = time.monotonic()
-        subprocess.run([*pip, "wheel", "--no-build-isolation", "--no-deps", "-w", out, str(d)],
-                       check=True, env=env)
-        print(f"build-extensions: {d.name} built in {time.monotonic() - t:.0f} s", flush=True)
+        subprocess.run([*wheel, str(Path(src) / name)], check=True, env=env)
+        print(f"build-extensions: {name} built in {time.monotonic() - t:.0f} s", flush=True)
+    for b in plan["sdists"]:
+        t = time.monotonic()
+        subprocess.run([*wheel, "--no-binary", b["no_binary"], *pip_opts, b["requirement"]],
+                       check=True, env={**env, **b["env"]})
+        print(f"build-extensions: {b['requirement']} built in {time.monotonic() - t:.0f} s",
+              flush=True)
     return 0
 
 
