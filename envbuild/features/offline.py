@@ -85,9 +85,9 @@ def collect(out: Path, req: Request, ci: ContextInputs, proxy: str | None = None
                          "bundle a linux/amd64 image (--platform linux/amd64), or build the "
                          f"{spec.platform} image with `envbuild make --platform {spec.platform}` "
                          "where the indexes are reachable")
-    if prepared.options.extension_sources:  # its builder stage installs nvcc from PyPI
-        raise UsageError("bundle does not collect --build-extension images yet: their builder "
-                         "stage downloads nvcc while it builds",
+    if "ext-build.json" in prepared.files:  # its builder stage installs nvcc from PyPI
+        raise UsageError("bundle does not collect --build-extension(s) images yet: their "
+                         "builder stage downloads nvcc while it builds",
                          "build the extension's wheel once (`envbuild make --build-extension "
                          "...` where PyPI is reachable) and bundle with it as --pip or in "
                          "--wheelhouse")

@@ -75,6 +75,8 @@ class RenderOptions:
     compat: CompatArchive | None = None  # the forward-compat archive read from that mirror
     # --build-extension: (name, ((relative path, bytes), ...)) per source tree
     extension_sources: tuple[tuple[str, tuple[tuple[str, bytes], ...]], ...] = ()
+    # the compiled-extension keys whose wheels the --wheelhouse holds (its ext-KEY directories)
+    ext_prebuilt: frozenset[str] = frozenset()
 
 
 def image_reference(value: str, flag: str = "--base-image") -> str:
@@ -515,10 +517,11 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
     ctx["cross"] = _cross_stage(spec, opts, os_info, python, base_image)
     ctx["ext_build"] = extension_build(spec, opts, m)
     if ctx["ext_build"] is not None:
-        files["build-extensions.py"] = RenderedFile(
-            (templates_dir() / "build-extensions.py").read_text(encoding="utf-8"))
         files["ext-build.json"] = RenderedFile(
             json.dumps(ctx["ext_build"]["plan"], indent=2, sort_keys=True) + "\n")
+    if ctx["ext_build"] is not None and not ctx["ext_build"]["prebuilt"]:
+        files["build-extensions.py"] = RenderedFile(
+            (templates_dir() / "build-extensions.py").read_text(encoding="utf-8"))
         for name, tree in opts.extension_sources:
             for rel, data in tree:
                 files[f"ext-src/{name}/{rel}"] = RenderedFile(data)
@@ -641,8 +644,27 @@ def extension_build(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, Any
                        "env": {k: v.format(**values) for k, v in env.items()}})
     plan = {"arch_list": " ".join(ccs), "sources": [n for n, _ in opts.extension_sources],
             "sdists": builds}
+    key = extension_key(spec, plan, opts)
     return {"names": names, "arch_list": plan["arch_list"], "sources": plan["sources"],
-            "plan": plan}
+            "plan": {**plan, "key": key}, "key": key, "prebuilt": key in opts.ext_prebuilt}
+
+
+def extension_key(spec: Spec, plan: dict[str, Any], opts: RenderOptions) -> str:
+    """What a compiled extension wheel depends on, hashed: the plan (extensions, versions, archs,
+    build switches), the torch it was compiled against (version, variant, Python, platform, OS:
+    the glibc it links), the builder script and every source file. A team compiles each key once:
+    its wheels wait in the wheelhouse's ext-KEY directory (and the registry's ext-wheels:KEY)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for part in (json.dumps(plan, sort_keys=True), spec.torch, spec.variant or "", spec.python,
+                 spec.platform or "linux/amd64", spec.os,
+                 (templates_dir() / "build-extensions.py").read_text(encoding="utf-8")):
+        h.update(part.encode() + b"\0")
+    for name, tree in opts.extension_sources:
+        for rel, data in sorted(tree):
+            h.update(f"{name}/{rel}".encode() + b"\0" + hashlib.sha256(data).digest())
+    return h.hexdigest()[:16]
 
 
 def package_layers(opts: RenderOptions, spec: Spec | None = None,

@@ -18,6 +18,8 @@ from envbuild.common.errors import ConflictError, UsageError
 from envbuild.common.record import record
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from envbuild.core.request import Request
     from envbuild.core.spec import Spec
     from envbuild.matrix import Matrix
@@ -50,6 +52,7 @@ class ContextInputs:
 SOURCE_FILES = 500
 SOURCE_BYTES = 16 << 20
 _SOURCE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$", re.ASCII)
+_KEY = re.compile(r"^[0-9a-f]{16}$", re.ASCII)
 _SKIP_DIRS = frozenset({".git", "__pycache__", "build", "dist", ".eggs", ".tox", ".venv"})
 
 
@@ -212,8 +215,43 @@ def render_options(ci: ContextInputs, image_ref: str = "") -> tuple[RenderOption
                     if ci.build_base_image else None),
         python_source=ci.python_source, apptainer=ci.apptainer, image_ref=image_ref,
         cuda_redist_url=redist_url,
-        extension_sources=_sources(ci.extension_sources))
+        extension_sources=_sources(ci.extension_sources),
+        ext_prebuilt=compiled_keys(ci.wheelhouse))
     return opts, secrets
+
+
+EXT_DIRS = 1000  # ext-KEY directories of a wheelhouse looked at
+
+
+def wheelhouse_links(wheelhouse: Path | None, files: Mapping[str, RenderedFile]
+                     ) -> dict[str, Path]:
+    """What of the wheelhouse goes into the build context (linked, not copied): its wheels, and
+    the ext-KEY directory of compiled extensions the Dockerfile installs from (a context
+    rendered without a builder stage)."""
+    if wheelhouse is None:
+        return {}
+    links = {"wheelhouse": wheelhouse}
+    plan = files.get("ext-build.json")
+    if plan is not None and "build-extensions.py" not in files:
+        import json
+
+        key = str(json.loads(plan.content)["key"])
+        links[f"wheelhouse/ext-{key}"] = wheelhouse / f"ext-{key}"
+    return links
+
+
+def compiled_keys(wheelhouse: Path | None) -> frozenset[str]:
+    """The keys of the compiled extensions a wheelhouse holds: its ext-KEY directories with a
+    wheel in them (`make` exports each there after compiling it; a half-written one is named
+    .ext-KEY-partial until it is whole)."""
+    import itertools
+
+    if wheelhouse is None:
+        return frozenset()
+    dirs = itertools.islice(wheelhouse.glob("ext-*"), EXT_DIRS)
+    return frozenset(d.name.removeprefix("ext-") for d in dirs
+                     if _KEY.match(d.name.removeprefix("ext-")) and d.is_dir()
+                     and not d.is_symlink() and any(d.glob("*.whl")))
 
 
 def _sources(paths: tuple[Path, ...]) -> tuple[tuple[str, tuple[tuple[str, bytes], ...]], ...]:

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.support import run_cli
 
@@ -73,3 +75,38 @@ def test_help_and_matrix_show_name_the_extensions() -> None:
     assert {row["extension"] for row in rows} == {"xformers", "vllm", "bitsandbytes",
                                                   "flash-attn", "transformer-engine"}
     assert any(row["verified"] is False for row in rows)  # kept visible, not hidden
+
+
+def test_build_extensions_through_the_cli() -> None:
+    r = run_cli("resolve", "--with", "flash-attn", "--torch", "2.13.0", "--gpu", "H100",
+                "--build-extensions", "--platform", "linux/amd64", "--json")
+    assert r.returncode == 0, r.stderr
+    (e,) = json.loads(r.stdout)["extensions"]
+    assert e["where"] == "sdist" and e["install"].startswith("flash-attn==")
+    r = run_cli("resolve", "--with", "flash-attn", "--torch", "2.13.0", "--build-extensions",
+                "--platform", "linux/amd64")
+    assert r.returncode == 2 and "add --gpu" in r.stderr
+
+
+@settings(max_examples=25, deadline=None)
+@given(value=st.one_of(
+    st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"],
+                                   exclude_characters="\x00"), min_size=1,  # argv: no NUL
+            max_size=40).filter(lambda v: not v.startswith("-")),
+    st.from_regex(r"[a-z0-9.-]{1,20}(:[0-9]{1,5})?", fullmatch=True)))
+def test_ext_wheels_from_refuses_what_is_not_a_registry_in_one_line(value: str) -> None:
+    """Before anything resolves or builds: exit 2, one line and a hint, no password echoed."""
+    r = run_cli("make", "--target", "cuda", "--ext-wheels-from", value, "--wheelhouse",
+                str(Path(__file__).parent))  # no wheels there: a good registry stops at it
+    assert r.returncode == 2, r.stderr
+    first, hint = r.stderr.strip().splitlines()
+    assert "is not a registry" in first or "--wheelhouse" in first, first
+    assert hint.startswith("hint: ") and "Secr3tPw" not in r.stderr
+
+
+@pytest.mark.parametrize("value", ["user:Secr3tPw@reg.example.com", "reg/UPPER", "a b",
+                                   "reg.example.com\n", "x" * 300])
+def test_ext_wheels_from_names_the_bad_registry(value: str) -> None:
+    r = run_cli("make", "--target", "cuda", "--ext-wheels-from", value, "--wheelhouse", ".")
+    assert r.returncode == 2 and "is not a registry" in r.stderr, r.stderr
+    assert "Secr3tPw" not in r.stderr and len(r.stderr.strip().splitlines()) == 2

@@ -98,4 +98,61 @@ def test_the_arch_list_is_exactly_the_gpus(matrix: Matrix) -> None:
     assert plan is not None
     assert (plan["names"], plan["arch_list"]) == (["envbuild-tiny-cuda"], "8.0 9.0")
     assert plan["plan"] == {"arch_list": "8.0 9.0", "sources": ["envbuild-tiny-cuda"],
-                            "sdists": []}
+                            "sdists": [], "key": plan["key"]}
+
+
+def _prepare(wheelhouse: Path, matrix: Matrix) -> pipeline.Prepared:
+    req = Request(target="cuda", torch="2.13.0", gpus=("A100",), platform="linux/amd64")
+    return pipeline.prepare(req, pipeline.ContextInputs(wheelhouse=wheelhouse,
+                                                        extension_sources=(TINY,)), matrix)
+
+
+def test_a_wheelhouse_holding_the_key_renders_no_builder_stage(tmp_path: Path,
+                                                              matrix: Matrix) -> None:
+    """The compiled wheels of a key wait in the wheelhouse's ext-KEY: the next render installs
+    them from there (no nvcc, no compile, no sources in the context); another key (another GPU,
+    another source byte) compiles again."""
+    from envbuild.features.make import compiled_plan
+
+    (tmp_path / "torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"x")
+    first = _prepare(tmp_path, matrix)
+    plan = compiled_plan(first)
+    assert plan is not None and plan["prebuilt"] is False
+    assert "FROM env AS ext-builder" in str(first.files["Dockerfile"].content)
+    kept = tmp_path / f"ext-{plan['key']}"
+    kept.mkdir()
+    (kept / "envbuild_tiny_cuda-0.1.0-cp311-cp311-linux_x86_64.whl").write_bytes(b"w")
+    again = _prepare(tmp_path, matrix)
+    dockerfile = str(again.files["Dockerfile"].content)
+    assert compiled_plan(again) == {**plan, "prebuilt": True}
+    assert "ext-builder" not in dockerfile and "build-extensions.py" not in again.files
+    assert not any(f.startswith("ext-src/") for f in again.files)
+    assert f"/run/envbuild/wheelhouse/ext-{plan['key']}/*.whl" in dockerfile
+    # the context links the key's directory beside the wheelhouse's own wheels
+    from envbuild.render.context import write_tree
+
+    ctx = write_tree(again.files, tmp_path / "ctx",
+                     links=pipeline.wheelhouse_links(tmp_path, again.files))
+    assert (ctx / "wheelhouse" / f"ext-{plan['key']}" /
+            "envbuild_tiny_cuda-0.1.0-cp311-cp311-linux_x86_64.whl").read_bytes() == b"w"
+    assert (ctx / "wheelhouse" / "torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl").is_file()
+    other = pipeline.prepare(Request(target="cuda", torch="2.13.0", gpus=("H100",),
+                                     platform="linux/amd64"),
+                             pipeline.ContextInputs(wheelhouse=tmp_path,
+                                                    extension_sources=(TINY,)), matrix)
+    assert compiled_plan(other)["prebuilt"] is False  # type: ignore[index]
+
+
+@pytest.mark.parametrize("name", ["ext-", "ext-XYZ", "ext-0123456789abcdef0", "ext-../x",
+                                  "ext-0123456789ABCDEF"])
+def test_only_key_directories_with_a_wheel_count(tmp_path: Path, name: str) -> None:
+    d = tmp_path / name.replace("/", "_")
+    d.mkdir()
+    (d / "a-1-py3-none-any.whl").write_bytes(b"w")
+    empty = tmp_path / "ext-0123456789abcdef"
+    empty.mkdir()
+    link = tmp_path / "ext-fedcba9876543210"
+    link.symlink_to(d)
+    assert pipeline.compiled_keys(tmp_path) == frozenset()
+    (empty / "a-1-py3-none-any.whl").write_bytes(b"w")
+    assert pipeline.compiled_keys(tmp_path) == {"0123456789abcdef"}
