@@ -8,6 +8,7 @@
 #     directory, which must not answer here.
 #   - local/debian:bookworm-arm64: the same Debian as linux/arm64 (debootstrap --foreign, then its
 #     second stage run emulated in a chroot), for the emulated arm64 build (issue 22)
+#   - $WORK/cuda12-wheelhouse: PyPI's torch==2.10.0 (CUDA 12.8) and xformers 0.0.35 (issue 23)
 #   - $WORK/cuda-wheelhouse-arm64: PyPI's torch==2.13.0 for linux/aarch64, the CUDA 13.0 (sbsa)
 #     build, with its aarch64 nvidia-* wheels (about 3 GB)
 # Stand-in bases for the real base images (ubuntu:24.04's uid-1000 user, odd uid/gid 1000 states,
@@ -69,6 +70,19 @@ if ! ls "$cwh"/torch-2.13.0-cp311-*.whl >/dev/null 2>&1 \
   echo "CUDA wheelhouse ready: $(ls "$cwh" | wc -l) files, $(du -sh "$cwh" | cut -f1)"
 else
   echo "CUDA wheelhouse present"
+fi
+
+# $WORK/cuda12-wheelhouse: PyPI's torch==2.10.0, the CUDA 12.8 build with its nvidia-* cu12 wheels,
+# and xformers 0.0.35, whose one Linux wheel is compiled against torch 2.10.0+cu128 (about 3 GB),
+# for the xformers image (tests/integration/test_extension_image.py)
+xwh="$work/cuda12-wheelhouse"
+if ! ls "$xwh"/torch-2.10.0-*cp311-*.whl >/dev/null 2>&1 || ! ls "$xwh"/xformers-0.0.35-*.whl >/dev/null 2>&1; then
+  mkdir -p "$xwh"
+  : >"$work/pip-download-cuda12.log"
+  pypi_wheels x86_64 "$xwh" "$work/pip-download-cuda12.log" 'torch==2.10.0' 'xformers==0.0.35'
+  echo "CUDA 12 wheelhouse ready: $(ls "$xwh" | wc -l) files, $(du -sh "$xwh" | cut -f1)"
+else
+  echo "CUDA 12 wheelhouse present"
 fi
 
 arm_image=${ENVBUILD_TEST_BASE_ARM64:-local/debian:bookworm-arm64}

@@ -27,7 +27,8 @@ def matrix() -> Matrix:
 # Their platform images share inputs (bases, wheels, options): run together, BuildKit's cache of
 # one serves the next before anything prunes it (in file-name order a fresh-clone run spent 546 s
 # rebuilding them in the last module).
-HEAVY_FIRST = ("test_cuda_image.py", "test_arm64_image.py", "test_team_multiarch.py")
+HEAVY_FIRST = ("test_cuda_image.py", "test_extension_image.py", "test_arm64_image.py",
+               "test_team_multiarch.py")
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,

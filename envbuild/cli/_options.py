@@ -36,6 +36,13 @@ Flavor = Annotated[str | None, typer.Option(
     "devel (nvcc / hipcc).")]
 Without = Annotated[list[str] | None, typer.Option(
     "--without", help="Leave out a companion: torchvision or torchaudio. Repeatable.")]
+With = Annotated[list[str] | None, typer.Option(
+    "--with", help="A CUDA extension with a prebuilt wheel that fits: NAME or NAME==VERSION "
+    "(xformers, flash-attn, bitsandbytes, vllm, transformer-engine). Repeatable.")]
+BuildExtensions = Annotated[bool, typer.Option(
+    "--build-extensions", help="Where no prebuilt wheel of a --with extension fits, compile it "
+    "from its PyPI sdist in a builder stage for exactly the --gpu archs (flash-attn, xformers; "
+    "needs a CUDA 13 torch and --gpu). A prebuilt wheel on an older torch still comes first.")]
 ForwardCompat = Annotated[bool, typer.Option(
     "--forward-compat", help="Allow a CUDA newer than --driver runs natively, through NVIDIA's "
     "forward-compatibility libraries (data-center GPUs only; needs --driver and --gpu).")]
@@ -51,7 +58,8 @@ Size = Annotated[bool, typer.Option(
 def make_request(target: str | None, cuda: str | None, rocm: str | None, torch: str | None,
                  python: str | None, driver: str | None, gpu: list[str] | None,
                  os: str | None, flavor: str | None, without: list[str] | None,
-                 forward_compat: bool = False, platform: str | None = None) -> Request:
+                 forward_compat: bool = False, platform: str | None = None,
+                 with_: list[str] | None = None, build_extensions: bool = False) -> Request:
     check_given(target=target, cuda=cuda, rocm=rocm, torch=torch, python=python, driver=driver,
                 os=os, flavor=flavor, platform=platform)
     left_out = set(without or ())
@@ -59,6 +67,7 @@ def make_request(target: str | None, cuda: str | None, rocm: str | None, torch: 
     return Request(target=target.strip().lower() if target else target, cuda=cuda, rocm=rocm,
                    torch=torch, python=python, driver=driver, gpus=tuple(gpu or ()), os=os,
                    flavor=flavor, forward_compat=forward_compat, platform=platform,
+                   extensions=tuple(with_ or ()), build_extensions=build_extensions,
                    components=tuple(c for c in COMPONENTS if c not in left_out)
                    + tuple(sorted(left_out - set(COMPONENTS))))
 
@@ -68,8 +77,9 @@ RequestMaker = Callable[[], Request]  # what a command with request_options() ge
 _REQUEST_OPTIONS: tuple[tuple[str, Any, bool | None], ...] = (
     ("target", Target, None), ("cuda", Cuda, None), ("rocm", Rocm, None), ("torch", Torch, None),
     ("python", Python, None), ("driver", Driver, None), ("gpu", Gpu, None), ("os", Os, None),
-    ("flavor", Flavor, None), ("without", Without, None), ("forward_compat", ForwardCompat, False),
-    ("platform", Platform, None))
+    ("flavor", Flavor, None), ("without", Without, None), ("with_", With, None),
+    ("build_extensions", BuildExtensions, False),
+    ("forward_compat", ForwardCompat, False), ("platform", Platform, None))
 
 
 def request_options(*, forward_compat: bool = True) -> Callable[[Callable[..., None]],
@@ -140,6 +150,10 @@ BaseImage = Annotated[str | None, typer.Option(
 BuildBaseImage = Annotated[str | None, typer.Option(
     "--build-base-image", help="Another platform's torch stage runs on the build machine, in "
     "this image (default: the base image, then multi-platform).")]
+BuildExtension = Annotated[list[Path] | None, typer.Option(
+    "--build-extension", help="A CUDA extension's source directory (setup.py or "
+    "pyproject.toml) to compile in a builder stage, for the --gpu archs, with nvcc from PyPI; "
+    "only its wheel reaches the image. Repeatable.")]
 PythonSource = Annotated[str | None, typer.Option(
     "--python-source", help="os | standalone: where the image's Python comes from.")]
 
@@ -151,7 +165,8 @@ def context_inputs(pip: list[str] | None, apt: list[str] | None, conda: list[str
                    python_source: str | None, apptainer: bool = False,
                    torch_index_kind: str | None = None,
                    cuda_redist_url: str | None = None,
-                   build_base_image: str | None = None) -> ContextInputs:
+                   build_base_image: str | None = None,
+                   build_extension: list[Path] | None = None) -> ContextInputs:
     check_given(pip_index_url=pip_index_url, torch_index_url=torch_index_url, user=user,
                 base_image=base_image, build_base_image=build_base_image,
                 python_source=python_source,
@@ -167,4 +182,5 @@ def context_inputs(pip: list[str] | None, apt: list[str] | None, conda: list[str
                          ca_cert=ca_cert, wheelhouse=wheelhouse,
                          base_image=base_image, build_base_image=build_base_image,
                          python_source=python_source, apptainer=apptainer,
-                         cuda_redist_url=cuda_redist_url)
+                         cuda_redist_url=cuda_redist_url,
+                         extension_sources=tuple(build_extension or ()))

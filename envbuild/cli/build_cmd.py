@@ -30,6 +30,10 @@ Progress = Annotated[str, typer.Option(
     "--progress", help="auto (a live status line on a terminal) | plain (every log line).")]
 Push = Annotated[str | None, typer.Option(
     "--push", help="Registry to push to after the build, e.g. 127.0.0.1:5000.")]
+ExtWheelsFrom = Annotated[str | None, typer.Option(
+    "--ext-wheels-from", help="A registry whose compiled extension wheels "
+    "(REGISTRY/envbuild-ext-wheels:KEY, pushed by `make --push`) this build takes into "
+    "--wheelhouse instead of compiling; --push REGISTRY looks there too.")]
 RequireGpu = Annotated[bool, typer.Option(
     "--require-gpu", help="Fail (not skip) the device checks when no GPU is visible.")]
 Timeout = Annotated[float, typer.Option("--timeout", help="Validation time limit, seconds.")]
@@ -239,8 +243,9 @@ def make(
     torch_index_kind: o.TorchIndexKind = None, proxy: o.Proxy = None,
     ca_cert: o.CaCert = None, wheelhouse: o.Wheelhouse = None, base_image: o.BaseImage = None,
     build_base_image: o.BuildBaseImage = None, python_source: o.PythonSource = None,
+    build_extension: o.BuildExtension = None,
     tag: Tag = None, rebuild: Rebuild = False, progress: Progress = "auto", push: Push = None,
-    push_unvalidated: PushUnvalidated = False,
+    push_unvalidated: PushUnvalidated = False, ext_wheels_from: ExtWheelsFrom = None,
     no_validate: Annotated[bool, typer.Option("--no-validate", help="Skip validation.")] = False,
     revalidate: Revalidate = False,
     require_gpu: RequireGpu = False, timeout: Timeout = 600, json: o.Json = False,
@@ -271,10 +276,12 @@ def make(
     ci = o.context_inputs(pip, apt, conda, allow_url, user, pip_index_url, pip_extra_index_url,
                           torch_index_url, ca_cert, wheelhouse, base_image, python_source,
                           torch_index_kind=torch_index_kind,
-                          cuda_redist_url=cuda_redist_url, build_base_image=build_base_image)
+                          cuda_redist_url=cuda_redist_url, build_base_image=build_base_image,
+                          build_extension=build_extension)
     mr = MakeRequest(req, ci, tag=tag, rebuild=rebuild, push=push, proxy=proxy,
                      push_unvalidated=push_unvalidated, validate=not no_validate,
-                     revalidate=revalidate, require_gpu=require_gpu, timeout=timeout, out=out)
+                     revalidate=revalidate, require_gpu=require_gpu, timeout=timeout, out=out,
+                     ext_wheels_from=ext_wheels_from)
     show = not (json or quiet)
     result = do_make(mr, hooks=hooks(progress, show))
     if json:

@@ -51,12 +51,12 @@ def check_cmd(
         raise typer.Exit(EXIT_FAILED)
 
 
-TABLES = ("cuda", "torch", "gpus", "rocm", "os")
+TABLES = ("cuda", "torch", "gpus", "rocm", "os", "extensions")
 
 
 @matrix_app.command("show")
 def show_cmd(
-    table: Annotated[str, typer.Argument(help="cuda | torch | gpus | rocm | os")],
+    table: Annotated[str, typer.Argument(help="cuda | torch | gpus | rocm | os | extensions")],
     json: Json = False, directory: Dir = None,
 ) -> None:
     """Print one table of the matrix (unverified facts are marked with *)."""

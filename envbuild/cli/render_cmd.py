@@ -24,6 +24,7 @@ def render(
     torch_index_kind: o.TorchIndexKind = None,
     ca_cert: o.CaCert = None, wheelhouse: o.Wheelhouse = None, base_image: o.BaseImage = None,
     build_base_image: o.BuildBaseImage = None, python_source: o.PythonSource = None,
+    build_extension: o.BuildExtension = None,
     fmt: Annotated[list[str] | None, typer.Option(
         "--format", help="Extra output format: apptainer. Repeatable.")] = None,
     all_: Annotated[bool, typer.Option(
@@ -49,7 +50,8 @@ def render(
     ci = o.context_inputs(pip, apt, conda, allow_url, user, pip_index_url, pip_extra_index_url,
                           torch_index_url, ca_cert, wheelhouse, base_image, python_source,
                           apptainer="apptainer" in formats, torch_index_kind=torch_index_kind,
-                          cuda_redist_url=cuda_redist_url, build_base_image=build_base_image)
+                          cuda_redist_url=cuda_redist_url, build_base_image=build_base_image,
+                          build_extension=build_extension)
     if all_:
         names = render_all(out, req, ci, force=force)
         if json:

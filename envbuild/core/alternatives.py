@@ -152,6 +152,7 @@ def alternatives(m: Matrix, p: Parsed, fits: Fits) -> list[Alternative]:
             out.append(Alternative(_describe_drop(key, s), (((key, _DROPPED[key]),),),
                                    (1, _resolved_distance(m, key, s, p))))
     out += _image_alternatives(m, p, fits)
+    out += _extension_alternatives(m, p, fits)
     out.sort(key=lambda a: a.distance)
     seen: set[str] = set()
     unique = []
@@ -258,8 +259,36 @@ def _image_alternatives(m: Matrix, p: Parsed, fits: Fits) -> list[Alternative]:
     return out
 
 
+def _extension_alternatives(m: Matrix, p: Parsed, fits: Fits) -> list[Alternative]:
+    """With --with: the request without one extension, with --build-extensions (compiled for the
+    --gpu archs) when GPUs are named, and on linux/amd64 (where most extension wheels are) when
+    another platform was asked for."""
+    out: list[Alternative] = []
+    for w in p.extensions:
+        rest = tuple(x for x in p.extensions if x is not w)
+        s = fits(m, dataclasses.replace(p, extensions=rest))
+        if s is not None:
+            out.append(Alternative(f"without --with {w.text}: {_core(s)}",
+                                   ((("extensions", tuple(x.text for x in rest)),),), (1, 2.0)))
+    if p.extensions and not p.build_extensions and p.platform == "linux/amd64" and \
+            any(g.vendor == "nvidia" and g.cc for g in p.gpus):
+        s = fits(m, dataclasses.replace(p, build_extensions=True))
+        if s is not None:
+            built = ", ".join(e["name"] for e in s.extensions if e["where"] == "sdist")
+            out.append(Alternative(f"--build-extensions: {_core(s)} ({built} compiled in the "
+                                   "builder stage)", ((("build_extensions", True),),), (1, 1.5)))
+    if p.extensions and p.platform != "linux/amd64":
+        s = fits(m, dataclasses.replace(p, platform="linux/amd64"))
+        if s is not None:
+            out.append(Alternative(f"--platform linux/amd64: {_core(s)}",
+                                   ((("platform", "linux/amd64"),),), (1, 1.0)))
+    return out
+
+
 def _core(s: Spec) -> str:
     core = f"torch {s.torch} ({s.variant}), Python {s.python}"
+    if s.extensions:
+        core += ", " + ", ".join(f"{e['name']} {e['version']}" for e in s.extensions)
     if s.cuda_image:
         core += f", CUDA image {s.cuda_image}"
     if s.min_driver:

@@ -71,8 +71,16 @@ def _patch_for(m: Matrix, rel: TorchRelease, p: Parsed) -> TorchPatch | None:
 
 
 def candidate_releases(m: Matrix, p: Parsed) -> list[tuple[TorchRelease, TorchPatch]]:
+    """Newest first: each release with its newest patch that matches --torch; with --with, every
+    matching patch (an extension may pin 2.9.0 where 2.9.1 is out)."""
     out = []
     for rel in sorted(m.torch, key=lambda r: version_key(r.version), reverse=True):
+        if p.extensions:
+            patches = [x for x in m.patches_of(rel.version)
+                       if p.torch is None or p.torch.contains(x.torch, prereleases=True)]
+            out += [(rel, x) for x in sorted(patches, key=lambda x: version_key(x.torch),
+                                             reverse=True)]
+            continue
         patch = _patch_for(m, rel, p)
         if patch is not None:
             out.append((rel, patch))

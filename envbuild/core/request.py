@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
 
     from envbuild.core.base_facts import BaseFacts
+    from envbuild.core.extensions import Wanted
 
 TARGETS = targets.NAMES
 FLAVORS = ("base", "runtime", "devel")
@@ -80,6 +81,8 @@ class Request:
     base: BaseFacts | None = None  # an inspected --base-image (make): the OS is the base's
     forward_compat: bool = False  # --forward-compat: a newer CUDA on an older driver branch
     platform: str | None = None  # --platform linux/arm64; None: this host's
+    extensions: tuple[str, ...] = ()  # --with NAME[==VER], as typed
+    build_extensions: bool = False  # --build-extensions: compile a --with with no wheel that fits
 
 
 @record
@@ -106,6 +109,9 @@ class Parsed:
     forward_compat: bool = False
     variant: str | None = None  # `--torch 2.5.1+cu121`: this wheel variant and no other
     platform: str = "linux/amd64"  # the image's platform (envbuild.core.platforms)
+    extensions: tuple[Wanted, ...] = ()  # --with: every one needs a prebuilt wheel that fits
+    extension_facts: str = "verified"  # verified: only rows a primary source confirmed; any
+    build_extensions: bool = False  # where no prebuilt wheel fits, compile PyPI's sdist
 
 
 def check_given(**values: str | None) -> None:
@@ -318,7 +324,9 @@ def parse(req: Request, matrix: Matrix) -> Parsed:
                   components=tuple(c for c in COMPONENTS if c in req.components), given=given,
                   cuda_major=cuda_major, notes=tuple(notes), base=req.base,
                   forward_compat=req.forward_compat,
-                  variant=variant.tag if variant is not None else None, platform=platform)
+                  variant=variant.tag if variant is not None else None, platform=platform,
+                  extensions=_parse_with(req.extensions, matrix),
+                  build_extensions=_build_extensions(req, gpus))
 
 
 def _platform(req: Request, target: str, matrix: Matrix) -> str:
@@ -451,3 +459,28 @@ def _close_versions(want: str, known: list[str]) -> list[str]:
     prefix = [k for k in known if want.startswith(k) and len(want) == len(k) + 1]
     close = difflib.get_close_matches(want, known, n=2, cutoff=0.8)
     return list(dict.fromkeys(prefix + close))
+
+
+def _parse_with(values: tuple[str, ...], m: Matrix) -> tuple[Wanted, ...]:
+    """--with values; the extension rules are imported only for a request that names one
+    (start-up)."""
+    if not values:
+        return ()
+    from envbuild.core.extensions import parse_with
+
+    return parse_with(values, m)
+
+
+def _build_extensions(req: Request, gpus: tuple[GpuRef, ...]) -> bool:
+    """--build-extensions: a source build compiles for exactly the --gpu archs, so it needs
+    them (and a --with to build)."""
+    if not req.build_extensions:
+        return False
+    if not req.extensions:
+        raise UsageError("--build-extensions compiles a --with extension that has no prebuilt "
+                         "wheel; none is named", "add --with NAME (e.g. --with flash-attn), or "
+                         "leave out --build-extensions")
+    if not any(g.vendor == "nvidia" and g.cc for g in gpus):
+        raise UsageError("--build-extensions compiles for exactly the GPUs it is for; none is "
+                         "named", "add --gpu (e.g. --gpu H100 --gpu A100)")
+    return True

@@ -80,7 +80,22 @@ def resolve_parsed(m: Matrix, p: Parsed, alternatives: bool = True) -> Spec:
     that fit (each one resolved here), else it is raised bare (the alternatives' own probes).
     On a platform other than linux/amd64 the refusal says which platform's wheels it means."""
     try:
-        return _resolve_on(platforms.on_platform(m, p.platform), p, alternatives)
+        on = platforms.on_platform(m, p.platform)
+        if p.extensions and p.extension_facts == "verified":
+            try:  # facts a primary source confirmed first; the others only where none fits
+                return _resolve_on(on, p, alternatives=False)
+            except ConflictError:
+                pass
+            try:
+                return _resolve_on(on, dataclasses.replace(p, extension_facts="any"), False)
+            except ConflictError as e:  # the alternatives start from the request as asked
+                if not p.build_extensions:
+                    raise _with_alternatives(e, m, p, alternatives) from None
+            try:  # --build-extensions: a prebuilt wheel on any torch first, then a source build
+                return _resolve_on(on, dataclasses.replace(p, extension_facts="build"), False)
+            except ConflictError as e:
+                raise _with_alternatives(e, m, p, alternatives) from None
+        return _resolve_on(on, p, alternatives)
     except ConflictError as e:
         if p.platform != platforms.AMD64 and p.platform not in e.message:
             e.message = f"{e.message} (on {p.platform})"
@@ -164,6 +179,8 @@ def _search(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatch]
             t.add(p.target_reason)
             try:
                 spec = _RESOLVERS[p.target](m, p, rel, patch, v, t)
+                if p.extensions:
+                    spec = _with_extensions(m, p, spec)
             except Reject as why:
                 rejections.append((rel, v, str(why)))
                 if why.narrow:
@@ -174,6 +191,23 @@ def _search(m: Matrix, p: Parsed, releases: list[tuple[TorchRelease, TorchPatch]
                 spec, trace=(*spec.trace[:1], *p.notes, *reasons, *spec.trace[1:]))
     relevant = [r for r in rejections if (r[0].version, r[1].tag) not in narrow]
     return relevant or rejections
+
+
+def _with_extensions(m: Matrix, p: Parsed, spec: Spec) -> Spec:
+    """The spec with a fitting release of every --with extension (Reject: one has none)."""
+    from envbuild.core.extensions import NoWheel, fit
+
+    try:
+        chosen, lines = fit(m, spec, p.gpus, p.extensions,
+                            verified_only=p.extension_facts == "verified",
+                            build=p.extension_facts == "build")
+    except NoWheel as why:
+        raise Reject(str(why)) from None
+    unverified = [f"not verified against a primary source: the {c.name} {c.version} wheel facts "
+                  "(`envbuild matrix show`)" for c in chosen if not c.verified]
+    return dataclasses.replace(spec, extensions=tuple(c.to_json() for c in chosen),
+                               trace=(*spec.trace, *lines),
+                               warnings=(*spec.warnings, *unverified))
 
 
 def _resolve_major(m: Matrix, p: Parsed, alternatives: bool = True) -> Spec:

@@ -51,6 +51,8 @@ class Spec:
     forward_compat: str | None = None
     # the container's platform (linux/amd64, linux/arm64); None for a native environment (MPS)
     platform: str | None = None
+    # --with: the extension releases installed on top of torch (extensions.Chosen.to_json)
+    extensions: tuple[dict[str, str], ...] = ()
 
     def identity(self) -> dict[str, Any]:
         """The fields that define the environment (the trace only explains it)."""
@@ -62,6 +64,8 @@ class Spec:
                 d.pop(key)
         if d.get("platform") == _DEFAULT_PLATFORM:
             d.pop("platform")
+        if not d["extensions"]:  # a spec without --with hashes as before
+            d.pop("extensions")
         return d
 
     @cached_property
@@ -76,6 +80,9 @@ class Spec:
         d["components"] = list(self.components)
         d["trace"] = list(self.trace)
         d["warnings"] = list(self.warnings)
+        d["extensions"] = [dict(e) for e in self.extensions]
+        if not d["extensions"]:
+            d.pop("extensions")
         for key in _OPTIONAL:
             if d[key] is None:
                 d.pop(key)
@@ -87,4 +94,5 @@ def from_json(data: dict[str, Any]) -> Spec:
     for key in ("archs", "components", "trace", "warnings"):
         fields[key] = tuple(fields.get(key, ()))
     fields["gpus"] = tuple(dict(g) for g in fields.get("gpus", ()))
+    fields["extensions"] = tuple(dict(e) for e in fields.get("extensions", ()))
     return Spec(**fields)

@@ -263,3 +263,45 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
     finally:
         log.close()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def build_stage(context: Path, target: str, *, dest: Path | None = None,
+                secrets: Secrets | None = None, proxies: Mapping[str, str] | None = None,
+                timeout: float = 3600.0) -> str | None:
+    """One stage of a context just built (its steps come from BuildKit's cache): its files into
+    `dest` (which must not exist: written beside it, then renamed whole), or, without dest, as
+    an untagged image whose id is returned. BuildFailed when the engine says no."""
+    builder = docker.find_builder()
+    work = Path(tempfile.mkdtemp(prefix="envbuild-stage-"))
+    partial = dest.with_name(f".{dest.name}-partial") if dest is not None else None
+    try:
+        work.chmod(0o700)
+        secret_files = dict((secrets or Secrets()).files)
+        for sid, content in (secrets or Secrets()).contents.items():
+            p = work / f"secret-{sid}"
+            p.touch(mode=0o600)
+            p.write_text(content)
+            secret_files[sid] = p
+        if partial is not None:
+            shutil.rmtree(partial, ignore_errors=True)
+        iidfile = work / "iid"
+        extra = env_build_args(read_text(context / "Dockerfile", "Dockerfile"), os.environ)
+        argv = docker.build_argv(builder, context, None if partial else iidfile, {},
+                                 secret_files, "plain",
+                                 env_build_args=[*(proxies or {}), *extra], target=target,
+                                 output=f"type=local,dest={partial}" if partial else None)
+        lines: list[str] = []
+        rc = docker.run_build(builder, argv, lines.append, timeout,
+                              extra_env={**(proxies or {}), **extra})
+        if rc != 0:
+            step, tail = failing_step([redact(x) for x in lines])
+            raise BuildFailed(f"the {target} stage failed at {step[:90]}", _hint(step, tail),
+                              tail)
+        if partial is not None and dest is not None:
+            partial.rename(dest)
+            return None
+        return read_text(iidfile, "image id file").strip()
+    finally:
+        if partial is not None:
+            shutil.rmtree(partial, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)

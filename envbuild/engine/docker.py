@@ -309,15 +309,18 @@ def untag(ref: str) -> None:
         c.images.remove(ref, noprune=True)
 
 
-def build_argv(builder: Builder, context: Path, iidfile: Path, labels: Mapping[str, str],
+def build_argv(builder: Builder, context: Path, iidfile: Path | None, labels: Mapping[str, str],
                secrets: Mapping[str, Path], progress: str, no_cache: bool = False,
                env_build_args: Sequence[str] = (), network: str | None = None,
                platform: str | None = None, cache_from: Sequence[str] = (),
-               inline_cache: bool = False) -> list[str]:
+               inline_cache: bool = False, target: str | None = None,
+               output: str | None = None) -> list[str]:
     """The build command; pure so tests can assert on it. No -t: tags are set after success.
     `env_build_args`: names passed as `--build-arg NAME`, the value read by the client from its
     environment (run_build's extra_env): a proxy password never shows on a command line."""
-    argv = [*builder.build_prefix(), "--progress", progress, "--iidfile", str(iidfile)]
+    argv = [*builder.build_prefix(), "--progress", progress]
+    if iidfile is not None:  # an image's id (a --output build makes files, no image)
+        argv += ["--iidfile", str(iidfile)]
     for name in sorted(env_build_args):
         argv += ["--build-arg", name]
     if network is not None:  # "none": no RUN step has a network (air-gapped builds)
@@ -334,6 +337,10 @@ def build_argv(builder: Builder, context: Path, iidfile: Path, labels: Mapping[s
         argv += ["--secret", f"id={sid},src={path}"]
     if no_cache:
         argv.append("--no-cache")
+    if target is not None:  # one stage of the Dockerfile (ext-wheels: the compiled wheels)
+        argv += ["--target", target]
+    if output is not None:  # type=local,dest=DIR: the stage's files, not an image
+        argv += ["--output", output]
     argv.append(str(context))
     return argv
 
@@ -543,3 +550,52 @@ def push(ref: str, attempts: int = 3, delay: float = 2.0) -> str:
     raise EnvbuildError(f"push of {ref} failed after {attempt} attempt(s): {last[:200]}",
                         f"check that the registry {registry} is up and reachable; the local "
                         "image is kept", [], EXIT_CANNOT_RUN if "refused" in last else 1)
+
+
+def pull(ref: str) -> bool:
+    """Pull ref; False when the registry has no such image (or cannot be reached: the caller
+    goes on without it)."""
+    import docker.errors
+
+    repo, t = refs.split_tag(ref)
+    with _docker_errors():
+        c = client()
+        try:
+            c.images.pull(repo, tag=t)
+        except docker.errors.APIError:  # not there (404), or the registry said no
+            return False
+    return True
+
+
+def copy_wheels_out(ref: str, dest: Path, limit: int = 4 << 30) -> int:
+    """The *.whl files at the root of image ref (a FROM scratch stage of wheels) into dest,
+    bounded in total size; the number copied. The container is created, never started, and
+    removed; the archive spools to disk past 64 MiB."""
+    import tarfile
+    import tempfile
+
+    with tempfile.SpooledTemporaryFile(max_size=64 << 20) as raw:
+        with _docker_errors():
+            c = client().containers.create(ref, command=["/none"])
+            try:
+                stream, _ = c.get_archive("/")
+                for chunk in stream:
+                    raw.write(chunk)
+                    if raw.tell() > limit:
+                        raise EnvironmentProblem(f"{ref} holds over {limit >> 30} GiB of files",
+                                                 "it is not an ext-wheels image of envbuild's")
+            finally:
+                c.remove(force=True)
+        raw.seek(0)
+        n = 0
+        with tarfile.open(fileobj=raw) as tar:
+            for member in tar.getmembers():
+                parts = [p for p in member.name.split("/") if p not in ("", ".")]
+                # the wheels sit at the image's root ("x.whl", "./x.whl" or "/x.whl" in the
+                # archive): nothing deeper, no link, no other file
+                if member.isfile() and len(parts) == 1 and parts[0].endswith(".whl"):
+                    f = tar.extractfile(member)
+                    if f is not None:
+                        (dest / parts[0]).write_bytes(f.read())
+                        n += 1
+    return n

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from envbuild.engine.registry import Attached
     from envbuild.engine.validate import Validation
     from envbuild.matrix import Matrix
-    from envbuild.render.pipeline import ContextInputs, Secrets
+    from envbuild.render.pipeline import ContextInputs, Prepared, Secrets
 
 StatusHook = Callable[[str], AbstractContextManager[None]]
 ProgressHook = Callable[[], AbstractContextManager[Callable[[str], None]]]
@@ -73,6 +73,7 @@ class MakeRequest:
     push_requires_gpu: bool = False  # a team file's push_requires = "gpu"
     engine: str | None = None  # the Docker engine (a DOCKER_HOST address); None: the default
     cache_from: tuple[str, ...] = ()  # registry images whose layers the build may reuse
+    ext_wheels_from: str | None = None  # a registry of compiled extension wheels (with push's)
     inline_cache: bool = False  # the image carries its build cache (for other engines)
 
 
@@ -108,6 +109,7 @@ class MakeResult:
     size: int = 0
     sized: dict[str, Any] | None = None  # the size estimate beside the real size
     seconds: dict[str, float] = field(default_factory=dict)
+    compiled: dict[str, Any] | None = None  # the compiled extensions: key, where they came from
 
     @property
     def failed(self) -> bool:
@@ -127,6 +129,7 @@ class MakeResult:
             "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
             "validation": self.checked.to_json() if self.checked else None,
             "size": self.sized,
+            **({"compiled_extensions": self.compiled} if self.compiled else {}),
         }
 
 
@@ -393,6 +396,18 @@ def inspect_base(ref: str, m: Matrix, status: StatusHook = _no_status) -> BaseFa
 def check(mr: MakeRequest) -> None:
     """Refuse contradictory options before anything runs."""
     check_push(mr.push, mr.validate, mr.push_unvalidated)
+    if mr.ext_wheels_from is not None:
+        from envbuild.common.redact import shown
+        from envbuild.render.context import image_reference
+
+        try:
+            image_reference(ext_wheels_ref(mr.ext_wheels_from, "0" * 16), "--ext-wheels-from")
+        except UsageError:
+            raise UsageError(f"--ext-wheels-from {shown(mr.ext_wheels_from)} is not a registry",
+                             "e.g. 127.0.0.1:5000 or registry.example.com/team") from None
+        if mr.inputs.wheelhouse is None:
+            raise UsageError("--ext-wheels-from keeps the wheels it takes in the wheelhouse; "
+                             "none is given", "add --wheelhouse DIR (the team's wheelhouse)")
 
 
 def check_push(push: str | None, validate: bool, push_unvalidated: bool) -> None:
@@ -417,7 +432,7 @@ def _make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) 
     from envbuild.engine.build import build as do_build
     from envbuild.matrix import load
     from envbuild.render.context import write_tree
-    from envbuild.render.pipeline import prepare
+    from envbuild.render.pipeline import prepare, wheelhouse_links
 
     check(mr)
     hooks = hooks or Hooks()
@@ -437,6 +452,16 @@ def _make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) 
         req, chosen = recommended(req, m, hooks.status)
     prepared = prepare(req, mr.inputs, m)
     proxies = build_proxy_env(os.environ, mr.proxy)  # before any build: a bad proxy is exit 2
+    compiled = compiled_plan(prepared)
+    for registry in dict.fromkeys(r for r in (mr.ext_wheels_from, mr.push) if r):
+        if compiled is None or compiled["prebuilt"] or not prepared.wheelhouse:
+            break
+        # a teammate compiled this key and pushed it: its wheels into the wheelhouse, no compile
+        ref = ext_wheels_ref(registry, compiled["key"])
+        with hooks.status(f"looking for the compiled extensions {ref}"):
+            if fetch_wheels(ref, prepared.wheelhouse / f"ext-{compiled['key']}"):
+                prepared = prepare(req, mr.inputs, m)
+                compiled = {**(compiled_plan(prepared) or compiled), "from": ref}
     spec = prepared.spec
     times["resolve+render"] = time.monotonic() - t0
     from envbuild.core import targets
@@ -446,7 +471,7 @@ def _make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) 
         mps_dir = mr.out or Path(f"envbuild-mps-{spec.hash}")
         write_tree(prepared.files, mps_dir)
         return MakeResult(spec, chosen, mps_dir=mps_dir, seconds=times)
-    links = {"wheelhouse": prepared.wheelhouse} if prepared.wheelhouse else {}
+    links = wheelhouse_links(prepared.wheelhouse, prepared.files)
     with context_dir(prepared.wheelhouse) as tmp:
         ctx = mr.out if mr.out is not None else tmp / "context"
         write_tree(prepared.files, ctx, links=links)
@@ -456,7 +481,12 @@ def _make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) 
                               on_line=sink, proxies=proxies, cache_from=mr.cache_from,
                               inline_cache=mr.inline_cache)
         times["build"] = time.monotonic() - t1
-    out = MakeResult(spec, chosen, build=result, context=mr.out)
+        wheels_image = None
+        if compiled is not None and not compiled["prebuilt"]:
+            t2 = time.monotonic()
+            wheels_image = _keep_compiled(ctx, compiled, prepared, mr, proxies, hooks.status)
+            times["compiled-wheels"] = time.monotonic() - t2
+    out = MakeResult(spec, chosen, build=result, context=mr.out, compiled=compiled)
     shipped = ship(result, Shipping(
         validate=mr.validate, push=mr.push, push_unvalidated=mr.push_unvalidated,
         require_gpu=mr.require_gpu, timeout=mr.timeout, revalidate=mr.revalidate,
@@ -464,6 +494,17 @@ def _make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) 
         hooks.status, times)
     out.checked, out.push_skipped = shipped.checked, shipped.push_skipped
     out.pushed, out.digest, out.report_ref = shipped.pushed, shipped.digest, shipped.report_ref
+    # the compiled wheels go beside the image they were compiled for, never ahead of it
+    if wheels_image is not None and compiled is not None and mr.push and out.pushed:
+        ref = ext_wheels_ref(mr.push, compiled["key"])
+        with hooks.status(f"pushing the compiled extensions {ref}"):
+            docker.tag(wheels_image, ref)
+            try:
+                compiled["pushed"] = f"{ref}@{docker.push(ref)}"
+            finally:
+                docker.untag(ref)
+    if wheels_image is not None:  # pushed or held back: no dangling image of it stays
+        docker.untag(wheels_image)
     out.size = docker.image_size(result.tag)
     if mr.estimate_size:
         out.sized = size_beside(spec, m, mr.inputs, out.size,
@@ -471,6 +512,70 @@ def _make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) 
     times["total"] = time.monotonic() - t0
     out.seconds = times
     return out
+
+
+# -- compiled extensions: compiled once per key, kept in the wheelhouse and the registry ---------
+
+EXT_WHEELS_REPO = "envbuild-ext-wheels"  # <registry>/envbuild-ext-wheels:<key>
+
+
+def compiled_plan(prepared: Prepared) -> dict[str, Any] | None:
+    """The key of the extensions the context compiles (ext-build.json), and whether the
+    wheelhouse already holds their wheels (then no builder stage was rendered); None: none."""
+    import json
+
+    plan = prepared.files.get("ext-build.json")
+    if plan is None:
+        return None
+    key = str(json.loads(plan.content)["key"])
+    return {"key": key, "prebuilt": "build-extensions.py" not in prepared.files,
+            **({"wheelhouse": str(prepared.wheelhouse / f"ext-{key}")}
+               if prepared.wheelhouse else {})}
+
+
+def ext_wheels_ref(registry: str, key: str) -> str:
+    return f"{registry.rstrip('/')}/{EXT_WHEELS_REPO}:{key}"
+
+
+def fetch_wheels(ref: str, dest: Path) -> bool:
+    """The wheels of a pushed ext-wheels image into dest (written beside it, renamed whole);
+    False when the registry has none under that key."""
+    import shutil
+
+    from envbuild.engine import docker
+
+    if not docker.pull(ref):
+        return False
+    partial = dest.with_name(f".{dest.name}-partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    try:
+        if docker.copy_wheels_out(ref, partial) == 0:
+            return False
+        partial.rename(dest)
+        return True
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+        docker.untag(ref)
+
+
+def _keep_compiled(ctx: Path, compiled: dict[str, Any], prepared: Prepared, mr: MakeRequest,
+                   proxies: dict[str, str], status: StatusHook) -> str | None:
+    """After a build that compiled extensions: their wheels into the wheelhouse's ext-KEY (the
+    next image of this key renders no builder stage), and with --push the ext-wheels image to
+    push beside the image (its id). Both come from the build's cache: nothing compiles again."""
+    from envbuild.engine.build import build_stage
+
+    if prepared.wheelhouse is not None:
+        dest = prepared.wheelhouse / f"ext-{compiled['key']}"
+        if not dest.exists():
+            with status(f"keeping the compiled extensions in {dest}"):
+                build_stage(ctx, "ext-wheels", dest=dest, secrets=prepared.secrets,
+                            proxies=proxies)
+        compiled["kept"] = str(dest)
+    if mr.push:
+        return build_stage(ctx, "ext-wheels", secrets=prepared.secrets, proxies=proxies)
+    return None
 
 
 # -- `envbuild validate`: one image, this host, or the report a registry holds -----------------

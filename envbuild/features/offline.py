@@ -85,6 +85,12 @@ def collect(out: Path, req: Request, ci: ContextInputs, proxy: str | None = None
                          "bundle a linux/amd64 image (--platform linux/amd64), or build the "
                          f"{spec.platform} image with `envbuild make --platform {spec.platform}` "
                          "where the indexes are reachable")
+    if "ext-build.json" in prepared.files:  # its builder stage installs nvcc from PyPI
+        raise UsageError("bundle does not collect --build-extension(s) images yet: their "
+                         "builder stage downloads nvcc while it builds",
+                         "build the extension's wheel once (`envbuild make --build-extension "
+                         "...` where PyPI is reachable) and bundle with it as --pip or in "
+                         "--wheelhouse")
     proxies = build_proxy_env(environ, proxy)
     torch_plan = None  # no --wheelhouse: the torch stack is downloaded as the build would
     if ci.wheelhouse is None:

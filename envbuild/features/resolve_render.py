@@ -79,11 +79,11 @@ def render(out: Path, req: Request, ci: ContextInputs, *, force: bool = False,
     from envbuild.core.size import duplicates
     from envbuild.matrix import load
     from envbuild.render.context import write_tree
-    from envbuild.render.pipeline import prepare
+    from envbuild.render.pipeline import prepare, wheelhouse_links
 
     m = load()
     prepared = prepare(req, ci, m)
-    links = {"wheelhouse": ci.wheelhouse} if ci.wheelhouse else {}
+    links = wheelhouse_links(ci.wheelhouse, prepared.files)
     write_tree(prepared.files, out, force, links)
     spec = prepared.spec
     dup = duplicates(spec, m.extra.get("sizes", {}))

@@ -47,8 +47,9 @@ _VERSION_EXAMPLE = {"cuda": "12.8", "rocm": "6.2", "python": "3.12", "driver": "
 SCALARS = ("target", "cuda", "rocm", "torch", "python", "driver", "os", "flavor", "base_image",
            "wheelhouse", "ca_cert", "pip_index_url", "torch_index_url", "python_source", "user",
            "registry", "push_requires", "platform", "build_base_image", "engine")
-LISTS = ("gpu", "pip", "apt", "conda", "without", "pip_extra_index_url", "platforms")
-KEYS = frozenset(SCALARS + LISTS)
+LISTS = ("gpu", "pip", "apt", "conda", "without", "pip_extra_index_url", "platforms", "with")
+FLAGS = ("build_extensions",)  # true / false, as make's flag of the same name
+KEYS = frozenset(SCALARS + LISTS + FLAGS)
 # A platform's own table ([image.NAME.arm64], [defaults.amd64]): what may differ between the
 # platform images of one multi-platform image.
 PLATFORM_TABLES = {short: ALIASES[short] for short in ("amd64", "arm64")}
@@ -232,7 +233,12 @@ def _table(data: object, path: Path, table: str, nested: bool = True) -> dict[st
                              "keys are make's long options with - as _ (cuda, torch, python, "
                              "target, pip, apt, ...) and registry", close)
         try:
-            if key in LISTS:
+            if key in FLAGS:
+                if not isinstance(value, bool):
+                    raise UsageError(f"expected true or false, got {type(value).__name__}",
+                                     f"e.g. {key} = true")
+                out[key] = value
+            elif key in LISTS:
                 if not isinstance(value, list):
                     raise UsageError(f"expected a list of strings, got {type(value).__name__}",
                                      f"e.g. {key} = [\"...\"]")
@@ -297,7 +303,9 @@ def image_of(name: str, defaults: dict[str, Any], own: dict[str, Any], base: Pat
                   torch=v.get("torch"), python=v.get("python"), driver=v.get("driver"),
                   gpus=tuple(v.get("gpu", ())), os=v.get("os"), flavor=v.get("flavor"),
                   components=tuple(c for c in COMPONENTS if c not in left_out),
-                  platform=platform_name(v["platform"]) if "platform" in v else None)
+                  platform=platform_name(v["platform"]) if "platform" in v else None,
+                  extensions=tuple(v.get("with", ())),
+                  build_extensions=v.get("build_extensions") is True)
     ci = ContextInputs(
         pip=tuple(own_pip), team_pip=tuple(team_pip), apt=tuple(v.get("apt", ())),
         conda=tuple(v.get("conda", ())), user=v.get("user", "envbuild"),

@@ -12,6 +12,9 @@ from envbuild.matrix.model import (
     CudaCompat,
     CudaImage,
     CudaRelease,
+    Extension,
+    ExtensionLibrary,
+    ExtensionRelease,
     Gpu,
     Matrix,
     OsInfo,
@@ -24,7 +27,8 @@ from envbuild.matrix.model import (
 )
 
 __all__ = [
-    "Arch", "CompatPackage", "CudaCompat", "CudaImage", "CudaRelease", "Gpu", "Matrix", "OsInfo",
+    "Arch", "CompatPackage", "CudaCompat", "CudaImage", "CudaRelease", "Extension",
+    "ExtensionLibrary", "ExtensionRelease", "Gpu", "Matrix", "OsInfo",
     "Problem", "RocmRelease", "TorchPatch", "TorchRelease", "Variant", "WheelPlatform", "check",
     "load", "parse",
 ]

@@ -238,9 +238,56 @@ def _oses(m: Matrix) -> list[Problem]:
         [("python", o.python)] + [("extra_python", x) for x in o.extra_python]))
 
 
+EXTENSION_KINDS = {  # kind -> the [[release]] fields a row of that kind must fill
+    "built": ("variant",), "libs": ("cuda_match",),
+    "asset": ("torch_minors", "python", "cuda", "abi", "asset", "tag"), "build": (),
+}
+
+
+def _extensions(m: Matrix) -> list[Problem]:
+    """Each extension's kind is known; each release names a known extension and platform, has
+    the fields its kind judges by, a torch specifier that parses and archs by sm_/compute_ name;
+    a `libs` release has [[library]] rows."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    f = "extensions.toml"
+    p: list[Problem] = []
+    kinds = {e.name: e.kind for e in m.extensions}
+    for e in m.extensions:
+        if e.kind not in EXTENSION_KINDS:
+            p.append(Problem(f, where("extension", e), f"kind {e.kind!r} is not one of "
+                             f"{', '.join(EXTENSION_KINDS)}"))
+    libs = {(x.extension, x.version, x.platform) for x in m.extension_libraries}
+    for r in m.extension_releases:
+        def bad(message: str, row: Any = r) -> None:
+            p.append(Problem(f, where("release", row), message))
+        kind = kinds.get(r.extension)
+        if kind is None:
+            bad(f"extension {r.extension!r} has no [[extension]] row")
+            continue
+        if r.platform not in m.platform_names:
+            bad(f"platform {r.platform!r} is not one of {', '.join(m.platform_names)}")
+        for name in EXTENSION_KINDS.get(kind, ()):
+            if not getattr(r, name):
+                bad(f"a {kind} extension's release needs {name}")
+        try:
+            SpecifierSet(r.torch)
+        except InvalidSpecifier:
+            bad(f"torch {shown(r.torch)} is not a version specifier")
+        for a in (*r.archs, *r.ptx):
+            if not a.startswith(("sm_", "compute_")):
+                bad(f"arch {shown(a)} is not an sm_/compute_ name")
+        if kind == "libs" and (r.extension, r.version, r.platform) not in libs:
+            bad("a libs extension's release needs [[library]] rows")
+    for x in m.extension_libraries:
+        if kinds.get(x.extension) != "libs":
+            p.append(Problem(f, where("library", x), f"{x.extension!r} is not a libs extension"))
+    return p
+
+
 PARTS: tuple[Callable[[Matrix], list[Problem]], ...] = (
     _sources, _order, _gpu_names, _cuda_releases, _cuda_images, _torch_releases,
-    _torch_patches, _variants, _platforms, _gpus, _rocm_oses, _oses,
+    _torch_patches, _variants, _platforms, _gpus, _rocm_oses, _oses, _extensions,
 )
 
 

@@ -8,16 +8,25 @@ row instead of stopping at the first, so a maintainer fixes a broken matrix in o
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from envbuild.common.echo import shown
 from envbuild.common.errors import MatrixError
-from envbuild.matrix.cache import cache_path, read_docs, write_docs
-from envbuild.matrix.model import EXTRA_FILES, FILES, TABLES, Matrix, Problem
+from envbuild.matrix.cache import cache_path, read_docs, write_cached, write_docs
+from envbuild.matrix.model import (
+    EXTRA_FILES,
+    FILES,
+    LAZY_STEMS,
+    OPTIONAL_FILES,
+    TABLES,
+    Matrix,
+    Problem,
+)
 
 
 def _type_ok(value: Any, hint: Any) -> Any:
@@ -110,8 +119,10 @@ def _read_toml(path: Path, problems: list[Problem]) -> dict[str, Any]:
     return {}
 
 
-def _read_docs(directory: Path, problems: list[Problem]) -> dict[str, dict[str, Any]]:
-    return {stem: _read_toml(directory / f"{stem}.toml", problems) for stem in FILES}
+def _read_docs(directory: Path, problems: list[Problem],
+               stems: tuple[str, ...] = FILES) -> dict[str, dict[str, Any]]:
+    return {stem: {} if stem in OPTIONAL_FILES and not (directory / f"{stem}.toml").exists()
+            else _read_toml(directory / f"{stem}.toml", problems) for stem in stems}
 
 
 def _clean_rows(cls: type, rows: list[dict[str, Any]]) -> list[Any]:
@@ -124,18 +135,69 @@ def _clean_rows(cls: type, rows: list[dict[str, Any]]) -> list[Any]:
 
 
 def _from_docs(docs: Mapping[str, Any], problems: list[Problem], *,
-               clean: bool = False) -> Matrix:
+               clean: bool = False,
+               side: Callable[[], Mapping[str, Any]] | None = None) -> Matrix:
     built: dict[str, Any] = {}
+    lazy: dict[str, Callable[[], tuple[Any, ...]]] = {}
     meta: dict[str, Mapping[str, Any]] = {}
     for stem, table, cls, attr in TABLES:
         doc = docs[stem]
         rows = doc.get(table, [])
-        built[attr] = tuple(_clean_rows(cls, rows) if clean else
-                            _parse_rows(cls, rows, f"{stem}.toml", table, problems))
+        if clean and stem in LAZY_STEMS:  # built on the first read (start-up)
+            lazy[attr] = functools.partial(_side_rows, side, stem, table, cls) \
+                if doc.get(_ASIDE) and side is not None else \
+                functools.partial(_clean_tuple, cls, rows)
+        elif stem in LAZY_STEMS:  # checked now: its problems are the load's
+            lazy[attr] = functools.partial(tuple, _parse_rows(cls, rows, f"{stem}.toml", table,
+                                                              problems))
+        else:
+            built[attr] = tuple(_clean_rows(cls, rows) if clean else
+                                _parse_rows(cls, rows, f"{stem}.toml", table, problems))
         meta[stem] = doc.get("meta", {})
     sources = docs["sources"].get("source", {})
     extra = {stem: docs[stem] for stem in EXTRA_FILES}
-    return Matrix(sources=sources, meta=meta, extra=extra, **built)
+    return Matrix(sources=sources, meta=meta, extra=extra, lazy=lazy, **built)
+
+
+def _clean_tuple(cls: type, rows: list[dict[str, Any]]) -> tuple[Any, ...]:
+    return tuple(_clean_rows(cls, rows))
+
+
+# A LAZY_STEMS document in the cache stands aside, in its own file (`side_path`): start-up reads
+# and parses only what every command needs. The main cache keeps its [meta] and this mark.
+_ASIDE = "__envbuild_aside__"
+
+
+def side_path(cache_file: Path) -> Path:
+    return cache_file.with_name(f"{cache_file.stem}-aside.json")
+
+
+def _aside(docs: Mapping[str, Any]) -> dict[str, Any]:
+    return {stem: {"meta": doc.get("meta", {}), _ASIDE: True} if stem in LAZY_STEMS else doc
+            for stem, doc in docs.items()}
+
+
+def _side_rows(side: Callable[[], Mapping[str, Any]], stem: str, table: str,
+               cls: type) -> tuple[Any, ...]:
+    return _clean_tuple(cls, side()[stem].get(table, []))
+
+
+def _side_docs(cache_file: Path, directory: Path) -> Callable[[], Mapping[str, Any]]:
+    """The set-aside documents, read once when first needed: from their cache file, else (gone,
+    damaged) from the TOML files themselves, which the key says are the ones that checked clean."""
+    @functools.cache
+    def read() -> Mapping[str, Any]:
+        from envbuild.matrix.cache import read_cached
+
+        docs = read_cached(side_path(cache_file))
+        if isinstance(docs, dict) and all(isinstance(docs.get(s), dict) for s in LAZY_STEMS):
+            return docs
+        problems: list[Problem] = []
+        docs = _read_docs(directory, problems, LAZY_STEMS)
+        if not problems:  # the damaged or missing aside file replaced
+            write_cached(side_path(cache_file), docs)
+        return docs
+    return read
 
 
 def parse(directory: Path) -> tuple[Matrix, list[Problem]]:
@@ -153,13 +215,14 @@ def check(directory: Path) -> list[Problem]:
     return problems + cross_check(matrix)
 
 
-def _from_cache(cache_file: Path) -> Matrix | None:
+def _from_cache(cache_file: Path, directory: Path) -> Matrix | None:
     docs = read_docs(cache_file)
     if docs is None:
         return None
     problems: list[Problem] = []
     try:
-        matrix = _from_docs(docs, problems, clean=True)
+        matrix = _from_docs(docs, problems, clean=True,
+                            side=_side_docs(cache_file, directory))
     except (TypeError, ValueError, AttributeError, KeyError, IndexError):
         return None
     return None if problems else matrix
@@ -183,7 +246,7 @@ def load(directory: Path | None = None) -> Matrix:
     if cache_file is not None:
         if cache_file in _LOADED:  # this process loaded these very files already
             return _LOADED[cache_file]
-        cached = _from_cache(cache_file)
+        cached = _from_cache(cache_file, d)
         if cached is not None:
             _LOADED[cache_file] = cached
             return cached
@@ -198,6 +261,7 @@ def load(directory: Path | None = None) -> Matrix:
         more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
         raise MatrixError(f"the version matrix in {d} is broken: {listed}{more}")
     if cache_file is not None:
-        write_docs(cache_file, docs)
+        write_cached(side_path(cache_file), {stem: docs[stem] for stem in LAZY_STEMS})
+        write_docs(cache_file, _aside(docs))
         _LOADED[cache_file] = matrix
     return matrix

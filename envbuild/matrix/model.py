@@ -225,6 +225,58 @@ class OsInfo(Row):
         return version == self.python or version in self.extra_python
 
 
+@record
+class Extension(Row):
+    """extensions.toml [[extension]]: a CUDA extension users install on top of torch, and how a
+    fit of its wheels is judged (`kind`: built | libs | asset | build; the file's header says
+    what each means)."""
+
+    name: str  # as `--with` names it: the PyPI distribution name
+    import_name: str
+    kind: str
+    where: str  # pypi | github-release
+    sdist: str = ""  # --build-extensions compiles this PyPI sdist; "" = envbuild plans no build
+    build_requires: tuple[str, ...] = ()  # what its setup.py imports (built without isolation)
+    build_env: tuple[str, ...] = ()  # NAME=VALUE for the build; {archs_nodot} = 80;90
+
+
+@record
+class ExtensionRelease(Row):
+    """extensions.toml [[release]]: one version of an extension on one platform, with what its
+    wheel needs. Empty fields are not published (no arch list: none to judge)."""
+
+    extension: str
+    version: str  # as pip names it (a PyTorch index build carries its local tag: 0.0.33+cu130)
+    platform: str
+    where: str  # pypi | index:<variant> | github-release
+    torch: str = ""  # a PEP 440 specifier over torch versions (its Requires-Dist), "" = any
+    torch_minors: tuple[str, ...] = ()  # asset: the torch major.minor with assets
+    python: tuple[str, ...] = ()  # the CPython versions with wheels
+    python_min: str = ""  # an abi3 or pure wheel's floor
+    variant: str = ""  # built: the torch variant it was compiled against (cu128)
+    cuda: tuple[str, ...] = ()  # asset: the cu tags of the asset names; build: core wheels
+    cuda_match: str = ""  # libs: exact | nearest-major
+    abi: tuple[str, ...] = ()  # asset: cxx11abi values with assets (TRUE, FALSE)
+    exclude: tuple[str, ...] = ()  # asset: "torch=2.4 & python=3.13": combinations not built
+    asset: str = ""  # asset: the file name template
+    tag: str = ""  # asset: the release tag the asset hangs on
+    archs: tuple[str, ...] = ()
+    ptx: tuple[str, ...] = ()
+
+
+@record
+class ExtensionLibrary(Row):
+    """extensions.toml [[library]]: a native library inside a `libs` extension's wheel, one per
+    CUDA version, and the archs it is built for."""
+
+    extension: str
+    version: str
+    platform: str
+    cuda: str
+    archs: tuple[str, ...] = ()
+    ptx: tuple[str, ...] = ()
+
+
 _R = TypeVar("_R", bound=Row)
 _K = TypeVar("_K")
 
@@ -250,6 +302,22 @@ class _ByKey(Generic[_R, _K]):
             index.setdefault(getattr(row, self.key), row)
         matrix.__dict__[self.name] = index.get  # as functools.cached_property does
         return index.get
+
+
+class _Lazy(Generic[_R]):
+    """A table of a LAZY_STEMS file: built from its rows on the first read, then kept on the
+    Matrix instance (a non-data descriptor, as functools.cached_property). Start-up: `resolve`
+    without --with never builds the extension rows (about 1,100 records, 5 ms)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, matrix: Matrix | None, owner: type | None = None) -> tuple[_R, ...]:
+        if matrix is None:
+            raise AttributeError(self.name)
+        rows: tuple[_R, ...] = matrix.lazy[self.name]() if self.name in matrix.lazy else ()
+        matrix.__dict__[self.name] = rows
+        return rows
 
 
 @record
@@ -280,9 +348,16 @@ class Matrix:
     os_info = _ByKey[OsInfo, str]("oses", "id")
     cuda_history: tuple[CudaHistory, ...]
     cuda_history_row = _ByKey[CudaHistory, str]("cuda_history", "version")
+    extensions = _Lazy[Extension]()
+    extension = _ByKey[Extension, str]("extensions", "name")
+    extension_releases = _Lazy[ExtensionRelease]()
+    extension_libraries = _Lazy[ExtensionLibrary]()
     sources: Mapping[str, Mapping[str, Any]]
     meta: Mapping[str, Mapping[str, Any]]
     extra: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # the LAZY_STEMS tables: attribute -> what builds its rows
+    lazy: Mapping[str, Callable[[], tuple[Any, ...]]] = field(default_factory=dict, repr=False,
+                                                              compare=False)
 
     @property
     def platform_names(self) -> tuple[str, ...]:
@@ -327,12 +402,20 @@ LOCATIONS: dict[str, dict[str, tuple[type[Row], str]]] = {
     "gpus": {"arch": (Arch, "archs"), "gpu": (Gpu, "gpus")},
     "rocm": {"release": (RocmRelease, "rocm")},
     "os": {"os": (OsInfo, "oses")},
+    "extensions": {"extension": (Extension, "extensions"),
+                   "release": (ExtensionRelease, "extension_releases"),
+                   "library": (ExtensionLibrary, "extension_libraries")},
 }
 # The same, flat: (file stem, table name, row type, Matrix field), in the files' order.
 TABLES: tuple[tuple[str, str, type[Row], str], ...] = tuple(
     (stem, table, cls, attr)
     for stem, tables in LOCATIONS.items() for table, (cls, attr) in tables.items())
 EXTRA_FILES = ("mps", "wsl2", "peaks", "sizes")  # read whole into Matrix.extra
+# Files a matrix may leave out (no facts of that kind): a matrix copied before they existed, and
+# the small matrices of tests and forks, still load.
+OPTIONAL_FILES = ("extensions",)
+# Files whose tables are built on the first read (Matrix._Lazy), not at load: start-up.
+LAZY_STEMS = ("extensions",)
 # Every matrix file (by stem) a Matrix is read from.
 FILES: tuple[str, ...] = tuple(sorted({t[0] for t in TABLES} | {"sources", *EXTRA_FILES}))
 
@@ -343,6 +426,8 @@ def label(row: Any) -> str:
         return f"(release={row.release!r}, tag={row.tag!r})"
     if isinstance(row, WheelPlatform):
         return f"(release={row.release!r}, tag={row.tag!r}, platform={row.platform!r})"
+    if isinstance(row, (ExtensionRelease, ExtensionLibrary)):
+        return f"(extension={row.extension!r}, version={row.version!r}, platform={row.platform!r})"
     if isinstance(row, CudaImage):
         return f"(cuda={row.cuda!r}, os={row.os!r})"
     for key in ("version", "name", "id", "cc", "torch", "major"):

@@ -37,6 +37,16 @@ def table_rows(m: Matrix, table: str) -> tuple[list[str], list[list[Any]]]:
         return (["torch", "released", "patches", "torchvision", "python", "variants",
                  "unverified_variants", "arm64", "unverified_arm64", "pypi_default", "mps_macos",
                  "verified"], rows)
+    if table == "extensions":  # one line per extension version and platform
+        return (["extension", "version", "platform", "where", "torch", "python", "cuda",
+                 "archs", "verified"],
+                [[r.extension, r.version, r.platform, r.where,
+                  r.torch or "-".join(dict.fromkeys(r.torch_minors[:1] + r.torch_minors[-1:])),
+                  list(r.python) or (f">={r.python_min}" if r.python_min else ""),
+                  r.variant or list(r.cuda) or [x.cuda for x in m.extension_libraries
+                                                if (x.extension, x.version, x.platform)
+                                                == (r.extension, r.version, r.platform)],
+                  list(r.archs), r.verified] for r in m.extension_releases])
     if table == "gpus":
         return (["gpu", "vendor", "arch", "aliases", "memory_gb", "verified"],
                 [[g.name, g.vendor, g.cc or g.gfx, list(g.aliases), g.memory_gb or None,

@@ -73,6 +73,10 @@ class RenderOptions:
     extra: dict[str, str] = field(default_factory=dict)
     cuda_redist_url: str | None = None  # a mirror of NVIDIA's redist root (--cuda-redist-url)
     compat: CompatArchive | None = None  # the forward-compat archive read from that mirror
+    # --build-extension: (name, ((relative path, bytes), ...)) per source tree
+    extension_sources: tuple[tuple[str, tuple[tuple[str, bytes], ...]], ...] = ()
+    # the compiled-extension keys whose wheels the --wheelhouse holds (its ext-KEY directories)
+    ext_prebuilt: frozenset[str] = frozenset()
 
 
 def image_reference(value: str, flag: str = "--base-image") -> str:
@@ -463,6 +467,11 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
         **({"team-requirements.txt": RenderedFile(_template(
             "user-requirements.txt.j2", **{**common, "user_pip": list(opts.team_pip)}))}
            if opts.team_pip else {}),
+        **{layer["file"]: RenderedFile(_template(
+            "user-requirements.txt.j2", **{**common, "user_pip": layer["packages"],
+                                           "header": "the --with extensions as resolved (spec "
+                                           f"{spec.hash}), one per line."}))
+           for layer in extension_layers(spec, [])},
         "spec.json": RenderedFile(json.dumps(spec.to_json(), indent=2) + "\n"),
         "peaks.json": RenderedFile(peaks_json(m)),
         "validator.pyz": RenderedFile(validator_source(m)),
@@ -500,12 +509,22 @@ def render(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, RenderedFile
         "base_image": base_image, "spec_label": spec_label(spec),
         "runtime": m.meta.get("cuda", {}).get("runtime", {}),
         "has_os_packages": bool(opts.apt),
-        "package_layers": package_layers(opts),
+        "package_layers": package_layers(opts, spec, pip_args),
         "secret_mounts": secret_mounts(opts, uid, home),
         "root_secret_mounts": secret_mounts(opts, 0, "/root"),
     }
     ctx.update(_runtime_context(spec, opts, m))
     ctx["cross"] = _cross_stage(spec, opts, os_info, python, base_image)
+    ctx["ext_build"] = extension_build(spec, opts, m)
+    if ctx["ext_build"] is not None:
+        files["ext-build.json"] = RenderedFile(
+            json.dumps(ctx["ext_build"]["plan"], indent=2, sort_keys=True) + "\n")
+    if ctx["ext_build"] is not None and not ctx["ext_build"]["prebuilt"]:
+        files["build-extensions.py"] = RenderedFile(
+            (templates_dir() / "build-extensions.py").read_text(encoding="utf-8"))
+        for name, tree in opts.extension_sources:
+            for rel, data in tree:
+                files[f"ext-src/{name}/{rel}"] = RenderedFile(data)
     if ctx["compat"] is not None:
         files["install-cuda-compat.py"] = RenderedFile(
             (templates_dir() / "install-cuda-compat.py").read_text(encoding="utf-8"))
@@ -565,15 +584,103 @@ def _cross_stage(spec: Spec, opts: RenderOptions, os_info: OsInfo, python: _Pyth
             "site": f"{VENV}/lib/python{spec.python}/site-packages"}
 
 
-def package_layers(opts: RenderOptions) -> list[dict[str, Any]]:
-    """The pip layers above the torch stack, in order: the team's packages (a team file's
-    defaults, shared by its images), then the image's own. Each is one COPY and one RUN."""
+def extension_layers(spec: Spec, torch_args: list[str]) -> list[dict[str, Any]]:
+    """The --with extensions, right above the torch stack and constrained by it: those from
+    PyPI or a release asset through the user's pip options, those from the PyTorch index through
+    the torch stack's (a PyPI build and an index build share a version number: one index each
+    keeps pip from taking the other)."""
+    pypi = [e["install"] for e in spec.extensions
+            if not e["where"].startswith("index:") and e["where"] != "sdist"]
+    index = [e["install"] for e in spec.extensions if e["where"].startswith("index:")]
     out: list[dict[str, Any]] = []
+    if pypi:
+        out.append({"title": "The --with extensions (prebuilt wheels: PyPI or release assets)",
+                    "file": "extensions-requirements.txt", "packages": pypi, "args": None})
+    if index:
+        out.append({"title": "The --with extensions from the PyTorch index",
+                    "file": "extensions-index-requirements.txt", "packages": index,
+                    "args": torch_args})
+    return out
+
+
+def extension_build(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, Any] | None:
+    """The builder stage of --build-extension DIR and of a --with extension --build-extensions
+    planned from its PyPI sdist: compiled for exactly the --gpu archs with nvcc from PyPI (the
+    cuda-toolkit version torch itself pins). PyPI has an nvcc for CUDA 13 only (the cu12 nvcc
+    wheels hold ptxas alone), and the stage runs on the build machine, so another platform's
+    image is refused here. `plan` is the builder's ext-build.json."""
+    sdists = [e for e in spec.extensions if e["where"] == "sdist"]
+    if not opts.extension_sources and not sdists:
+        return None
+    from envbuild.core import platforms
+
+    names = [n for n, _ in opts.extension_sources] + [e["install"] for e in sdists]
+    what = f"--build-extension {names[0]}" if opts.extension_sources else \
+        f"--build-extensions ({names[0]})"
+    if spec.target != "cuda" or not spec.torch_cuda:
+        raise UsageError(f"{what}: a CUDA extension needs a CUDA torch; the spec's target is "
+                         f"{spec.target}", "add --target cuda (or --cuda X.Y)")
+    if int(spec.torch_cuda.split(".")[0]) < 13:
+        raise UsageError(f"{what}: torch {spec.torch} is a CUDA {spec.torch_cuda} build; PyPI's "
+                         "CUDA 12 compiler wheels carry no nvcc", "compile against a CUDA 13 "
+                         "torch (--cuda 13), or build the wheel elsewhere and --pip it")
+    if platforms.foreign(spec.platform):
+        raise UsageError(f"{what}: the builder stage would run emulated for {spec.platform}",
+                         "build the extension on a native builder and --pip its wheel")
+    ccs = sorted({g["cc"] for g in spec.gpus if g.get("vendor") == "nvidia" and g.get("cc")},
+                 key=lambda c: tuple(int(x) for x in c.split(".")))
+    if not ccs:
+        raise UsageError(f"{what}: name the GPUs it is compiled for",
+                         "add --gpu (e.g. --gpu H100 --gpu A100): the builder compiles for "
+                         "exactly their archs, not torch's whole list")
+    values = {"archs_nodot": ";".join(c.replace(".", "") for c in ccs)}
+    builds = []
+    for e in sdists:
+        ext = m.extension(e["name"])
+        assert ext is not None  # the resolver chose it from the matrix
+        env = dict(x.split("=", 1) for x in ext.build_env)
+        builds.append({"requirement": e["install"], "no_binary": ext.sdist,
+                       "build_requires": list(ext.build_requires),
+                       "env": {k: v.format(**values) for k, v in env.items()}})
+    plan = {"arch_list": " ".join(ccs), "sources": [n for n, _ in opts.extension_sources],
+            "sdists": builds}
+    key = extension_key(spec, plan, opts)
+    return {"names": names, "arch_list": plan["arch_list"], "sources": plan["sources"],
+            "plan": {**plan, "key": key}, "key": key, "prebuilt": key in opts.ext_prebuilt}
+
+
+def extension_key(spec: Spec, plan: dict[str, Any], opts: RenderOptions) -> str:
+    """What a compiled extension wheel depends on, hashed: the plan (extensions, versions, archs,
+    build switches), the torch it was compiled against (version, variant, Python, platform, OS:
+    the glibc it links), the builder script and every source file. A team compiles each key once:
+    its wheels wait in the wheelhouse's ext-KEY directory (and the registry's ext-wheels:KEY)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for part in (json.dumps(plan, sort_keys=True), spec.torch, spec.variant or "", spec.python,
+                 spec.platform or "linux/amd64", spec.os,
+                 (templates_dir() / "build-extensions.py").read_text(encoding="utf-8")):
+        h.update(part.encode() + b"\0")
+    for name, tree in opts.extension_sources:
+        for rel, data in sorted(tree):
+            h.update(f"{name}/{rel}".encode() + b"\0" + hashlib.sha256(data).digest())
+    return h.hexdigest()[:16]
+
+
+def package_layers(opts: RenderOptions, spec: Spec | None = None,
+                   torch_args: list[str] | None = None) -> list[dict[str, Any]]:
+    """The pip layers above the torch stack, in order: the --with extensions, the team's
+    packages (a team file's defaults, shared by its images), then the image's own. Each is one
+    COPY and one RUN."""
+    out: list[dict[str, Any]] = []
+    if spec is not None:
+        out += extension_layers(spec, torch_args or [])
     if opts.team_pip:
         out.append({"title": "The team's packages (the team file's defaults)",
-                    "file": "team-requirements.txt", "packages": list(opts.team_pip)})
+                    "file": "team-requirements.txt", "packages": list(opts.team_pip),
+                    "args": None})
     out.append({"title": "The image's own packages", "file": "user-requirements.txt",
-                "packages": list(opts.pip)})
+                "packages": list(opts.pip), "args": None})
     return out
 
 

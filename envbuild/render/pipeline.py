@@ -7,15 +7,19 @@ docker) are imported only when a stage runs.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
+from envbuild.common.echo import shown
 from envbuild.common.errors import ConflictError, UsageError
 from envbuild.common.record import record
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from envbuild.core.request import Request
     from envbuild.core.spec import Spec
     from envbuild.matrix import Matrix
@@ -41,6 +45,55 @@ class ContextInputs:
     build_base_image: str | None = None  # a cross-platform image's torch stage's image
     python_source: str | None = None
     apptainer: bool = False
+    extension_sources: tuple[Path, ...] = ()  # --build-extension: compiled in a builder stage
+
+
+# --build-extension: a source tree goes into the build context whole, so it is bounded.
+SOURCE_FILES = 500
+SOURCE_BYTES = 16 << 20
+_SOURCE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$", re.ASCII)
+_KEY = re.compile(r"^[0-9a-f]{16}$", re.ASCII)
+_SKIP_DIRS = frozenset({".git", "__pycache__", "build", "dist", ".eggs", ".tox", ".venv"})
+
+
+def read_source_tree(path: Path) -> tuple[str, tuple[tuple[str, bytes], ...]]:
+    """--build-extension DIR: (its name, its files as (relative path, bytes)), regular files
+    only (no link is followed), build outputs and VCS data left out, bounded in count and size.
+    UsageError (exit 2) for anything else."""
+    import os
+    import stat
+
+    from envbuild.common.boundedio import read_bytes
+
+    flag = f"--build-extension {shown(str(path))}"
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        raise UsageError(f"{flag}: no such directory", "give the extension's source directory "
+                         "(the one with setup.py or pyproject.toml)") from None
+    name = path.resolve().name
+    if not stat.S_ISDIR(st.st_mode) or not _SOURCE_NAME.match(name):
+        raise UsageError(f"{flag}: not a source directory with a plain name",
+                         "give a directory named in letters, digits, '.', '_' and '-'")
+    if not any((path / f).is_file() for f in ("setup.py", "pyproject.toml")):
+        raise UsageError(f"{flag}: no setup.py or pyproject.toml", "pip builds the wheel from "
+                         "one of them: give the project's root directory")
+    files: list[tuple[str, bytes]] = []
+    total = 0
+    for root, dirs, names in os.walk(path, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.endswith(".egg-info"))
+        for n in sorted(names):
+            full = Path(root) / n
+            if full.is_symlink() or not full.is_file():
+                continue
+            data = read_bytes(full, "extension source file", cap=SOURCE_BYTES)
+            total += len(data)
+            files.append((full.relative_to(path).as_posix(), data))
+            if len(files) > SOURCE_FILES or total > SOURCE_BYTES:
+                raise UsageError(f"{flag}: more than {SOURCE_FILES} files or {SOURCE_BYTES >> 20}"
+                                 " MB", "point at the extension's own source tree (no datasets, "
+                                 "no build outputs)")
+    return name, tuple(files)
 
 
 @record
@@ -161,8 +214,54 @@ def render_options(ci: ContextInputs, image_ref: str = "") -> tuple[RenderOption
         build_base=(image_reference(ci.build_base_image, "--build-base-image")
                     if ci.build_base_image else None),
         python_source=ci.python_source, apptainer=ci.apptainer, image_ref=image_ref,
-        cuda_redist_url=redist_url)
+        cuda_redist_url=redist_url,
+        extension_sources=_sources(ci.extension_sources),
+        ext_prebuilt=compiled_keys(ci.wheelhouse))
     return opts, secrets
+
+
+EXT_DIRS = 1000  # ext-KEY directories of a wheelhouse looked at
+
+
+def wheelhouse_links(wheelhouse: Path | None, files: Mapping[str, RenderedFile]
+                     ) -> dict[str, Path]:
+    """What of the wheelhouse goes into the build context (linked, not copied): its wheels, and
+    the ext-KEY directory of compiled extensions the Dockerfile installs from (a context
+    rendered without a builder stage)."""
+    if wheelhouse is None:
+        return {}
+    links = {"wheelhouse": wheelhouse}
+    plan = files.get("ext-build.json")
+    if plan is not None and "build-extensions.py" not in files:
+        import json
+
+        key = str(json.loads(plan.content)["key"])
+        links[f"wheelhouse/ext-{key}"] = wheelhouse / f"ext-{key}"
+    return links
+
+
+def compiled_keys(wheelhouse: Path | None) -> frozenset[str]:
+    """The keys of the compiled extensions a wheelhouse holds: its ext-KEY directories with a
+    wheel in them (`make` exports each there after compiling it; a half-written one is named
+    .ext-KEY-partial until it is whole)."""
+    import itertools
+
+    if wheelhouse is None:
+        return frozenset()
+    dirs = itertools.islice(wheelhouse.glob("ext-*"), EXT_DIRS)
+    return frozenset(d.name.removeprefix("ext-") for d in dirs
+                     if _KEY.match(d.name.removeprefix("ext-")) and d.is_dir()
+                     and not d.is_symlink() and any(d.glob("*.whl")))
+
+
+def _sources(paths: tuple[Path, ...]) -> tuple[tuple[str, tuple[tuple[str, bytes], ...]], ...]:
+    out = [read_source_tree(p) for p in paths]
+    names = [n for n, _ in out]
+    for n in names:
+        if names.count(n) > 1:
+            raise UsageError(f"--build-extension: two sources named {n}",
+                             "give each extension once (its directory name names it)")
+    return tuple(out)
 
 
 def index_kind(ci: ContextInputs) -> str | None:

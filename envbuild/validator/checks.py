@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import compile_smoke, dist, facts, host, mps, numerics, perf, training
+from . import compile_smoke, dist, extensions, facts, host, mps, numerics, perf, training
 from .context import Options, TorchContext
 from .facts import device_judge, spec_judge
 from .judges import Outcome, spec
@@ -112,6 +112,10 @@ CHECKS: tuple[CheckDef, ...] = (
          "checkpoint save/load round-trips exactly"),
     _row("compile.smoke", "torch", 300, compile_smoke.t_compile_smoke, "",
          "torch.compile forward+backward matches eager (CPU; GPU: Triton)"),
+    _row("ext.load", "torch", 180, extensions.t_ext_load, "",
+         "--with extensions import, load their native library, keep the spec's torch"),
+    _row("ext.kernel", "torch", 120, extensions.t_ext_kernel, "",
+         "--with extensions: a tiny kernel of each on the GPU matches torch"),
     _row("dist.allreduce", "torch", 120, dist.t_dist_allreduce, "",
          "2-process all-reduce (gloo; NCCL with >= 2 GPUs)"),
     _row("libs.origin", "torch", 30, facts.t_libs_origin, "",

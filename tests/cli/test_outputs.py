@@ -431,8 +431,10 @@ def _resolve(cache: Path) -> Cli:
     return run_cli("resolve", "--cuda", "12.2", "--json", env={"XDG_CACHE_HOME": str(cache)})
 
 
-def _cache_file(cache: Path) -> Path:
-    files = sorted((cache / "envbuild").glob("matrix-*"))
+def _cache_file(cache: Path, aside: bool = False) -> Path:
+    """The matrix cache, or (aside) its set-aside documents (the extension facts)."""
+    files = sorted(p for p in (cache / "envbuild").glob("matrix-*")
+                   if p.name.endswith("-aside.json") == aside)
     assert len(files) == 1, files
     return files[0]
 
@@ -473,6 +475,29 @@ def test_a_corrupt_matrix_cache_is_ignored_and_rebuilt(tmp_path: Path, index: in
         assert "Traceback" not in r.stderr
         assert json.loads(r.stdout) == json.loads(clean.stdout)
     assert _cache_doc(_cache_file(cache))["docs"]  # rebuilt: valid again
+
+
+@pytest.mark.parametrize("index", range(12))
+def test_a_corrupt_aside_cache_falls_back_to_the_files(tmp_path: Path, index: int) -> None:
+    """The extension facts are cached apart (start-up reads only the main cache): a damaged or
+    missing aside file costs one TOML parse of extensions.toml, never a wrong answer."""
+    cache = tmp_path / "cache"
+
+    def resolve_with() -> Cli:
+        return run_cli("resolve", "--with", "bitsandbytes", "--target", "cuda", "--platform",
+                       "linux/amd64", "--json", env={"XDG_CACHE_HOME": str(cache)})
+
+    clean = resolve_with()
+    assert clean.returncode == 0, clean.stderr
+    path = _cache_file(cache, aside=True)
+    path.write_bytes(_garbage(path.read_bytes())[index])
+    r = resolve_with()
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert json.loads(r.stdout) == json.loads(clean.stdout)
+    assert _cache_doc(path)["docs"]  # replaced: valid again
+    path.unlink()
+    r = resolve_with()
+    assert r.returncode == 0 and json.loads(r.stdout) == json.loads(clean.stdout)
 
 
 def _wrong_typed_docs(doc: dict[str, Any]) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,14 +13,15 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
-from tests.support import GOLDEN, run_cli
+from tests.support import GOLDEN, ROOT, run_cli
 from tests.support.render import HADOLINT_CONFIG
 
 UPDATE = os.environ.get("ENVBUILD_UPDATE_GOLDEN") == "1"
 # Files compared byte for byte; validator.pyz and peaks.json are checked against their sources.
 COMPARED = ("Dockerfile", ".dockerignore", "environment.yml", "requirements.txt", "constraints.txt",
             "user-requirements.txt", "apt-packages.txt", "envbuild-validate", "spec.json",
-            "apptainer.def", "setup-macos.sh", "install-cuda-compat.py")
+            "apptainer.def", "setup-macos.sh", "install-cuda-compat.py",
+            "extensions-requirements.txt", "build-extensions.py")
 
 CASES: dict[str, list[str]] = {
     "cuda-base-ubuntu22.04": ["--cuda", "12.2", "--torch", "2.5.1", "--os", "ubuntu22.04"],
@@ -58,6 +60,19 @@ CASES: dict[str, list[str]] = {
     # a PyPI mirror as the torch index: the default variant pinned without +cu130
     "cuda-pypi-mirror": ["--cuda", "13.0", "--torch", "2.13.0", "--os", "ubuntu24.04",
                          "--torch-index-url", "https://nexus.example.com/repository/pypi/simple"],
+    # --with: prebuilt extension wheels in a layer of their own, constrained by the torch stack
+    "cuda-with-extensions": ["--with", "xformers", "--with", "bitsandbytes", "--torch", "2.8",
+                             "--os", "ubuntu24.04", "--gpu", "H100"],
+    # --build-extension: a builder stage compiles the source for the --gpu archs (nvcc from PyPI)
+    "cuda-build-extension": ["--target", "cuda", "--torch", "2.13.0", "--os", "debian12",
+                             "--gpu", "A100", "--build-extension",
+                             str(ROOT / "tests" / "fixtures" / "extensions" /
+                                 "envbuild-tiny-cuda")],
+    # --build-extensions: flash-attn has no wheel for torch 2.13, so PyPI's sdist is compiled in
+    # the builder stage (its own arch variable and force-build switch from the matrix)
+    "cuda-build-extensions-sdist": ["--target", "cuda", "--torch", "2.13.0", "--os", "debian12",
+                                    "--gpu", "H100", "--gpu", "A100", "--with", "flash-attn",
+                                    "--build-extensions"],
 }
 
 
@@ -257,3 +272,26 @@ def test_build_refuses_a_context_whose_secrets_are_missing(tmp_path: Path) -> No
     r = run_cli("build", str(ctx), env={"DOCKER_HOST": "unix:///nonexistent.sock"})
     assert r.returncode == 2
     assert "build secret(s) ca, which were not given" in r.stderr and "--ca-cert" in r.stderr
+
+
+@pytest.mark.parametrize("name", sorted(n for n in CASES if n != "mps"))
+def test_every_file_the_dockerfile_reads_is_in_the_context(rendered: dict[str, Path],
+                                                          name: str) -> None:
+    """The .dockerignore is an allow-list: every COPY source and bind-mount source of the
+    Dockerfile (not another stage's) must be on it and rendered, or the build fails with
+    'not found' (as the first --build-extension build did)."""
+    out = rendered[name]
+    allowed = {line[1:].strip() for line in (out / ".dockerignore").read_text().splitlines()
+               if line.startswith("!")}
+    text = (out / "Dockerfile").read_text()
+    read: set[str] = set()
+    for m in re.finditer(r"^COPY (.+) \S+$", text, re.MULTILINE):
+        words = m.group(1).split()
+        if not any(w.startswith("--from") for w in words):
+            read.update(w for w in words if not w.startswith("--"))
+    for m in re.finditer(r"--mount=type=bind,source=([^,\s]+),(?!.*from=)", text):
+        read.add(m.group(1))
+    for src in read:
+        top = src.split("/")[0]
+        assert top in allowed, f"{name}: the Dockerfile reads {src}, the .dockerignore drops it"
+        assert (out / top).exists() or top == "wheelhouse", f"{name}: {top} is not rendered"

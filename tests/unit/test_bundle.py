@@ -4,6 +4,7 @@ collection plan for --pip packages, the hashed requirements, the checks of a bun
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -54,7 +55,8 @@ from tests.support.oci import _sha, docker_archive, layer_tar, read_oci_layout
 # bundle takes one-stage Dockerfiles; another platform's (a torch stage on the build machine) it
 # refuses (test_bundle_refuses_another_platform)
 DOCKERFILES = sorted(p.parent.name for p in GOLDEN.glob("*/Dockerfile")
-                     if "AS torch-stack" not in p.read_text())
+                     if "AS torch-stack" not in p.read_text()
+                     and "AS ext-builder" not in p.read_text())  # refused too (test below)
 
 
 @pytest.mark.parametrize("name", DOCKERFILES)
@@ -852,4 +854,24 @@ def test_bundle_refuses_another_platform(tmp_path: Path) -> None:
         collect(tmp_path / "b", Request(target="cpu", torch="2.13.0", os="debian12",
                                          platform="linux/arm64"), ContextInputs())
     assert "linux/arm64" in exc.value.message and "--platform linux/amd64" in exc.value.hint
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("how", ["source", "sdist"])
+def test_bundle_refuses_a_build_extension(tmp_path: Path, how: str) -> None:
+    """--build-extension's and --build-extensions' builder stage downloads nvcc (issue 23): not
+    bundled yet, said."""
+    from envbuild.core.request import Request
+    from envbuild.features.offline import collect
+    from envbuild.render.pipeline import ContextInputs
+
+    tiny = Path(__file__).resolve().parents[1] / "fixtures" / "extensions" / "envbuild-tiny-cuda"
+    req = Request(target="cuda", torch="2.13.0", os="debian12", gpus=("A100",),
+                  platform="linux/amd64")
+    if how == "sdist":
+        req = dataclasses.replace(req, extensions=("flash-attn",), build_extensions=True)
+    with pytest.raises(UsageError) as exc:
+        collect(tmp_path / "b", req,
+                ContextInputs(extension_sources=(tiny,) if how == "source" else ()))
+    assert "--build-extension" in exc.value.message and "--wheelhouse" in exc.value.hint
     assert not (tmp_path / "b").exists()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envbuild.common.errors import EnvironmentProblem, UsageError
@@ -124,6 +124,7 @@ def test_emulated_is_another_platform_than_this_hosts() -> None:
     assert emulation.emulated(other)
 
 
+@settings(deadline=None, max_examples=30)  # 64 directories each: over 200 ms on a busy box
 @given(st.integers(1, 64))
 def test_cpu_standin_has_a_midr_per_cpu_and_the_cpu_lists(cpus: int) -> None:
     import tempfile

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envbuild.common.errors import UsageError
+from envbuild.common.errors import EnvbuildError, UsageError
 from envbuild.core import targets
 from envbuild.core.request import TARGETS
 from envbuild.features import team, teamfile
@@ -81,6 +81,8 @@ WRONG_TYPES = st.one_of(st.integers(), st.booleans(), st.floats(allow_nan=False,
 @settings(max_examples=150, deadline=None)
 @given(key=st.sampled_from(sorted(teamfile.KEYS)), value=WRONG_TYPES)
 def test_wrong_types_refused(key: str, value: object) -> None:
+    if key in teamfile.FLAGS and isinstance(value, bool):
+        return  # a flag's right type (build_extensions = true)
     _refused(f"[image.a]\n{key} = {_toml(value)}\n", "[image.a]", key)
 
 
@@ -306,3 +308,34 @@ def dataclasses_replace_registry(p: team.Planned) -> team.Planned:
     import dataclasses
 
     return dataclasses.replace(p, image=dataclasses.replace(p.image, registry=None))
+
+
+def test_team_with_merges_and_each_image_resolves_its_extensions(matrix: Matrix) -> None:
+    """with = [...] (issue 23): the defaults' and the image's own merge like other lists; the
+    image's plan resolves them (the torch every one has a wheel for) and renders their layer."""
+    text = ('[defaults]\ntarget = "cuda"\nplatform = "linux/amd64"\nwith = ["xformers"]\n'
+            '[image.a]\ntorch = "2.8"\n[image.b]\nwith = ["bitsandbytes"]\ntorch = "2.8"\n')
+    t = teamfile.parse(text, F)
+    assert t.image("a").request.extensions == ("xformers",)
+    assert t.image("b").request.extensions == ("xformers", "bitsandbytes")
+    a, b = team.plan(t, matrix)
+    assert [e["name"] for e in a.prepared.spec.extensions] == ["xformers"]
+    assert [e["name"] for e in b.prepared.spec.extensions] == ["xformers", "bitsandbytes"]
+    assert "extensions-requirements.txt" in b.prepared.files
+    with pytest.raises(EnvbuildError, match=r"\[image.b\]: --with xformers is given twice") as e:
+        team.plan(teamfile.parse(text.replace('["bitsandbytes"]', '["XFormers"]'), F), matrix)
+    assert e.value.exit_code == 2
+
+
+def test_team_build_extensions_is_a_flag_and_plans_the_source_build(matrix: Matrix) -> None:
+    """build_extensions = true (make's --build-extensions): flash-attn has no wheel for torch
+    2.13, so the image's plan compiles PyPI's sdist in its builder stage; anything but a TOML
+    boolean is refused."""
+    text = ('[defaults]\ntarget = "cuda"\nplatform = "linux/amd64"\ngpu = ["H100"]\n'
+            '[image.a]\ntorch = "2.13.0"\nwith = ["flash-attn"]\nbuild_extensions = true\n')
+    t = teamfile.parse(text, F)
+    assert t.image("a").request.build_extensions is True
+    (a,) = team.plan(t, matrix)
+    assert [e["where"] for e in a.prepared.spec.extensions] == ["sdist"]
+    assert "ext-build.json" in a.prepared.files
+    _refused(text.replace("= true", '= "yes"'), "build_extensions", "expected true or false")

@@ -132,6 +132,18 @@ def test_latest_real_h200_run_passed_every_check(report: str) -> None:
     assert [r["device"] for r in compiled][-1] == "cuda:0"
 
 
+def test_latest_real_h200_ran_an_extension_and_compiled_on_the_gpu_alone() -> None:
+    """The second H200 run (issue 23): --with bitsandbytes loaded its CUDA 13.0 library and ran
+    a 4-bit round trip on the GPU; compile.smoke compiled on the GPU only."""
+    data = json.loads((LATEST / "validate-host-spec-cu130-with-bitsandbytes.json").read_text())
+    checks = {c["id"]: c for c in data["checks"]}
+    assert data["summary"]["status"] == "pass" and set(checks) <= set(CHECK_IDS)
+    assert checks["ext.load"]["status"] == checks["ext.kernel"]["status"] == "pass"
+    assert "libbitsandbytes_cuda130.so loads" in checks["ext.load"]["detail"]
+    assert checks["ext.kernel"]["evidence"]["device"] == "cuda:0"
+    assert [r["device"] for r in checks["compile.smoke"]["evidence"]["runs"]] == ["cuda:0"]
+
+
 def test_matrix_211_cu130_fact_is_hardware_verified() -> None:
     m = load()
     spec = resolved_cu130_spec("H100")
