@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envbuild.common.errors import EXIT_FAILED, UsageError
+from envbuild.common.errors import EXIT_FAILED, EnvbuildError, UsageError
 from envbuild.common.record import record
 
 if TYPE_CHECKING:
@@ -459,7 +459,12 @@ def _make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) 
         # a teammate compiled this key and pushed it: its wheels into the wheelhouse, no compile
         ref = ext_wheels_ref(registry, compiled["key"])
         with hooks.status(f"looking for the compiled extensions {ref}"):
-            if fetch_wheels(ref, prepared.wheelhouse / f"ext-{compiled['key']}"):
+            try:
+                found = fetch_wheels(ref, prepared.wheelhouse / f"ext-{compiled['key']}")
+            except (EnvbuildError, OSError) as exc:  # compiled here instead: said, not fatal
+                compiled["not_fetched"] = f"{ref}: {_why(exc)}"
+                continue
+            if found:
                 prepared = prepare(req, mr.inputs, m)
                 compiled = {**(compiled_plan(prepared) or compiled), "from": ref}
     spec = prepared.spec
@@ -487,24 +492,27 @@ def _make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) 
             wheels_image = _keep_compiled(ctx, compiled, prepared, mr, proxies, hooks.status)
             times["compiled-wheels"] = time.monotonic() - t2
     out = MakeResult(spec, chosen, build=result, context=mr.out, compiled=compiled)
-    shipped = ship(result, Shipping(
-        validate=mr.validate, push=mr.push, push_unvalidated=mr.push_unvalidated,
-        require_gpu=mr.require_gpu, timeout=mr.timeout, revalidate=mr.revalidate,
-        push_requires_gpu=mr.push_requires_gpu, attach_report=mr.attach_report),
-        hooks.status, times)
-    out.checked, out.push_skipped = shipped.checked, shipped.push_skipped
-    out.pushed, out.digest, out.report_ref = shipped.pushed, shipped.digest, shipped.report_ref
-    # the compiled wheels go beside the image they were compiled for, never ahead of it
-    if wheels_image is not None and compiled is not None and mr.push and out.pushed:
-        ref = ext_wheels_ref(mr.push, compiled["key"])
-        with hooks.status(f"pushing the compiled extensions {ref}"):
-            docker.tag(wheels_image, ref)
-            try:
-                compiled["pushed"] = f"{ref}@{docker.push(ref)}"
-            finally:
-                docker.untag(ref)
-    if wheels_image is not None:  # pushed or held back: no dangling image of it stays
-        docker.untag(wheels_image)
+    try:
+        shipped = ship(result, Shipping(
+            validate=mr.validate, push=mr.push, push_unvalidated=mr.push_unvalidated,
+            require_gpu=mr.require_gpu, timeout=mr.timeout, revalidate=mr.revalidate,
+            push_requires_gpu=mr.push_requires_gpu, attach_report=mr.attach_report),
+            hooks.status, times)
+        out.checked, out.push_skipped = shipped.checked, shipped.push_skipped
+        out.pushed, out.digest, out.report_ref = (shipped.pushed, shipped.digest,
+                                                  shipped.report_ref)
+        # the compiled wheels go beside the image they were compiled for, never ahead of it
+        if wheels_image is not None and compiled is not None and mr.push and out.pushed:
+            ref = ext_wheels_ref(mr.push, compiled["key"])
+            with hooks.status(f"pushing the compiled extensions {ref}"):
+                docker.tag(wheels_image, ref)
+                try:
+                    compiled["pushed"] = f"{ref}@{docker.push(ref)}"
+                finally:
+                    docker.untag(ref)
+    finally:  # pushed, held back, failed or interrupted: no dangling image of the wheels stays
+        if wheels_image is not None:
+            docker.untag(wheels_image)
     out.size = docker.image_size(result.tag)
     if mr.estimate_size:
         out.sized = size_beside(spec, m, mr.inputs, out.size,
@@ -541,21 +549,26 @@ def fetch_wheels(ref: str, dest: Path) -> bool:
     """The wheels of a pushed ext-wheels image into dest (written beside it, renamed whole);
     False when the registry has none under that key."""
     import shutil
+    import tempfile
 
     from envbuild.engine import docker
 
     if not docker.pull(ref):
         return False
-    partial = dest.with_name(f".{dest.name}-partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
+    partial = None
     try:
+        partial = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}-"))
         if docker.copy_wheels_out(ref, partial) == 0:
             return False
-        partial.rename(dest)
+        try:
+            partial.rename(dest)
+        except OSError:
+            if not dest.is_dir():  # else another build of the key fetched it first
+                raise
         return True
     finally:
-        shutil.rmtree(partial, ignore_errors=True)
+        if partial is not None:
+            shutil.rmtree(partial, ignore_errors=True)
         docker.untag(ref)
 
 
@@ -568,14 +581,28 @@ def _keep_compiled(ctx: Path, compiled: dict[str, Any], prepared: Prepared, mr: 
 
     if prepared.wheelhouse is not None:
         dest = prepared.wheelhouse / f"ext-{compiled['key']}"
-        if not dest.exists():
-            with status(f"keeping the compiled extensions in {dest}"):
-                build_stage(ctx, "ext-wheels", dest=dest, secrets=prepared.secrets,
-                            proxies=proxies)
-        compiled["kept"] = str(dest)
+        try:
+            if not dest.exists():
+                with status(f"keeping the compiled extensions in {dest}"):
+                    build_stage(ctx, "ext-wheels", dest=dest, secrets=prepared.secrets,
+                                proxies=proxies)
+            compiled["kept"] = str(dest)
+        except (EnvbuildError, OSError) as exc:  # the image is built: said, not fatal
+            compiled["not_kept"] = f"{dest}: {_why(exc)}"
     if mr.push:
-        return build_stage(ctx, "ext-wheels", secrets=prepared.secrets, proxies=proxies)
+        try:
+            return build_stage(ctx, "ext-wheels", secrets=prepared.secrets, proxies=proxies)
+        except EnvbuildError as exc:
+            compiled["not_pushed"] = _why(exc)
     return None
+
+
+def _why(exc: BaseException) -> str:
+    from envbuild.common.redact import shown
+
+    if isinstance(exc, OSError):
+        return f"{exc.strerror or exc}"
+    return shown(str(getattr(exc, "message", exc)))
 
 
 # -- `envbuild validate`: one image, this host, or the report a registry holds -----------------
