@@ -73,7 +73,7 @@ class MakeRequest:
     push_requires_gpu: bool = False  # a team file's push_requires = "gpu"
     engine: str | None = None  # the Docker engine (a DOCKER_HOST address); None: the default
     cache_from: tuple[str, ...] = ()  # registry images whose layers the build may reuse
-    ext_wheels_from: str | None = None  # a registry of compiled extension wheels (with push's)
+    ext_wheels: str | None = None  # a registry of compiled extension wheels: taken, pushed
     inline_cache: bool = False  # the image carries its build cache (for other engines)
 
 
@@ -396,18 +396,19 @@ def inspect_base(ref: str, m: Matrix, status: StatusHook = _no_status) -> BaseFa
 def check(mr: MakeRequest) -> None:
     """Refuse contradictory options before anything runs."""
     check_push(mr.push, mr.validate, mr.push_unvalidated)
-    if mr.ext_wheels_from is not None:
+    if mr.ext_wheels is not None:
         from envbuild.common.redact import shown
         from envbuild.render.context import image_reference
 
         try:
-            image_reference(ext_wheels_ref(mr.ext_wheels_from, "0" * 16), "--ext-wheels-from")
+            image_reference(ext_wheels_ref(mr.ext_wheels, "0" * 16), "--ext-wheels")
         except UsageError:
-            raise UsageError(f"--ext-wheels-from {shown(mr.ext_wheels_from)} is not a registry",
+            raise UsageError(f"--ext-wheels {shown(mr.ext_wheels)} is not a registry",
                              "e.g. 127.0.0.1:5000 or registry.example.com/team") from None
         if mr.inputs.wheelhouse is None:
-            raise UsageError("--ext-wheels-from keeps the wheels it takes in the wheelhouse; "
-                             "none is given", "add --wheelhouse DIR (the team's wheelhouse)")
+            raise UsageError("--ext-wheels keeps the wheels it takes and makes in the "
+                             "wheelhouse; none is given", "add --wheelhouse DIR (the team's "
+                             "wheelhouse)")
 
 
 def check_push(push: str | None, validate: bool, push_unvalidated: bool) -> None:
@@ -453,7 +454,7 @@ def _make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) 
     prepared = prepare(req, mr.inputs, m)
     proxies = build_proxy_env(os.environ, mr.proxy)  # before any build: a bad proxy is exit 2
     compiled = compiled_plan(prepared)
-    for registry in dict.fromkeys(r for r in (mr.ext_wheels_from, mr.push) if r):
+    for registry in dict.fromkeys(r for r in (mr.ext_wheels, mr.push) if r):
         if compiled is None or compiled["prebuilt"] or not prepared.wheelhouse:
             break
         # a teammate compiled this key and pushed it: its wheels into the wheelhouse, no compile
@@ -501,9 +502,16 @@ def _make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) 
         out.checked, out.push_skipped = shipped.checked, shipped.push_skipped
         out.pushed, out.digest, out.report_ref = (shipped.pushed, shipped.digest,
                                                   shipped.report_ref)
-        # the compiled wheels go beside the image they were compiled for, never ahead of it
-        if wheels_image is not None and compiled is not None and mr.push and out.pushed:
-            ref = ext_wheels_ref(mr.push, compiled["key"])
+        # the compiled wheels go beside the image they were compiled for, never ahead of it;
+        # to --ext-wheels alone, once the image passed its validation
+        to = mr.ext_wheels or mr.push
+        ready = bool(out.pushed) if mr.push else bool(out.checked and out.checked.passed)
+        if wheels_image is not None and compiled is not None and to and not ready:
+            compiled["not_pushed"] = ("the image was not pushed" if mr.push else
+                                      "the image was not validated (only a validated image's "
+                                      "wheels are pushed)")
+        if wheels_image is not None and compiled is not None and to and ready:
+            ref = ext_wheels_ref(to, compiled["key"])
             with hooks.status(f"pushing the compiled extensions {ref}"):
                 docker.tag(wheels_image, ref)
                 try:
@@ -589,7 +597,7 @@ def _keep_compiled(ctx: Path, compiled: dict[str, Any], prepared: Prepared, mr: 
             compiled["kept"] = str(dest)
         except (EnvbuildError, OSError) as exc:  # the image is built: said, not fatal
             compiled["not_kept"] = f"{dest}: {_why(exc)}"
-    if mr.push:
+    if mr.push or mr.ext_wheels:
         try:
             return build_stage(ctx, "ext-wheels", secrets=prepared.secrets, proxies=proxies)
         except EnvbuildError as exc:
