@@ -30,10 +30,11 @@ Progress = Annotated[str, typer.Option(
     "--progress", help="auto (a live status line on a terminal) | plain (every log line).")]
 Push = Annotated[str | None, typer.Option(
     "--push", help="Registry to push to after the build, e.g. 127.0.0.1:5000.")]
-ExtWheelsFrom = Annotated[str | None, typer.Option(
-    "--ext-wheels-from", help="A registry whose compiled extension wheels "
-    "(REGISTRY/envbuild-ext-wheels:KEY, pushed by `make --push`) this build takes into "
-    "--wheelhouse instead of compiling; --push REGISTRY looks there too.")]
+ExtWheels = Annotated[str | None, typer.Option(
+    "--ext-wheels", help="A registry for compiled extension wheels "
+    "(REGISTRY/envbuild-ext-wheels:KEY): taken into --wheelhouse instead of compiling when it "
+    "has them, pushed there after a build that compiled them and passed validation. --push "
+    "REGISTRY does both with the image's registry.")]
 RequireGpu = Annotated[bool, typer.Option(
     "--require-gpu", help="Fail (not skip) the device checks when no GPU is visible.")]
 Timeout = Annotated[float, typer.Option("--timeout", help="Validation time limit, seconds.")]
@@ -245,7 +246,7 @@ def make(
     build_base_image: o.BuildBaseImage = None, python_source: o.PythonSource = None,
     build_extension: o.BuildExtension = None,
     tag: Tag = None, rebuild: Rebuild = False, progress: Progress = "auto", push: Push = None,
-    push_unvalidated: PushUnvalidated = False, ext_wheels_from: ExtWheelsFrom = None,
+    push_unvalidated: PushUnvalidated = False, ext_wheels: ExtWheels = None,
     no_validate: Annotated[bool, typer.Option("--no-validate", help="Skip validation.")] = False,
     revalidate: Revalidate = False,
     require_gpu: RequireGpu = False, timeout: Timeout = 600, json: o.Json = False,
@@ -281,7 +282,7 @@ def make(
     mr = MakeRequest(req, ci, tag=tag, rebuild=rebuild, push=push, proxy=proxy,
                      push_unvalidated=push_unvalidated, validate=not no_validate,
                      revalidate=revalidate, require_gpu=require_gpu, timeout=timeout, out=out,
-                     ext_wheels_from=ext_wheels_from)
+                     ext_wheels=ext_wheels)
     show = not (json or quiet)
     result = do_make(mr, hooks=hooks(progress, show))
     if json:

@@ -80,7 +80,8 @@ def show_cmd(
 
 
 Source = Annotated[str, typer.Option(
-    "--source", help="pypi | pytorch-index | nvidia-tags | all.")]
+    "--source", help="pypi | pytorch-index | nvidia-tags | extensions (the PyPI-hosted CUDA "
+    "extensions' releases and torch requirements) | all.")]
 
 
 @matrix_app.command("refresh")
@@ -105,8 +106,9 @@ def refresh_cmd(
     retries: Annotated[int, typer.Option("--retries", min=1, max=10,
                                          help="Tries per request (backoff 0.5 s, doubling).")] = 3,
 ) -> None:
-    """Read facts from PyPI, the PyTorch wheel index and the nvidia/cuda tag list and print how they
-    differ from the matrix; exit 1 while differences remain (0 = the matrix agrees)."""
+    """Read facts from PyPI, the PyTorch wheel index, the nvidia/cuda tag list and the CUDA
+    extensions' PyPI pages and print how they differ from the matrix; exit 1 while differences
+    remain (0 = the matrix agrees)."""
     from envbuild.features.refresh import run_refresh
 
     if check and write:
@@ -114,9 +116,11 @@ def refresh_cmd(
                          "drop one of them: --check in CI, --write to apply the differences")
     if check and source == "all":
         source = "pypi"
-    if source not in ("pypi", "pytorch-index", "nvidia-tags", "all"):
+    from envbuild.features.refresh.run import SOURCES
+
+    if source not in (*SOURCES, "all"):
         raise UsageError(f"unknown source {source!r}",
-                         "choose one of: pypi, pytorch-index, nvidia-tags, all")
+                         f"choose one of: {', '.join(SOURCES)}, all")
     result = run_refresh(source, directory, write=write, pypi_url=pypi_url, index_url=index_url,
                          registry_url=registry_url, timeout=timeout, retries=retries)
     if json:

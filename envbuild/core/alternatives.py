@@ -266,10 +266,15 @@ def _extension_alternatives(m: Matrix, p: Parsed, fits: Fits) -> list[Alternativ
     out: list[Alternative] = []
     for w in p.extensions:
         rest = tuple(x for x in p.extensions if x is not w)
-        s = fits(m, dataclasses.replace(p, extensions=rest))
+        alone = p.build_extensions and not rest  # --build-extensions needs a --with
+        s = fits(m, dataclasses.replace(p, extensions=rest,
+                                        build_extensions=p.build_extensions and bool(rest)))
         if s is not None:
-            out.append(Alternative(f"without --with {w.text}: {_core(s)}",
-                                   ((("extensions", tuple(x.text for x in rest)),),), (1, 2.0)))
+            changes: tuple[tuple[str, object], ...] = (
+                ("extensions", tuple(x.text for x in rest)),
+                *((("build_extensions", False),) if alone else ()))
+            what = f"without --with {w.text}" + (" and --build-extensions" if alone else "")
+            out.append(Alternative(f"{what}: {_core(s)}", (changes,), (1, 2.0)))
     if p.extensions and not p.build_extensions and p.platform == "linux/amd64" and \
             any(g.vendor == "nvidia" and g.cc for g in p.gpus):
         s = fits(m, dataclasses.replace(p, build_extensions=True))

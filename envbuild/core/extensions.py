@@ -386,12 +386,25 @@ def _source(m: Matrix, spec: Spec, gpus: Sequence[GpuRef], w: Wanted, why: str
     if spec.target != "cuda" or major_of(spec.torch_cuda or "0") < 13:
         raise NoWheel(f"{why}; and a source build needs nvcc, which PyPI has for CUDA 13 only "
                       f"(the spec's torch is {spec.variant})")
+    if not any(g.vendor == "nvidia" and g.cc for g in gpus):  # as the request's parse says
+        raise NoWheel(f"{why}; and a source build compiles for exactly the --gpu archs: none "
+                      "is named")
+    old = [g for g in gpus if g.vendor == "nvidia" and g.cc and ext.build_min_cc and
+           version_key(g.cc) < version_key(ext.build_min_cc)]
+    if old:
+        raise NoWheel(f"{why}; and a source build of {w.name} has kernels for "
+                      f"{rules.arch_name(ext.build_min_cc)} and newer only, not {old[0].label} "
+                      f"({rules.arch_name(old[0].cc)})")
     wanted = SpecifierSet(w.versions)
     versions = sorted({Version(r.version).public for r in m.extension_releases
-                       if r.extension == w.name and _sdist_takes(r, spec.torch) and
+                       if r.extension == w.name and r.sdist and _sdist_takes(r, spec.torch) and
                        wanted.contains(Version(r.version).public, prereleases=True)},
                       key=Version, reverse=True)
     if not versions:
+        asked = [r for r in m.extension_releases if r.extension == w.name and
+                 wanted.contains(Version(r.version).public, prereleases=True)]
+        if asked and not any(r.sdist for r in asked):
+            raise NoWheel(f"{why}; and PyPI has no sdist of {w.text} to compile")
         raise NoWheel(f"{why}; and no {w.text} release takes torch {spec.torch}")
     archs = " ".join(rules.arch_name(cc) for cc in sorted(
         {g.cc for g in gpus if g.vendor == "nvidia" and g.cc}, key=version_key))

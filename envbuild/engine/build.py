@@ -273,8 +273,10 @@ def build_stage(context: Path, target: str, *, dest: Path | None = None,
     an untagged image whose id is returned. BuildFailed when the engine says no."""
     builder = docker.find_builder()
     work = Path(tempfile.mkdtemp(prefix="envbuild-stage-"))
-    partial = dest.with_name(f".{dest.name}-partial") if dest is not None else None
+    partial = None
     try:
+        if dest is not None:  # beside dest, named for this run: a second writer has its own
+            partial = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}-"))
         work.chmod(0o700)
         secret_files = dict((secrets or Secrets()).files)
         for sid, content in (secrets or Secrets()).contents.items():
@@ -282,8 +284,6 @@ def build_stage(context: Path, target: str, *, dest: Path | None = None,
             p.touch(mode=0o600)
             p.write_text(content)
             secret_files[sid] = p
-        if partial is not None:
-            shutil.rmtree(partial, ignore_errors=True)
         iidfile = work / "iid"
         extra = env_build_args(read_text(context / "Dockerfile", "Dockerfile"), os.environ)
         argv = docker.build_argv(builder, context, None if partial else iidfile, {},
@@ -298,7 +298,11 @@ def build_stage(context: Path, target: str, *, dest: Path | None = None,
             raise BuildFailed(f"the {target} stage failed at {step[:90]}", _hint(step, tail),
                               tail)
         if partial is not None and dest is not None:
-            partial.rename(dest)
+            try:
+                partial.rename(dest)
+            except OSError:
+                if not dest.is_dir():  # else another build of the key kept it first: the same
+                    raise
             return None
         return read_text(iidfile, "image id file").strip()
     finally:

@@ -318,7 +318,10 @@ def build_argv(builder: Builder, context: Path, iidfile: Path | None, labels: Ma
     """The build command; pure so tests can assert on it. No -t: tags are set after success.
     `env_build_args`: names passed as `--build-arg NAME`, the value read by the client from its
     environment (run_build's extra_env): a proxy password never shows on a command line."""
-    argv = [*builder.build_prefix(), "--progress", progress]
+    prefix = builder.build_prefix()
+    if output is not None:  # files, not an image: buildx's --load would be a second output
+        prefix = [a for a in prefix if a != "--load"]
+    argv = [*prefix, "--progress", progress]
     if iidfile is not None:  # an image's id (a --output build makes files, no image)
         argv += ["--iidfile", str(iidfile)]
     for name in sorted(env_build_args):
@@ -567,10 +570,15 @@ def pull(ref: str) -> bool:
     return True
 
 
+MAX_WHEELS_OUT = 200  # members of an ext-wheels image looked at
+
+
 def copy_wheels_out(ref: str, dest: Path, limit: int = 4 << 30) -> int:
     """The *.whl files at the root of image ref (a FROM scratch stage of wheels) into dest,
-    bounded in total size; the number copied. The container is created, never started, and
-    removed; the archive spools to disk past 64 MiB."""
+    bounded in total size and member count, streamed; the number copied. The container is
+    created, never started, and removed; the archive spools to disk past 64 MiB. A damaged or
+    foreign archive is an EnvironmentProblem (exit 3), never a traceback."""
+    import shutil
     import tarfile
     import tempfile
 
@@ -588,14 +596,22 @@ def copy_wheels_out(ref: str, dest: Path, limit: int = 4 << 30) -> int:
                 c.remove(force=True)
         raw.seek(0)
         n = 0
-        with tarfile.open(fileobj=raw) as tar:
-            for member in tar.getmembers():
-                parts = [p for p in member.name.split("/") if p not in ("", ".")]
-                # the wheels sit at the image's root ("x.whl", "./x.whl" or "/x.whl" in the
-                # archive): nothing deeper, no link, no other file
-                if member.isfile() and len(parts) == 1 and parts[0].endswith(".whl"):
-                    f = tar.extractfile(member)
-                    if f is not None:
-                        (dest / parts[0]).write_bytes(f.read())
-                        n += 1
+        try:
+            with tarfile.open(fileobj=raw) as tar:
+                for i, member in enumerate(tar):
+                    if i >= MAX_WHEELS_OUT:
+                        raise EnvironmentProblem(f"{ref} holds over {MAX_WHEELS_OUT} files",
+                                                 "it is not an ext-wheels image of envbuild's")
+                    parts = [p for p in member.name.split("/") if p not in ("", ".")]
+                    # the wheels sit at the image's root ("x.whl", "./x.whl" or "/x.whl" in the
+                    # archive): nothing deeper, no link, no other file
+                    if member.isfile() and len(parts) == 1 and parts[0].endswith(".whl"):
+                        f = tar.extractfile(member)
+                        if f is not None:
+                            with f, (dest / parts[0]).open("wb") as out:
+                                shutil.copyfileobj(f, out)
+                            n += 1
+        except (tarfile.TarError, EOFError) as exc:
+            raise EnvironmentProblem(f"{ref} is not a readable image of wheels ({exc})",
+                                     "push it again from the machine that compiled it") from None
     return n

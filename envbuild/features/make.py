@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envbuild.common.errors import EXIT_FAILED, UsageError
+from envbuild.common.errors import EXIT_FAILED, EnvbuildError, UsageError
 from envbuild.common.record import record
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ class MakeRequest:
     push_requires_gpu: bool = False  # a team file's push_requires = "gpu"
     engine: str | None = None  # the Docker engine (a DOCKER_HOST address); None: the default
     cache_from: tuple[str, ...] = ()  # registry images whose layers the build may reuse
-    ext_wheels_from: str | None = None  # a registry of compiled extension wheels (with push's)
+    ext_wheels: str | None = None  # a registry of compiled extension wheels: taken, pushed
     inline_cache: bool = False  # the image carries its build cache (for other engines)
 
 
@@ -396,18 +396,19 @@ def inspect_base(ref: str, m: Matrix, status: StatusHook = _no_status) -> BaseFa
 def check(mr: MakeRequest) -> None:
     """Refuse contradictory options before anything runs."""
     check_push(mr.push, mr.validate, mr.push_unvalidated)
-    if mr.ext_wheels_from is not None:
+    if mr.ext_wheels is not None:
         from envbuild.common.redact import shown
         from envbuild.render.context import image_reference
 
         try:
-            image_reference(ext_wheels_ref(mr.ext_wheels_from, "0" * 16), "--ext-wheels-from")
+            image_reference(ext_wheels_ref(mr.ext_wheels, "0" * 16), "--ext-wheels")
         except UsageError:
-            raise UsageError(f"--ext-wheels-from {shown(mr.ext_wheels_from)} is not a registry",
+            raise UsageError(f"--ext-wheels {shown(mr.ext_wheels)} is not a registry",
                              "e.g. 127.0.0.1:5000 or registry.example.com/team") from None
         if mr.inputs.wheelhouse is None:
-            raise UsageError("--ext-wheels-from keeps the wheels it takes in the wheelhouse; "
-                             "none is given", "add --wheelhouse DIR (the team's wheelhouse)")
+            raise UsageError("--ext-wheels keeps the wheels it takes and makes in the "
+                             "wheelhouse; none is given", "add --wheelhouse DIR (the team's "
+                             "wheelhouse)")
 
 
 def check_push(push: str | None, validate: bool, push_unvalidated: bool) -> None:
@@ -453,13 +454,18 @@ def _make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) 
     prepared = prepare(req, mr.inputs, m)
     proxies = build_proxy_env(os.environ, mr.proxy)  # before any build: a bad proxy is exit 2
     compiled = compiled_plan(prepared)
-    for registry in dict.fromkeys(r for r in (mr.ext_wheels_from, mr.push) if r):
+    for registry in dict.fromkeys(r for r in (mr.ext_wheels, mr.push) if r):
         if compiled is None or compiled["prebuilt"] or not prepared.wheelhouse:
             break
         # a teammate compiled this key and pushed it: its wheels into the wheelhouse, no compile
         ref = ext_wheels_ref(registry, compiled["key"])
         with hooks.status(f"looking for the compiled extensions {ref}"):
-            if fetch_wheels(ref, prepared.wheelhouse / f"ext-{compiled['key']}"):
+            try:
+                found = fetch_wheels(ref, prepared.wheelhouse / f"ext-{compiled['key']}")
+            except (EnvbuildError, OSError) as exc:  # compiled here instead: said, not fatal
+                compiled["not_fetched"] = f"{ref}: {_why(exc)}"
+                continue
+            if found:
                 prepared = prepare(req, mr.inputs, m)
                 compiled = {**(compiled_plan(prepared) or compiled), "from": ref}
     spec = prepared.spec
@@ -487,24 +493,34 @@ def _make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) 
             wheels_image = _keep_compiled(ctx, compiled, prepared, mr, proxies, hooks.status)
             times["compiled-wheels"] = time.monotonic() - t2
     out = MakeResult(spec, chosen, build=result, context=mr.out, compiled=compiled)
-    shipped = ship(result, Shipping(
-        validate=mr.validate, push=mr.push, push_unvalidated=mr.push_unvalidated,
-        require_gpu=mr.require_gpu, timeout=mr.timeout, revalidate=mr.revalidate,
-        push_requires_gpu=mr.push_requires_gpu, attach_report=mr.attach_report),
-        hooks.status, times)
-    out.checked, out.push_skipped = shipped.checked, shipped.push_skipped
-    out.pushed, out.digest, out.report_ref = shipped.pushed, shipped.digest, shipped.report_ref
-    # the compiled wheels go beside the image they were compiled for, never ahead of it
-    if wheels_image is not None and compiled is not None and mr.push and out.pushed:
-        ref = ext_wheels_ref(mr.push, compiled["key"])
-        with hooks.status(f"pushing the compiled extensions {ref}"):
-            docker.tag(wheels_image, ref)
-            try:
-                compiled["pushed"] = f"{ref}@{docker.push(ref)}"
-            finally:
-                docker.untag(ref)
-    if wheels_image is not None:  # pushed or held back: no dangling image of it stays
-        docker.untag(wheels_image)
+    try:
+        shipped = ship(result, Shipping(
+            validate=mr.validate, push=mr.push, push_unvalidated=mr.push_unvalidated,
+            require_gpu=mr.require_gpu, timeout=mr.timeout, revalidate=mr.revalidate,
+            push_requires_gpu=mr.push_requires_gpu, attach_report=mr.attach_report),
+            hooks.status, times)
+        out.checked, out.push_skipped = shipped.checked, shipped.push_skipped
+        out.pushed, out.digest, out.report_ref = (shipped.pushed, shipped.digest,
+                                                  shipped.report_ref)
+        # the compiled wheels go beside the image they were compiled for, never ahead of it;
+        # to --ext-wheels alone, once the image passed its validation
+        to = mr.ext_wheels or mr.push
+        ready = bool(out.pushed) if mr.push else bool(out.checked and out.checked.passed)
+        if wheels_image is not None and compiled is not None and to and not ready:
+            compiled["not_pushed"] = ("the image was not pushed" if mr.push else
+                                      "the image was not validated (only a validated image's "
+                                      "wheels are pushed)")
+        if wheels_image is not None and compiled is not None and to and ready:
+            ref = ext_wheels_ref(to, compiled["key"])
+            with hooks.status(f"pushing the compiled extensions {ref}"):
+                docker.tag(wheels_image, ref)
+                try:
+                    compiled["pushed"] = f"{ref}@{docker.push(ref)}"
+                finally:
+                    docker.untag(ref)
+    finally:  # pushed, held back, failed or interrupted: no dangling image of the wheels stays
+        if wheels_image is not None:
+            docker.untag(wheels_image)
     out.size = docker.image_size(result.tag)
     if mr.estimate_size:
         out.sized = size_beside(spec, m, mr.inputs, out.size,
@@ -541,21 +557,26 @@ def fetch_wheels(ref: str, dest: Path) -> bool:
     """The wheels of a pushed ext-wheels image into dest (written beside it, renamed whole);
     False when the registry has none under that key."""
     import shutil
+    import tempfile
 
     from envbuild.engine import docker
 
     if not docker.pull(ref):
         return False
-    partial = dest.with_name(f".{dest.name}-partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
+    partial = None
     try:
+        partial = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}-"))
         if docker.copy_wheels_out(ref, partial) == 0:
             return False
-        partial.rename(dest)
+        try:
+            partial.rename(dest)
+        except OSError:
+            if not dest.is_dir():  # else another build of the key fetched it first
+                raise
         return True
     finally:
-        shutil.rmtree(partial, ignore_errors=True)
+        if partial is not None:
+            shutil.rmtree(partial, ignore_errors=True)
         docker.untag(ref)
 
 
@@ -568,14 +589,28 @@ def _keep_compiled(ctx: Path, compiled: dict[str, Any], prepared: Prepared, mr: 
 
     if prepared.wheelhouse is not None:
         dest = prepared.wheelhouse / f"ext-{compiled['key']}"
-        if not dest.exists():
-            with status(f"keeping the compiled extensions in {dest}"):
-                build_stage(ctx, "ext-wheels", dest=dest, secrets=prepared.secrets,
-                            proxies=proxies)
-        compiled["kept"] = str(dest)
-    if mr.push:
-        return build_stage(ctx, "ext-wheels", secrets=prepared.secrets, proxies=proxies)
+        try:
+            if not dest.exists():
+                with status(f"keeping the compiled extensions in {dest}"):
+                    build_stage(ctx, "ext-wheels", dest=dest, secrets=prepared.secrets,
+                                proxies=proxies)
+            compiled["kept"] = str(dest)
+        except (EnvbuildError, OSError) as exc:  # the image is built: said, not fatal
+            compiled["not_kept"] = f"{dest}: {_why(exc)}"
+    if mr.push or mr.ext_wheels:
+        try:
+            return build_stage(ctx, "ext-wheels", secrets=prepared.secrets, proxies=proxies)
+        except EnvbuildError as exc:
+            compiled["not_pushed"] = _why(exc)
     return None
+
+
+def _why(exc: BaseException) -> str:
+    from envbuild.common.redact import shown
+
+    if isinstance(exc, OSError):
+        return f"{exc.strerror or exc}"
+    return shown(str(getattr(exc, "message", exc)))
 
 
 # -- `envbuild validate`: one image, this host, or the report a registry holds -----------------

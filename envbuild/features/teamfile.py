@@ -305,7 +305,8 @@ def image_of(name: str, defaults: dict[str, Any], own: dict[str, Any], base: Pat
                   components=tuple(c for c in COMPONENTS if c not in left_out),
                   platform=platform_name(v["platform"]) if "platform" in v else None,
                   extensions=tuple(v.get("with", ())),
-                  build_extensions=v.get("build_extensions") is True)
+                  # the defaults' flag applies to the images that name an extension
+                  build_extensions=v.get("build_extensions") is True and bool(v.get("with")))
     ci = ContextInputs(
         pip=tuple(own_pip), team_pip=tuple(team_pip), apt=tuple(v.get("apt", ())),
         conda=tuple(v.get("conda", ())), user=v.get("user", "envbuild"),

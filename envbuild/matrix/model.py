@@ -237,7 +237,8 @@ class Extension(Row):
     where: str  # pypi | github-release
     sdist: str = ""  # --build-extensions compiles this PyPI sdist; "" = envbuild plans no build
     build_requires: tuple[str, ...] = ()  # what its setup.py imports (built without isolation)
-    build_env: tuple[str, ...] = ()  # NAME=VALUE for the build; {archs_nodot} = 80;90
+    build_env: tuple[str, ...] = ()  # NAME=VALUE; {archs_nodot} = 80;89;90, {arch_families} = 80;90
+    build_min_cc: str = ""  # the oldest GPU its source build has kernels for ("" = any)
 
 
 @record
@@ -249,6 +250,7 @@ class ExtensionRelease(Row):
     version: str  # as pip names it (a PyTorch index build carries its local tag: 0.0.33+cu130)
     platform: str
     where: str  # pypi | index:<variant> | github-release
+    sdist: bool = True  # PyPI has this version's sdist (what --build-extensions compiles)
     torch: str = ""  # a PEP 440 specifier over torch versions (its Requires-Dist), "" = any
     torch_minors: tuple[str, ...] = ()  # asset: the torch major.minor with assets
     python: tuple[str, ...] = ()  # the CPython versions with wheels

@@ -633,7 +633,8 @@ def extension_build(spec: Spec, opts: RenderOptions, m: Matrix) -> dict[str, Any
         raise UsageError(f"{what}: name the GPUs it is compiled for",
                          "add --gpu (e.g. --gpu H100 --gpu A100): the builder compiles for "
                          "exactly their archs, not torch's whole list")
-    values = {"archs_nodot": ";".join(c.replace(".", "") for c in ccs)}
+    values = {"archs_nodot": ";".join(c.replace(".", "") for c in ccs),
+              "arch_families": ";".join(dict.fromkeys(f"{c.split('.')[0]}0" for c in ccs))}
     builds = []
     for e in sdists:
         ext = m.extension(e["name"])

@@ -72,7 +72,7 @@ def read_source_tree(path: Path) -> tuple[str, tuple[tuple[str, bytes], ...]]:
         raise UsageError(f"{flag}: no such directory", "give the extension's source directory "
                          "(the one with setup.py or pyproject.toml)") from None
     name = path.resolve().name
-    if not stat.S_ISDIR(st.st_mode) or not _SOURCE_NAME.match(name):
+    if not stat.S_ISDIR(st.st_mode) or not _SOURCE_NAME.fullmatch(name):
         raise UsageError(f"{flag}: not a source directory with a plain name",
                          "give a directory named in letters, digits, '.', '_' and '-'")
     if not any((path / f).is_file() for f in ("setup.py", "pyproject.toml")):
@@ -86,9 +86,14 @@ def read_source_tree(path: Path) -> tuple[str, tuple[tuple[str, bytes], ...]]:
             full = Path(root) / n
             if full.is_symlink() or not full.is_file():
                 continue
+            rel = full.relative_to(path).as_posix()
+            if not rel.isprintable() or not rel.encode("utf-8", "replace").decode() == rel:
+                raise UsageError(f"{flag}: a file name that is not printable UTF-8 "
+                                 f"({shown(rel)})", "rename it: the build context and the "
+                                 "Dockerfile name every file")
             data = read_bytes(full, "extension source file", cap=SOURCE_BYTES)
             total += len(data)
-            files.append((full.relative_to(path).as_posix(), data))
+            files.append((rel, data))
             if len(files) > SOURCE_FILES or total > SOURCE_BYTES:
                 raise UsageError(f"{flag}: more than {SOURCE_FILES} files or {SOURCE_BYTES >> 20}"
                                  " MB", "point at the extension's own source tree (no datasets, "
@@ -250,7 +255,7 @@ def compiled_keys(wheelhouse: Path | None) -> frozenset[str]:
         return frozenset()
     dirs = itertools.islice(wheelhouse.glob("ext-*"), EXT_DIRS)
     return frozenset(d.name.removeprefix("ext-") for d in dirs
-                     if _KEY.match(d.name.removeprefix("ext-")) and d.is_dir()
+                     if _KEY.fullmatch(d.name.removeprefix("ext-")) and d.is_dir()
                      and not d.is_symlink() and any(d.glob("*.whl")))
 
 

@@ -94,9 +94,9 @@ def test_build_extensions_through_the_cli() -> None:
                                    exclude_characters="\x00"), min_size=1,  # argv: no NUL
             max_size=40).filter(lambda v: not v.startswith("-")),
     st.from_regex(r"[a-z0-9.-]{1,20}(:[0-9]{1,5})?", fullmatch=True)))
-def test_ext_wheels_from_refuses_what_is_not_a_registry_in_one_line(value: str) -> None:
+def test_ext_wheels_refuses_what_is_not_a_registry_in_one_line(value: str) -> None:
     """Before anything resolves or builds: exit 2, one line and a hint, no password echoed."""
-    r = run_cli("make", "--target", "cuda", "--ext-wheels-from", value, "--wheelhouse",
+    r = run_cli("make", "--target", "cuda", "--ext-wheels", value, "--wheelhouse",
                 str(Path(__file__).parent))  # no wheels there: a good registry stops at it
     assert r.returncode == 2, r.stderr
     first, hint = r.stderr.strip().splitlines()
@@ -106,7 +106,7 @@ def test_ext_wheels_from_refuses_what_is_not_a_registry_in_one_line(value: str) 
 
 @pytest.mark.parametrize("value", ["user:Secr3tPw@reg.example.com", "reg/UPPER", "a b",
                                    "reg.example.com\n", "x" * 300])
-def test_ext_wheels_from_names_the_bad_registry(value: str) -> None:
-    r = run_cli("make", "--target", "cuda", "--ext-wheels-from", value, "--wheelhouse", ".")
+def test_ext_wheels_names_the_bad_registry(value: str) -> None:
+    r = run_cli("make", "--target", "cuda", "--ext-wheels", value, "--wheelhouse", ".")
     assert r.returncode == 2 and "is not a registry" in r.stderr, r.stderr
     assert "Secr3tPw" not in r.stderr and len(r.stderr.strip().splitlines()) == 2

@@ -367,7 +367,8 @@ def test_all_sources_together(server: Server, mdir: Path) -> None:
     cu130 = (FIX / "index" / "cu130.html").read_bytes()
     server.routes["/whl/cu130/torch/"] = (200, {}, cu130)
     result = refresh(mdir, server, source="all", write=True)
-    assert set(result.checked) == {"pypi", "pytorch-index", "nvidia-tags", "requests"}
+    assert set(result.checked) == {"pypi", "pytorch-index", "nvidia-tags", "extensions",
+                                   "requests"}
     # only the index disagrees (every other page 404s; cu130 lists 2.15), nothing is writable
     assert {c.source for c in result.changes} == {"pytorch-index"}
     assert ("new-variant", "2.15/cu130") in {(c.kind, c.label) for c in result.changes}
@@ -394,3 +395,38 @@ def test_project_json_without_cuda_pins_is_not_trusted_for_the_latest(
     assert not any(c.label.startswith("2.15") for c in diff_pypi(matrix, facts))
 
 
+
+
+# -- the CUDA extensions (issue 23): PyPI's releases and the latest wheel's torch requirement ----
+
+def test_extensions_source_agrees_with_the_shipped_matrix(server: Server, mdir: Path) -> None:
+    """Recorded answers of 2026-11-28: the latest wheels' Requires-Dist, read from a .metadata
+    file (xformers) or by HTTP range from the wheel (vLLM, bitsandbytes, Transformer Engine).
+    vLLM 0.33.0's wheel pins torch==2.14.0, though PyPI's project JSON says torch==2.13.0."""
+    result = refresh(mdir, server, source="extensions")
+    assert result.changes == [] and not result.remaining
+    ext = result.checked["extensions"]
+    assert ext["vllm"]["torch"] == "==2.14.0" and ext["vllm"]["latest"] == "0.33.0"
+    assert ext["xformers"]["torch"] == ">=2.10" and ext["bitsandbytes"]["torch"] == "<3,>=2.4"
+    assert "matrix agrees with extensions" in result.lines()[-1]
+
+
+def test_extensions_source_names_what_the_matrix_lacks_or_says_wrong(server: Server,
+                                                                    mdir: Path) -> None:
+    """A matrix without xformers 0.0.35 and with vLLM 0.33.0 pinning another torch: both named,
+    for review (a release row needs its build record read), never written."""
+    text = (mdir / "extensions.toml").read_text()
+    blocks = text.split("\n[[release]]\n")
+    kept = [b for b in blocks if not b.startswith('extension = "xformers"\nversion = "0.0.35"')]
+    assert len(kept) < len(blocks)
+    text = "\n[[release]]\n".join(kept).replace(
+        'version = "0.33.0"\nplatform = "linux/amd64"\nwhere = "pypi"\ntorch = "==2.14.0"',
+        'version = "0.33.0"\nplatform = "linux/amd64"\nwhere = "pypi"\ntorch = "==2.13.0"', 1)
+    (mdir / "extensions.toml").write_text(text)
+    assert not check(mdir)
+    result = refresh(mdir, server, source="extensions", write=True)
+    got = {(c.kind, c.label, c.field, c.old, c.new) for c in result.changes}
+    assert got == {("new-release", "xformers/0.0.35", "", None, None),
+                   ("changed", "vllm/0.33.0/linux/amd64", "torch", "==2.13.0", "==2.14.0")}
+    assert not result.written and len(result.remaining) == 2
+    assert (mdir / "extensions.toml").read_text() == text

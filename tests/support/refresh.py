@@ -53,22 +53,25 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def pypi_routes() -> dict[str, Route]:
-    manifest = json.loads((PYPI / "manifest.json").read_text())
+    """PyPI's recorded answers: torch and its companions (pypi/), the CUDA extensions
+    (extensions/), each directory with its manifest."""
     out: dict[str, Route] = {}
-    ranges: dict[str, dict[str, tuple[bytes, str]]] = {}
-    for key, name in manifest.items():
-        if " " in key:  # "PATH bytes=A-B" -> "FILE bytes A-B/TOTAL": a recorded 206 answer
-            path, rng = key.split(" ", 1)
-            fname, cr = name.split(" ", 1)
-            ranges.setdefault(path, {})[rng] = ((PYPI / fname).read_bytes(), cr)
-    for path, recorded in ranges.items():
-        out[path] = _recorded_ranges(recorded)
-    for path, name in manifest.items():
-        if " " in path:
-            continue
-        ctype = ("application/vnd.pypi.simple.v1+json" if name.startswith("simple-")
-                 else "application/json" if name.endswith(".json") else "text/plain")
-        out[path] = (200, {"Content-Type": ctype}, (PYPI / name).read_bytes())
+    for d in (PYPI, FIX / "extensions"):
+        manifest = json.loads((d / "manifest.json").read_text())
+        ranges: dict[str, dict[str, tuple[bytes, str]]] = {}
+        for key, name in manifest.items():
+            if " " in key:  # "PATH bytes=A-B" -> "FILE bytes A-B/TOTAL": a recorded 206 answer
+                path, rng = key.split(" ", 1)
+                fname, cr = name.split(" ", 1)
+                ranges.setdefault(path, {})[rng] = ((d / fname).read_bytes(), cr)
+        for path, recorded in ranges.items():
+            out[path] = _recorded_ranges(recorded)
+        for path, name in manifest.items():
+            if " " in path:
+                continue
+            ctype = ("application/vnd.pypi.simple.v1+json" if name.startswith("simple-")
+                     else "application/json" if name.endswith(".json") else "text/plain")
+            out[path] = (200, {"Content-Type": ctype}, (d / name).read_bytes())
     return out
 
 

@@ -156,3 +156,34 @@ def test_only_key_directories_with_a_wheel_count(tmp_path: Path, name: str) -> N
     assert pipeline.compiled_keys(tmp_path) == frozenset()
     (empty / "a-1-py3-none-any.whl").write_bytes(b"w")
     assert pipeline.compiled_keys(tmp_path) == {"0123456789abcdef"}
+
+
+def test_a_stage_exported_as_files_has_no_load_output() -> None:
+    """buildx's --load is a second output beside --output type=local: refused by older buildx,
+    an untagged image left by newer ones."""
+    from envbuild.engine import docker
+
+    bx = docker.Builder("/usr/bin/docker", True, "27.0", "buildx")
+    argv = docker.build_argv(bx, Path("/ctx"), None, {}, {}, "plain", target="ext-wheels",
+                             output="type=local,dest=/tmp/x")
+    assert "--load" not in argv and "--iidfile" not in argv
+    assert argv[-5:] == ["--target", "ext-wheels", "--output", "type=local,dest=/tmp/x", "/ctx"]
+    assert "--load" in docker.build_argv(bx, Path("/ctx"), Path("/iid"), {}, {}, "plain")
+
+
+@pytest.mark.parametrize("name", ["ext\n", "bad name", "-x"])
+def test_a_source_directory_needs_a_plain_name(tmp_path: Path, name: str) -> None:
+    d = tmp_path / name
+    d.mkdir()
+    (d / "setup.py").write_text("")
+    with pytest.raises(UsageError, match="plain name"):
+        pipeline.read_source_tree(d)
+
+
+def test_a_source_file_name_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
+    d = tmp_path / "ext"
+    d.mkdir()
+    (d / "setup.py").write_text("")
+    (d / os.fsdecode(b"k\xff.cu")).write_text("")
+    with pytest.raises(UsageError, match="not printable UTF-8"):
+        pipeline.read_source_tree(d)

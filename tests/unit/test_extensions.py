@@ -380,3 +380,31 @@ def test_the_sdist_plan_carries_the_matrix_build_switches(matrix: Matrix) -> Non
     assert plan["plan"]["arch_list"] == "8.0 9.0" and plan["plan"]["sources"] == []
     assert b["env"] == {"FLASH_ATTENTION_FORCE_BUILD": "TRUE", "FLASH_ATTN_CUDA_ARCHS": "80;90"}
     assert b["no_binary"] == "flash-attn" and "psutil" in b["build_requires"]
+
+
+@pytest.mark.parametrize(("with_", "gpus", "says"), [
+    ("flash-attn==2.7.1", ("H100",), "PyPI has no sdist of flash-attn==2.7.1 to compile"),
+    ("flash-attn", ("T4",), "has kernels for sm_80 and newer only, not T4 (sm_75)"),
+])
+def test_build_extensions_refuses_a_version_without_sdist_and_a_gpu_it_has_no_kernels_for(
+        matrix: Matrix, with_: str, gpus: tuple[str, ...], says: str) -> None:
+    request = Request(target="cuda", torch="2.13.0", extensions=(with_,), gpus=gpus,
+                      build_extensions=True, platform="linux/amd64")
+    with pytest.raises(ConflictError) as e:
+        resolve(request, matrix)
+    assert says in e.value.message
+    for fix in e.value.fixes:  # each suggestion resolves as typed (none keeps a lone flag)
+        for changes in fix["requests"]:  # type: ignore[attr-defined]
+            resolve(apply_changes(request, list(changes.items())), matrix)
+
+
+def test_flash_attn_builds_for_its_arch_families(matrix: Matrix) -> None:
+    """flash-attn's FLASH_ATTN_CUDA_ARCHS knows 80 90 100 110 120: an L40S (sm_89) runs the 80
+    code, so the list is the families, not the GPUs' own archs."""
+    from envbuild.render.context import RenderOptions, extension_build
+
+    spec = _resolve(matrix, "flash-attn", torch="2.13.0", gpus=("L40S", "H100", "B200"),
+                    build_extensions=True)
+    plan = extension_build(spec, RenderOptions(), matrix)
+    assert plan is not None
+    assert plan["plan"]["sdists"][0]["env"]["FLASH_ATTN_CUDA_ARCHS"] == "80;90;100"

@@ -252,3 +252,20 @@ def test_ca_bundle_from_ssl_cert_file(env: dict[str, str], expected: Any, tmp_pa
     for k, v in env.items():
         monkeypatch.setenv(k, str(ca) if v == "FILE" else v)
     assert ca_bundle() == (str(ca) if expected == "FILE" else expected)
+
+
+@pytest.mark.parametrize(("lines", "want"), [
+    (["torch>=2.10", "numpy"], ">=2.10"),
+    (["numpy", "torch==2.14.0", "torchvision==0.29.0"], "==2.14.0"),
+    (["torch<3,>=2.4"], "<3,>=2.4"),
+    (["Torch (==2.8.0)"], "==2.8.0"),
+    (['torch==2.8.0; platform_system == "Windows"', "torch==2.9.0; platform_system == 'Linux'"],
+     "==2.9.0"),
+    (['torch; extra == "torch"'], ""),
+    (["not a requirement !!", "numpy"], ""),
+    ([], ""),
+])
+def test_the_torch_requirement_on_linux_x86_64(lines: list[str], want: str) -> None:
+    from envbuild.features.refresh.facts import torch_requirement
+
+    assert torch_requirement(lines) == want

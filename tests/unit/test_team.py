@@ -339,3 +339,10 @@ def test_team_build_extensions_is_a_flag_and_plans_the_source_build(matrix: Matr
     assert [e["where"] for e in a.prepared.spec.extensions] == ["sdist"]
     assert "ext-build.json" in a.prepared.files
     _refused(text.replace("= true", '= "yes"'), "build_extensions", "expected true or false")
+    # in [defaults], the flag applies to the images that name an extension
+    t = teamfile.parse(text.replace("build_extensions = true\n", "") .replace(
+        'gpu = ["H100"]\n', 'gpu = ["H100"]\nbuild_extensions = true\n') +
+        '[image.plain]\ntorch = "2.13.0"\n', F)
+    assert t.image("a").request.build_extensions is True
+    assert t.image("plain").request.build_extensions is False
+    team.plan(t, matrix)

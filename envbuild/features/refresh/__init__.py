@@ -11,11 +11,12 @@ Three layers, kept apart (one module each; this package's face is the use case a
 ``run`` composes them: the use case ``run_refresh``.
 """
 
-from envbuild.features.refresh.diff import diff_index, diff_pypi, diff_tags
+from envbuild.features.refresh.diff import diff_extensions, diff_index, diff_pypi, diff_tags
 from envbuild.features.refresh.facts import Change
-from envbuild.features.refresh.fetch import fetch_index, fetch_pypi, fetch_tags
+from envbuild.features.refresh.fetch import fetch_extensions, fetch_index, fetch_pypi, fetch_tags
 from envbuild.features.refresh.run import SOURCES, RefreshResult, run_refresh, write_changes
 from envbuild.features.refresh.tomledit import apply_changes
 
-__all__ = ["SOURCES", "Change", "RefreshResult", "apply_changes", "diff_index", "diff_pypi",
-           "diff_tags", "fetch_index", "fetch_pypi", "fetch_tags", "run_refresh", "write_changes"]
+__all__ = ["SOURCES", "Change", "RefreshResult", "apply_changes", "diff_extensions",
+           "diff_index", "diff_pypi", "diff_tags", "fetch_extensions", "fetch_index",
+           "fetch_pypi", "fetch_tags", "run_refresh", "write_changes"]

@@ -4,12 +4,19 @@ image tags)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from envbuild.common import simpleindex
 from envbuild.common.versions import minor_of, version_key
-from envbuild.features.refresh.facts import COMPANIONS, Change, Pins, PypiFacts, TorchFacts
+from envbuild.features.refresh.facts import (
+    COMPANIONS,
+    Change,
+    ExtensionFacts,
+    Pins,
+    PypiFacts,
+    TorchFacts,
+)
 from envbuild.validator import rules
 
 if TYPE_CHECKING:
@@ -242,3 +249,34 @@ def diff_tags(m: Matrix, tags: Iterable[str]) -> list[Change]:
     return out
 
 
+def diff_extensions(m: Matrix, facts: Sequence[ExtensionFacts]) -> list[Change]:
+    """PyPI against matrix/extensions.toml, for review (a release row needs its wheel's build
+    record read: variant, archs): releases newer than the matrix's newest, releases the matrix
+    lists that PyPI no longer has, and the latest wheel's torch requirement where it differs."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    out: list[Change] = []
+    for f in facts:
+        rows = [r for r in m.extension_releases if r.extension == f.name and r.where == "pypi"]
+        mine = {Version(r.version).public for r in rows}
+        top = max(mine, key=Version, default=None)
+        for v in f.versions:
+            if v not in mine and (top is None or Version(v) > Version(top)):
+                out.append(Change("extensions", "new-release", "extensions.toml", "release",
+                                  (("extension", f.name), ("version", v)),
+                                  evidence=f"PyPI has {f.name} {v}"))
+        for v in sorted(mine - set(f.versions), key=Version):
+            out.append(Change("extensions", "vanished-release", "extensions.toml", "release",
+                              (("extension", f.name), ("version", v)),
+                              evidence="no Linux x86_64 or pure wheel of it on PyPI"))
+        if f.torch == "?" or f.latest not in mine:
+            continue
+        for r in rows:
+            if Version(r.version).public == f.latest and r.platform == "linux/amd64" and \
+                    SpecifierSet(r.torch) != SpecifierSet(f.torch):
+                out.append(Change("extensions", "changed", "extensions.toml", "release",
+                                  (("extension", f.name), ("version", r.version),
+                                   ("platform", r.platform)), field="torch", old=r.torch,
+                                  new=f.torch, evidence=f"Requires-Dist of {f.wheel}"))
+    return out

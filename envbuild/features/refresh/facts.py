@@ -61,8 +61,40 @@ class PypiFacts:
 
 
 @record
+class ExtensionFacts:
+    """A PyPI-hosted CUDA extension as PyPI has it (`matrix refresh --source extensions`)."""
+
+    name: str
+    versions: tuple[str, ...]  # final releases with a Linux x86_64 or pure wheel, oldest first
+    latest: str
+    torch: str  # the latest wheel's torch requirement, as a specifier ("" none, "?" unread)
+    wheel: str = ""  # the wheel whose metadata said so
+
+
+def torch_requirement(requires: Iterable[str]) -> str:
+    """The torch specifier a wheel's Requires-Dist puts on Linux x86_64 (its markers evaluated
+    there; extras left out), "" when it names none. Read from the wheel, not the project JSON:
+    PyPI's info.requires_dist is one file's, and vLLM 0.33.0's says torch==2.13.0 where its
+    wheels pin torch==2.14.0."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    env = {"platform_system": "Linux", "platform_machine": "x86_64", "sys_platform": "linux",
+           "os_name": "posix", "extra": ""}
+    for line in requires:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(req.name) == "torch" and (req.marker is None or
+                                                       req.marker.evaluate(env)):
+            return str(req.specifier)
+    return ""
+
+
+@record
 class Change:
-    source: str  # pypi | pytorch-index | nvidia-tags
+    source: str  # pypi | pytorch-index | nvidia-tags | extensions
     kind: str  # changed | verify | new-release | new-patch | vanished-release |
     # vanished-patch | new-variant | vanished-variant | vanished-tag | new-tag
     file: str

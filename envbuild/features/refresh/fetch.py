@@ -16,6 +16,7 @@ from envbuild.common.versions import version_key
 from envbuild.features.refresh.diff import parse_index_page
 from envbuild.features.refresh.facts import (
     COMPANIONS,
+    ExtensionFacts,
     PypiFacts,
     TorchFacts,
     WheelFile,
@@ -26,6 +27,7 @@ from envbuild.features.refresh.facts import (
     python_tags,
     release_versions,
     torch_pin,
+    torch_requirement,
     wheel_candidates,
     zip_directory_span,
     zip_metadata_entry,
@@ -208,3 +210,27 @@ def _next_link(headers: Mapping[str, str]) -> str:
     return m.group(1) if m else ""
 
 
+def fetch_extensions(http: Http, base: str, m: Matrix) -> tuple[ExtensionFacts, ...]:
+    """Each PyPI-hosted extension of matrix/extensions.toml: its PEP 691 file list (the final
+    releases from the oldest the matrix lists) and its latest wheel's PEP 658 metadata (by HTTP
+    range where the index serves none)."""
+    from packaging.version import Version
+
+    base = base.rstrip("/")
+    out: list[ExtensionFacts] = []
+    for ext in m.extensions:
+        if ext.where != "pypi":
+            continue
+        mine = [Version(r.version).public for r in m.extension_releases
+                if r.extension == ext.name and r.where == "pypi"]
+        floor = min(mine, key=Version, default="0")
+        files, versions = _project_files(http, base, ext.name, floor)
+        latest = versions[-1] if versions else ""
+        # its Linux x86_64 wheels whatever their Python tag (py39-none, cp38-abi3, py3-none)
+        linux = sorted((f for f in files if f.version == latest and not f.yanked
+                        and f.linux_x86_64), key=lambda f: (-f.build, f.filename))
+        got = _metadata(http, linux or wheel_candidates(files, latest)) if latest else None
+        out.append(ExtensionFacts(ext.name, tuple(versions), latest,
+                                  torch_requirement(got[1]) if got else "?",
+                                  got[2] if got else ""))
+    return tuple(out)

@@ -11,20 +11,32 @@ from envbuild.common.errors import EnvironmentProblem
 from envbuild.common.http import Http
 from envbuild.common.record import record
 from envbuild.common.versions import minor_of
-from envbuild.features.refresh.diff import diff_index, diff_pypi, diff_tags, pypi_notes
+from envbuild.features.refresh.diff import (
+    diff_extensions,
+    diff_index,
+    diff_pypi,
+    diff_tags,
+    pypi_notes,
+)
 from envbuild.features.refresh.facts import COMPANIONS, Change
-from envbuild.features.refresh.fetch import RANGE_NOTE, fetch_index, fetch_pypi, fetch_tags
+from envbuild.features.refresh.fetch import (
+    RANGE_NOTE,
+    fetch_extensions,
+    fetch_index,
+    fetch_pypi,
+    fetch_tags,
+)
 from envbuild.features.refresh.tomledit import apply_changes, source_entry
 from envbuild.validator import rules
 
 if TYPE_CHECKING:
     from envbuild.matrix import Matrix
 
-SOURCES = ("pypi", "pytorch-index", "nvidia-tags")
+SOURCES = ("pypi", "pytorch-index", "nvidia-tags", "extensions")
 
 
 SOURCE_IDS = {"pypi": "S-REFRESH-PYPI", "pytorch-index": "S-REFRESH-TORCH-INDEX",
-              "nvidia-tags": "S-REFRESH-NV-TAGS"}
+              "nvidia-tags": "S-REFRESH-NV-TAGS", "extensions": "S-REFRESH-EXTENSIONS"}
 
 
 @record(frozen=False)
@@ -85,6 +97,11 @@ def _checked_lines(checked: Mapping[str, Any]) -> list[str]:
     t = checked.get("nvidia-tags")
     if t:
         out.append(f"nvidia-tags: {t['tags']} tags of {t['repository']}")
+    e = checked.get("extensions")
+    if e:
+        out.append("extensions: " + ", ".join(f"{n} ({v['releases']} releases, latest "
+                                              f"{v['latest']}: torch{v['torch'] or ' any'})"
+                                              for n, v in e.items()) + " read on PyPI")
     if "requests" in checked:
         out.append(f"{checked['requests']} HTTP requests")
     return out
@@ -150,6 +167,11 @@ def _refresh_one(src: str, http: Http, m: Matrix, changes: list[Change], notes: 
         changes += diff_index(m, pages)
         checked["pytorch-index"] = {
             "pages": len(pages), "missing_pages": sorted(t for t, v in pages.items() if v is None)}
+    elif src == "extensions":
+        ext = fetch_extensions(http, pypi_url, m)
+        changes += diff_extensions(m, ext)
+        checked["extensions"] = {f.name: {"releases": len(f.versions), "latest": f.latest,
+                                          "torch": f.torch, "wheel": f.wheel} for f in ext}
     else:
         repo = str(m.meta.get("cuda", {}).get("image_repo", "nvidia/cuda"))
         tags = fetch_tags(http, registry_url, repo)
@@ -163,6 +185,9 @@ _SOURCE_TITLES = {
              "{pypi}/simple/torch/"),
     "pytorch-index": ("PyTorch wheel index pages index_base/<tag>/torch/", "{index}"),
     "nvidia-tags": ("nvidia/cuda tag list (registry HTTP API v2)", "{registry}"),
+    "extensions": ("PyPI simple API (PEP 691) and wheel core metadata (PEP 658) of the PyPI-hosted "
+                   "CUDA extensions: releases, the latest wheel's torch requirement",
+                   "{pypi}/simple/"),
 }
 
 
