@@ -219,13 +219,7 @@ def build(context: Path, *, tag: str | None = None, rebuild: bool = False,
     work = Path(tempfile.mkdtemp(prefix="envbuild-build-"))
     lines: list[str] = []
     try:
-        work.chmod(0o700)
-        secret_files = dict(secrets.files)
-        for sid, content in secrets.contents.items():
-            p = work / f"secret-{sid}"
-            p.touch(mode=0o600)
-            p.write_text(content)
-            secret_files[sid] = p
+        secret_files = _secret_files(secrets, work)
         iidfile = work / "iid"
         argv = docker.build_argv(builder, context, iidfile, labels, secret_files, "plain",
                                  env_build_args=[*(proxies or {}), *extra], network=network,
@@ -277,13 +271,8 @@ def build_stage(context: Path, target: str, *, dest: Path | None = None,
     try:
         if dest is not None:  # beside dest, named for this run: a second writer has its own
             partial = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}-"))
-        work.chmod(0o700)
-        secret_files = dict((secrets or Secrets()).files)
-        for sid, content in (secrets or Secrets()).contents.items():
-            p = work / f"secret-{sid}"
-            p.touch(mode=0o600)
-            p.write_text(content)
-            secret_files[sid] = p
+        secrets = secrets or Secrets()
+        secret_files = _secret_files(secrets, work)
         iidfile = work / "iid"
         extra = env_build_args(read_text(context / "Dockerfile", "Dockerfile"), os.environ)
         argv = docker.build_argv(builder, context, None if partial else iidfile, {},
@@ -294,7 +283,7 @@ def build_stage(context: Path, target: str, *, dest: Path | None = None,
         rc = docker.run_build(builder, argv, lines.append, timeout,
                               extra_env={**(proxies or {}), **extra})
         if rc != 0:
-            step, tail = failing_step([redact(x) for x in lines])
+            step, tail = failing_step([redact(secrets.redact(x)) for x in lines])
             raise BuildFailed(f"the {target} stage failed at {step[:90]}", _hint(step, tail),
                               tail)
         if partial is not None and dest is not None:
@@ -309,3 +298,16 @@ def build_stage(context: Path, target: str, *, dest: Path | None = None,
         if partial is not None:
             shutil.rmtree(partial, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _secret_files(secrets: Secrets, work: Path) -> dict[str, Path]:
+    """The build's secrets as files: those given as files, and those given as contents written
+    into `work` (made private first, 0600 each)."""
+    work.chmod(0o700)
+    files = dict(secrets.files)
+    for sid, content in secrets.contents.items():
+        p = work / f"secret-{sid}"
+        p.touch(mode=0o600)
+        p.write_text(content)
+        files[sid] = p
+    return files

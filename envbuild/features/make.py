@@ -538,13 +538,13 @@ EXT_WHEELS_REPO = "envbuild-ext-wheels"  # <registry>/envbuild-ext-wheels:<key>
 def compiled_plan(prepared: Prepared) -> dict[str, Any] | None:
     """The key of the extensions the context compiles (ext-build.json), and whether the
     wheelhouse already holds their wheels (then no builder stage was rendered); None: none."""
-    import json
+    from envbuild.render.pipeline import compiled_extension
 
-    plan = prepared.files.get("ext-build.json")
-    if plan is None:
+    got = compiled_extension(prepared.files)
+    if got is None:
         return None
-    key = str(json.loads(plan.content)["key"])
-    return {"key": key, "prebuilt": "build-extensions.py" not in prepared.files,
+    key, prebuilt = got
+    return {"key": key, "prebuilt": prebuilt,
             **({"wheelhouse": str(prepared.wheelhouse / f"ext-{key}")}
                if prepared.wheelhouse else {})}
 

@@ -236,13 +236,21 @@ def wheelhouse_links(wheelhouse: Path | None, files: Mapping[str, RenderedFile]
     if wheelhouse is None:
         return {}
     links = {"wheelhouse": wheelhouse}
-    plan = files.get("ext-build.json")
-    if plan is not None and "build-extensions.py" not in files:
-        import json
-
-        key = str(json.loads(plan.content)["key"])
-        links[f"wheelhouse/ext-{key}"] = wheelhouse / f"ext-{key}"
+    compiled = compiled_extension(files)
+    if compiled is not None and compiled[1]:
+        links[f"wheelhouse/ext-{compiled[0]}"] = wheelhouse / f"ext-{compiled[0]}"
     return links
+
+
+def compiled_extension(files: Mapping[str, RenderedFile]) -> tuple[str, bool] | None:
+    """(the key of the extensions a rendered context compiles, whether the wheelhouse already
+    holds their wheels: then no builder stage was rendered); None: the context compiles none."""
+    import json
+
+    plan = files.get("ext-build.json")
+    if plan is None:
+        return None
+    return str(json.loads(plan.content)["key"]), "build-extensions.py" not in files
 
 
 def compiled_keys(wheelhouse: Path | None) -> frozenset[str]:

@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from envbuild.common.errors import UsageError
 from envbuild.core.request import Request
@@ -187,3 +189,23 @@ def test_a_source_file_name_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
     (d / os.fsdecode(b"k\xff.cu")).write_text("")
     with pytest.raises(UsageError, match="not printable UTF-8"):
         pipeline.read_source_tree(d)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.text(alphabet=st.characters(codec="utf-8", exclude_characters="/\x00",
+                                           exclude_categories=["Cs"]), min_size=1, max_size=40))
+def test_any_directory_name_counts_only_as_a_key(tmp_path_factory: pytest.TempPathFactory,
+                                                 name: str) -> None:
+    """Whatever a wheelhouse holds, only ext-<16 hex> directories with a wheel are keys."""
+    import re
+
+    base = tmp_path_factory.mktemp("wh")
+    try:
+        d = base / f"ext-{name}"
+        d.mkdir()
+    except OSError:  # a name the file system refuses (too long, "..")
+        return
+    (d / "a-1-py3-none-any.whl").write_bytes(b"w")
+    want = {name} if re.fullmatch(r"[0-9a-f]{16}", name) else set()
+    assert pipeline.compiled_keys(base) == want
