@@ -19,9 +19,9 @@ COMMANDS: dict[str, str] = {
     "resolve": "resolve_cmd", "render": "render_cmd", "build": "build_cmd",
     "validate": "build_cmd", "make": "build_cmd", "doctor": "doctor_cmd",
     "explain": "doctor_cmd", "matrix": "matrix_cmd", "team": "team_cmd",
-    "cluster": "cluster_cmd", "bundle": "bundle_cmd",
+    "cluster": "cluster_cmd", "bundle": "bundle_cmd", "fleet": "fleet_cmd", "plan": "fleet_cmd",
 }
-_MODULE_ORDER = ("build_cmd", "bundle_cmd", "cluster_cmd", "doctor_cmd", "matrix_cmd",
+_MODULE_ORDER = ("build_cmd", "bundle_cmd", "cluster_cmd", "doctor_cmd", "fleet_cmd", "matrix_cmd",
                  "render_cmd", "resolve_cmd", "team_cmd")
 
 
