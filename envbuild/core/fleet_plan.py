@@ -109,9 +109,9 @@ def judge(m: Matrix, g: Group, req: Request, main: Spec, target: str = "") -> Ju
     pinned = req if req.torch else dataclasses.replace(req, torch=main.torch)
     if g.python and rel is not None and g.python not in rel.python:
         last = last_python(m, g.python)
-        return Judged(g, PYTHON, f"loses its Python {g.python}: torch {release} has wheels for "
-                      f"{', '.join(rel.python)}" + (f"; {g.python} was last in torch {last}"
-                                                    if last else ""),
+        return Judged(g, PYTHON, f"loses its Python {g.python}: torch {release} has "
+                      f"{rel.python[0]}-{rel.python[-1]}" + (f"; {g.python} last in torch {last}"
+                                                            if last else ""),
                       dropped_in=release, target=target)
     variants = [v for v in m.variants_of(release)
                 if v.kind == "cuda" and _cuda_fits(v.version, req.cuda)]
@@ -119,18 +119,18 @@ def judge(m: Matrix, g: Group, req: Request, main: Spec, target: str = "") -> Ju
         arch = rules.arch_name(g.cc)
         last, tag, dropped = newest_with(m, g.cc)
         tags = " ".join(v.tag for v in variants) or "no CUDA wheel"
-        text = f"loses the GPU: no {arch} kernel in torch {release} ({tags})"
+        text = f"loses the GPU: no {arch} in torch {release} {tags}"
         if last:
-            text += f"; the newest wheel with one is torch {last} {tag}" + (
-                f", and torch {dropped} dropped it" if dropped else "")
+            text += f"; last in torch {last} {tag}" + (f", dropped in {dropped}" if dropped
+                                                       else "")
         return Judged(g, GPU, text, arch=arch, last_with=f"{last} {tag}".strip(),
                       dropped_in=dropped, target=target)
     on_gpu = dataclasses.replace(pinned, gpus=(gpu_arg(m, g),))
     if g.driver:
         try:
             s = resolve(dataclasses.replace(on_gpu, driver=g.driver), m)
-            return Judged(g, WORKS, f"works as is: torch {s.torch} {s.variant} on driver "
-                          f"{g.driver}", spec=s, target=target)
+            return Judged(g, WORKS, f"works as is (torch {s.torch} {s.variant})", spec=s,
+                          target=target)
         except ConflictError:
             pass
     try:
@@ -147,9 +147,9 @@ def judge(m: Matrix, g: Group, req: Request, main: Spec, target: str = "") -> Ju
         except EnvbuildError:
             pass
     branch = f"R{branch_of(need)}" if need else "?"
-    have = f"driver {g.driver}" if g.driver else "its driver is not known"
-    return Judged(g, DRIVER, f"needs a driver >= {need} (branch {branch}) for torch {s.torch} "
-                  f"{s.variant}; {have}", spec=s, need_driver=need, target=target)
+    have = f"has {g.driver}" if g.driver else "its driver is not known"
+    return Judged(g, DRIVER, f"needs a driver >= {need} (branch {branch}) for {s.variant}; "
+                  f"{have}", spec=s, need_driver=need, target=target)
 
 
 @record(frozen=False)

@@ -177,8 +177,8 @@ def plan(m: Matrix, fleet_path: Path, to: Sequence[str], words: Sequence[str] = 
     for img in p.images:
         if img.kept or current is None:
             s = img.spec
-            why = "kept" if img.kept else "new"
-            diff[img.name] = [f"new image ({why}) for {', '.join(img.groups)}: torch {s.torch} "
+            why = " (kept)" if img.kept else ""
+            diff[img.name] = [f"new image{why} for {', '.join(img.groups)}: torch {s.torch} "
                               f"{s.variant}, Python {s.python}"]
     return Planned(p, tuple(said), lock, diff)
 

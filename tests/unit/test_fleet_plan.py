@@ -85,12 +85,11 @@ def test_each_group_as_the_matrix_says(m: Matrix, fl: Fleet, target: str) -> Non
             releases = [r.version for r in m.torch]
             dropped = releases[releases.index(last.release) + 1]
             assert j.arch == rules.arch_name(g.cc)
-            assert f"no {j.arch} kernel in torch {release}" in j.text
-            assert f"the newest wheel with one is torch {last.release} {last.tag}" in j.text
-            assert f"torch {dropped} dropped it" in j.text
+            assert f"no {j.arch} in torch {release}" in j.text
+            assert f"last in torch {last.release} {last.tag}, dropped in {dropped}" in j.text
         if j.status == fleet_plan.PYTHON:
             last_py = next(r.version for r in reversed(m.torch) if g.python in r.python)
-            assert f"{g.python} was last in torch {last_py}" in j.text
+            assert f"{g.python} last in torch {last_py}" in j.text
 
 
 @pytest.mark.parametrize("target", ["newest torch", "the torch before", "newest CUDA",
