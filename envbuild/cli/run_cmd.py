@@ -12,7 +12,7 @@ import typer
 
 from envbuild.cli import _options as o
 from envbuild.cli._app import app, emit_json, say, warn
-from envbuild.common.errors import EXIT_FAILED, ConflictError, UsageError
+from envbuild.common.errors import EXIT_FAILED, EXIT_INTERRUPTED, ConflictError, UsageError
 
 if TYPE_CHECKING:
     from envbuild.features.run import Outcome, Preflight
@@ -65,7 +65,8 @@ def run(
                          "give one of them")
     cmd = list(command or ())
     req = use.RunRequest(
-        command=tuple(cmd[1:] if cmd[:1] == ["--"] else cmd), shm_size=_size(shm_size), ipc_host=ipc == "host",
+        command=tuple(cmd[1:] if cmd[:1] == ["--"] else cmd), shm_size=_size(shm_size),
+        ipc_host=ipc == "host",
         mounts=tuple(use.parse_mount(x) for x in volume or ()),
         env=tuple(use.parse_env(x, os.environ) for x in env or ()), no_gpu=no_gpu)
     ctx = use.Context(facts_dir=facts, matrix_dir=matrix_dir)
@@ -76,8 +77,12 @@ def run(
     if check:
         return
     out = sys.stderr.buffer if json else sys.stdout.buffer
-    outcome = use.start(pre, m, view, lambda b: _write(out, b),
-                        lambda b: _write(sys.stderr.buffer, b))
+    try:
+        outcome = use.start(pre, m, view, lambda b: _write(out, b),
+                            lambda b: _write(sys.stderr.buffer, b))
+    except KeyboardInterrupt:
+        warn("envbuild run: interrupted; the container is stopped and removed")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     _after(outcome, json)
     if outcome.exit_code:
         raise typer.Exit(outcome.exit_code)

@@ -19,7 +19,7 @@ from envbuild.common.echo import escaped, shown
 from envbuild.common.errors import EnvbuildError, UsageError
 from envbuild.common.record import record
 from envbuild.common.versions import branch_of, minor_of
-from envbuild.core import compat, refs, targets
+from envbuild.core import compat, platforms, refs, targets
 from envbuild.core.spec import Spec, from_json
 from envbuild.doctor import checks_env, checks_host, model, parse
 from envbuild.doctor.model import Finding, HostFacts, Severity
@@ -433,8 +433,8 @@ def variant_request(spec: Spec, v: View, m: Matrix) -> Request:
 
     ask = Request(target=spec.target, torch=spec.torch, python=spec.python, os=spec.os,
                   components=spec.components,
-                  platform=spec.platform if spec.platform not in (None, DEFAULT_PLATFORM)
-                  else None,
+                  platform=v.platform if platforms.foreign(v.platform) else
+                  spec.platform if spec.platform not in (None, DEFAULT_PLATFORM) else None,
                   extensions=tuple(f"{e['name']}=={e['version']}" for e in spec.extensions))
     if spec.target == "cuda" and v.nvidia:
         ask = replace(ask, gpus=tuple(rules.arch_name(cc) for cc in v.ccs),
