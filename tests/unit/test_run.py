@@ -10,6 +10,7 @@ import contextlib
 import io
 import json
 import shlex
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from envbuild.core import compat
 from envbuild.core.spec import Spec, from_json
 from envbuild.doctor import model, record
 from envbuild.doctor.model import Cmd, HostFacts
+from envbuild.doctor.view import build_view
 from envbuild.features import run
 from envbuild.matrix import Matrix, load
 from tests.support import FIXTURES
@@ -29,7 +31,7 @@ from tests.support import FIXTURES
 DOCTOR = FIXTURES / "doctor"
 SPEC_H100 = FIXTURES / "hosts" / "h100-sxm-driver580-torch2.11-cu130" / "spec-cu130.json"
 SPEC_H200 = FIXTURES / "hosts" / "h200-driver580-torch2.11-cu130" / "spec-cu130.json"
-NVIDIA_DOCKER = {"ServerVersion": "27.3.1", "OperatingSystem": "Ubuntu 24.04",
+NVIDIA_DOCKER: dict[str, object] = {"ServerVersion": "27.3.1", "OperatingSystem": "Ubuntu 24.04",
                  "Runtimes": {"nvidia": {"path": "nvidia-container-runtime"}, "runc": {}},
                  "DefaultRuntime": "runc", "CgroupDriver": "systemd", "CgroupVersion": "2"}
 
@@ -43,8 +45,8 @@ def spec_of(path: Path) -> Spec:
     return from_json(json.loads(path.read_text()))
 
 
-def host(name: str, docker: dict[str, object] | None = None,
-         daemon: dict[str, object] | None = None) -> HostFacts:
+def host(name: str, docker: Mapping[str, object] | None = None,
+         daemon: Mapping[str, object] | None = None) -> HostFacts:
     """A recorded host; `docker`: its `docker info` replaced (the recorded H100/H200 had no
     Docker), `daemon`: its /etc/docker/daemon.json."""
     facts = record.load(DOCTOR / name)
@@ -189,7 +191,7 @@ def test_a_cuda_image_on_a_cpu_host_and_a_cpu_image(m: Matrix) -> None:
     facts = host("cpu-host-docker")
     pre = check(m, spec_of(SPEC_H100), facts)
     assert ids(pre)["image.no_gpu"] == "warn" and pre.plan.gpus == "" and not pre.plan.ulimits
-    cpu = run.nearest_variant(spec_of(SPEC_H100), run.build_view(facts, m), m)[1]
+    cpu = run.nearest_variant(spec_of(SPEC_H100), build_view(facts, m), m)[1]
     assert cpu is not None
     cpu_spec = replace(cpu, target="cpu", variant="cpu", torch_cuda=None, archs=())
     pre = check(m, cpu_spec, facts)
@@ -215,7 +217,7 @@ def test_every_nearest_variant_resolves_as_typed(m: Matrix, fixture: str,
                                                  spec_path: Path) -> None:
     from envbuild.cli import run as cli
 
-    v = run.build_view(host(fixture), m)
+    v = build_view(host(fixture), m)
     command, spec = run.nearest_variant(spec_of(spec_path), v, m)
     if not command:
         return
