@@ -20,9 +20,10 @@ COMMANDS: dict[str, str] = {
     "validate": "build_cmd", "make": "build_cmd", "doctor": "doctor_cmd",
     "explain": "doctor_cmd", "matrix": "matrix_cmd", "team": "team_cmd",
     "cluster": "cluster_cmd", "bundle": "bundle_cmd", "fleet": "fleet_cmd", "plan": "fleet_cmd",
+    "run": "run_cmd",
 }
 _MODULE_ORDER = ("build_cmd", "bundle_cmd", "cluster_cmd", "doctor_cmd", "fleet_cmd", "matrix_cmd",
-                 "render_cmd", "resolve_cmd", "team_cmd")
+                 "render_cmd", "resolve_cmd", "run_cmd", "team_cmd")
 
 
 def _command_name(argv: list[str]) -> str | None:
@@ -46,7 +47,8 @@ def load_commands(argv: list[str]) -> None:
 
 
 def _wants_json(argv: list[str]) -> bool:
-    return "--json" in argv
+    """--json among envbuild's own options (not in `run IMAGE -- CMD --json`)."""
+    return "--json" in (argv[:argv.index("--")] if "--" in argv else argv)
 
 
 def _fail(err: EnvbuildError, as_json: bool) -> int:
