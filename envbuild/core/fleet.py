@@ -235,6 +235,22 @@ _DOCTOR_GPUS = lazy(r"(\d+) x (.+?) \(compute capability ([0-9.?]+)")
 _DOCTOR_DRIVER = lazy(r"\bdriver (\d+(?:\.\d+){1,2})\b")
 
 
+_HOSTNAME = lazy(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}")
+
+
+def _doctor_gpus(data: object) -> list[tuple[str, str, str]]:
+    """doctor --json's host.gpus ([{index, name, cc, memory_mib}]) as (count, name, cc) per
+    kind; [] when absent or not that shape."""
+    if not isinstance(data, list):
+        return []
+    kinds: dict[tuple[str, str], int] = {}
+    for g in data:
+        if isinstance(g, dict) and isinstance(g.get("name"), str) and g["name"].strip():
+            k = (g["name"].strip()[:120], str(g.get("cc") or "?")[:8])
+            kinds[k] = kinds.get(k, 0) + 1
+    return [(str(n), name, cc) for (name, cc), n in kinds.items()]
+
+
 def from_doctor(data: object, host: str, m: Matrix, where: str) -> Node:
     """A `doctor --json` report -> the machine it describes (its GPU, driver, Python, platform);
     UsageError when it is not one or names no NVIDIA GPU."""
@@ -242,23 +258,28 @@ def from_doctor(data: object, host: str, m: Matrix, where: str) -> Node:
             or not isinstance(data.get("host"), dict):
         raise _bad(where, "not an `envbuild doctor --json` report",
                    "record each host with `envbuild doctor --json > HOST.json`")
+    h = data["host"]
     found: dict[str, str] = {}
     for f in data["findings"]:
         if isinstance(f, dict) and isinstance(f.get("message"), str):
             found.setdefault(str(f.get("id")), f["message"])
-    gpus = _DOCTOR_GPUS.findall(found.get("nvidia.gpus", ""))
+    # doctor's own data (host.gpus, host.driver) first; a report of an older envbuild has only
+    # the nvidia.gpus finding's text
+    gpus = _doctor_gpus(h.get("gpus")) or _DOCTOR_GPUS.findall(found.get("nvidia.gpus", ""))
     if not gpus:
         raise _bad(where, "the report names no NVIDIA GPU (no nvidia.gpus finding)",
                    "a fleet is GPU nodes: record a host where nvidia-smi works")
     count, name, cc = max(gpus, key=lambda g: int(g[0]))  # the host's main GPU kind
     rec = data.get("recommendation") if isinstance(data.get("recommendation"), dict) else {}
-    driver = str((rec or {}).get("driver") or "")
+    driver = str(h.get("driver") or (rec or {}).get("driver") or "")
     if not _DRIVER.fullmatch(driver):
         d = _DOCTOR_DRIVER.search(found.get("nvidia.driver", ""))
         driver = d.group(1) if d else ""
     gpu, known_cc = gpu_of(m, name, where) if gpu_names.lookup(m, name, "nvidia") else (name, "")
-    h = data["host"]
     python = ".".join(str(h.get("python", "")).split(".")[:2])
+    named = h.get("hostname")
+    if isinstance(named, str) and _HOSTNAME.fullmatch(named):
+        host = named
     return Node(host=host, gpu=gpu, cc=known_cc or cc, driver=driver, gpus=int(count),
                 platform=PLATFORMS.get(str(h.get("machine", "")), "linux/amd64"),
                 python=python if _PYTHON.fullmatch(python) else "", source="doctor")

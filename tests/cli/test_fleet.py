@@ -148,3 +148,23 @@ def test_bad_arguments(tmp_path: Path, args: list[str], code: int, words: str) -
 def test_slurm_without_scontrol_cannot_run(tmp_path: Path) -> None:
     r = run_cli("fleet", "collect", "--slurm", cwd=tmp_path, env={"PATH": str(tmp_path)})
     _refused(r, EXIT_CANNOT_RUN, "scontrol not found")
+
+
+def test_doctor_json_carries_its_gpus_and_fleet_collect_reads_them(tmp_path: Path) -> None:
+    """doctor --json of the recorded H100 host (its probe facts) says its driver and GPUs as
+    data; fleet collect reads exactly those, not the findings' wording."""
+    facts = FIXTURES / "doctor" / "h100-sxm-recorded"
+    r = run_cli("doctor", "--json", "--facts", str(facts))
+    host = json.loads(r.stdout)["host"]
+    assert host["driver"].startswith("580.") and host["gpus"], host
+    assert {g["cc"] for g in host["gpus"]} == {"9.0"}
+    report = json.loads(r.stdout)
+    for f in report["findings"]:  # the text is not what collect reads any more
+        f["message"] = "reworded"
+    (tmp_path / "h100-a.json").write_text(json.dumps(report))
+    out = run_cli("fleet", "collect", "--doctor", str(tmp_path / "h100-a.json"), "--json",
+                  cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    (g,) = json.loads(out.stdout)["groups"]
+    assert (g["driver"], g["gpus_per_node"], g["cc"]) == (host["driver"], len(host["gpus"]),
+                                                        "9.0")
