@@ -53,6 +53,20 @@ def test_an_uncovered_group_exits_1(tmp_path: Path) -> None:
     assert "NOT COVERED: kepler loses its GPU" in r.stdout
 
 
+def test_a_group_that_loses_its_python_and_has_no_image_exits_1(tmp_path: Path) -> None:
+    """No torch release has Python 3.6 (the matrix says which do): no image, and the line says
+    it is the Python that is lost, not the GPU."""
+    from envbuild.matrix import load
+
+    assert not any("3.6" in r.python for r in load().torch)
+    f = tmp_path / "fleet.toml"
+    f.write_text('[group.a]\ngpu = "H100"\ndriver = "580.126.20"\npython = "3.6"\n')
+    r = run_cli("plan", "--fleet", str(f), "--to", "torch==2.15", cwd=tmp_path)
+    assert r.returncode == EXIT_FAILED, r.stderr
+    assert "NOT COVERED: a loses its Python 3.6 and no image resolves for it" in r.stdout
+    assert "loses its GPU" not in r.stdout
+
+
 def test_a_team_file_change_diffs_the_lock(tmp_path: Path) -> None:
     (tmp_path / "envbuild.toml").write_text('[image.gpu]\ntarget = "cuda"\ntorch = "2.14"\n')
     new = tmp_path / "new"
