@@ -120,7 +120,7 @@ def _rows(p: Planned) -> list[tuple[str, ...]]:
 def _text(p: Planned) -> list[str]:
     rows = _rows(p)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 2)]
-    image = max(len(r[-1]) for r in rows)
+    image = max(24, *(len(r[-1]) for r in rows))
     lines = [f"plan: {', '.join(p.changes)}", ""]
     for r in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r[:-2], widths, strict=True))

@@ -295,11 +295,14 @@ def _lower(a: str | None, b: str | None) -> str | None:
 
 
 def _join(m: Matrix, images: list[Image], kept: bool, target: str, req: Request,
-          group: str) -> None:
+          group: str, own_python: str = "") -> None:
     """Add a group (its request: its GPU, its driver, its platform) to the first image of its
     kind (kept or new, the same target image, Python and platform) that still resolves with
-    it; else start a new image."""
+    it (and whose release has the group's own Python, if it declares one); else start a new
+    image."""
     for img in images:
+        if own_python and own_python not in _pythons(m, img.spec.torch):
+            continue
         if (img.kept, img.target, img.request.python, img.request.platform) != \
                 (kept, target, req.python, req.platform):
             continue
@@ -392,7 +395,7 @@ def plan(m: Matrix, fleet: Fleet, targets: Sequence[tuple[str, Request]],
             req = dataclasses.replace(base, torch=_exact(j.spec), gpus=(gpu_arg(m, g),),
                                       driver=g.driver if j.status == WORKS else j.need_driver,
                                       platform=g.platform)
-            _join(m, images, False, j.target, req, g.name)
+            _join(m, images, False, j.target, req, g.name, g.python)
             continue
         for req in _kept_requests(keep, base, g, j):
             try:
