@@ -14,6 +14,7 @@ the target loses keeps an image resolved from the request before the change.
 from __future__ import annotations
 
 import dataclasses
+import re
 import shlex
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -251,9 +252,7 @@ def _no_resolve(m: Matrix, req: Request) -> str:
 
 def _plan_words(text: str) -> str:
     """A resolver's message in plan's words: `--torch 2.15` is what `--to torch==2.15` asked."""
-    for key in CHANGE_KEYS:
-        text = text.replace(f"--{key} ", f"--to {key} ")
-    return text
+    return re.sub(r"--(torch|cuda|python) (?=\d)", r"--to \1==", text)
 
 
 @record(frozen=False)
@@ -380,7 +379,9 @@ def plan(m: Matrix, fleet: Fleet, targets: Sequence[tuple[str, Request]],
                 req, platform=req.platform or platforms.AMD64), m)))
         except EnvbuildError as exc:
             raise EnvbuildError(f"the target {name}: {_plan_words(exc.message)}",
-                                _plan_words(exc.hint), exc.alternatives, exc.exit_code) from None
+                                _plan_words(exc.hint),
+                                tuple(_plan_words(a) if isinstance(a, str) else a
+                                      for a in exc.alternatives), exc.exit_code) from None
     judged = []
     for g in fleet.groups:
         tries = [judge(m, g, req, main, name) for name, req, main in mains]

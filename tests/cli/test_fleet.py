@@ -159,6 +159,12 @@ def test_bad_arguments(tmp_path: Path, args: list[str], code: int, words: str) -
     assert words in r.stderr, r.stderr
 
 
+def test_a_target_that_does_not_resolve_is_said_in_plans_words(tmp_path: Path) -> None:
+    r = run_cli("plan", "--fleet", str(FLEET / "fleet.toml"), "--to", "torch==1.0", cwd=tmp_path)
+    assert r.returncode == EXIT_FAILED and "--to torch==" in r.stderr, r.stderr
+    assert "--torch " not in r.stderr, r.stderr
+
+
 def test_slurm_without_scontrol_cannot_run(tmp_path: Path) -> None:
     r = run_cli("fleet", "collect", "--slurm", cwd=tmp_path, env={"PATH": str(tmp_path)})
     _refused(r, EXIT_CANNOT_RUN, "scontrol not found")
