@@ -87,7 +87,8 @@ def plan_cmd(
     """For every node group of the fleet: works as is, needs a driver >= N (with its branch),
     loses the GPU (no kernel for its arch: the release that dropped it), or loses its Python;
     then the smallest set of images found that covers the fleet, and the team lock's diff.
-    Exit 1 when a group would lose its GPU and no image covers it."""
+    Exit 1 when a group has no image (it loses its GPU or its Python, and no image from before
+    the change resolves for it)."""
     from envbuild.features.fleet import plan
     from envbuild.matrix import load
 
@@ -119,10 +120,11 @@ def _rows(p: Planned) -> list[tuple[str, ...]]:
 def _text(p: Planned) -> list[str]:
     rows = _rows(p)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 2)]
+    image = max(24, *(len(r[-1]) for r in rows))
     lines = [f"plan: {', '.join(p.changes)}", ""]
     for r in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r[:-2], widths, strict=True))
-                     + f"  {r[-1]:<24}  {r[-2]}".rstrip())
+                     + f"  {r[-1]:<{image}}  {r[-2]}".rstrip())
     lines += ["", "images (each covers the groups named):"]
     for i in p.plan.images:
         lines.append(f"  {i.name:<24} {'kept' if i.kept else 'new '}  {', '.join(i.groups)}")
@@ -133,8 +135,9 @@ def _text(p: Planned) -> list[str]:
 
 
 def _uncovered(p: Planned) -> list[str]:
-    return [f"NOT COVERED: {g} loses its GPU and no image resolves for it"
-            for g in p.plan.uncovered]
+    from envbuild.core.fleet_plan import uncovered_text
+
+    return [f"NOT COVERED: {uncovered_text(p.plan, g)}" for g in p.plan.uncovered]
 
 
 def _lock_head(p: Planned) -> str:

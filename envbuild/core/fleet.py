@@ -27,7 +27,7 @@ KEYS = ("gpu", "driver", "count", "gpus_per_node", "os", "platform", "python",
 PLATFORMS = {"x86_64": "linux/amd64", "amd64": "linux/amd64", "aarch64": "linux/arm64",
              "arm64": "linux/arm64"}
 _NAME = lazy(r"[a-z0-9][a-z0-9._-]{0,63}")
-_DRIVER = lazy(r"\d{2,4}(?:\.\d{1,4}){1,2}")
+_DRIVER = lazy(r"\d{3}(?:\.\d{1,3}){1,2}", re.ASCII)  # a full version `--driver` takes
 _PYTHON = lazy(r"3\.\d{1,3}")
 _WORD = lazy(r"[\w./:+-]{1,200}")
 _PRODUCT = lazy(r"[\w./:+() -]{1,120}")  # a GPU product name: "Tesla V100-SXM2-32GB"
@@ -193,14 +193,55 @@ class Node:
     gpus: int = 0
     os: str = ""
     platform: str = "linux/amd64"
-    python: str = ""
     partition: str = ""
     selector: tuple[tuple[str, str], ...] = ()
     source: str = ""
 
     def key(self) -> tuple[str, ...]:
         return (self.gpu, self.cc, self.driver, str(self.gpus), self.os, self.platform,
-                self.python, self.partition, str(self.selector), self.source)
+                self.partition, str(self.selector), self.source)
+
+
+def _said(name: str) -> str:
+    """A name from a source, for a note: as it is when plain, else quoted and escaped."""
+    return name if _WORD.fullmatch(name) else shown(name[:80])
+
+
+def checked(m: Matrix, n: Node) -> str:
+    """Why a node a source describes cannot be written to fleet.toml ('' when it can): the
+    values go through the very rules `parse` reads them back with (an unknown GPU, a host or
+    label with spaces or commas, a count past the limit ...)."""
+    t: dict[str, Any] = {
+        "gpu": n.gpu, "driver": n.driver, "gpus_per_node": n.gpus, "os": n.os,
+        "platform": n.platform, "slurm_partition": n.partition,
+        "node_selector": dict(n.selector), "hosts": [n.host], "source": n.source}
+    try:
+        group_of(m, "node", {k: v for k, v in t.items() if v not in ("", {})}, "node")
+    except UsageError as exc:
+        return exc.message.removeprefix("node: ")
+    return ""
+
+
+def _keep(m: Matrix, n: Node, what: str, nodes: list[Node], notes: list[str]) -> None:
+    why = checked(m, n)
+    if why:
+        notes.append(f"{what} {_said(n.host)}: {why}; left out")
+    else:
+        nodes.append(n)
+
+
+def unique_hosts(nodes: Iterable[Node]) -> tuple[list[Node], list[str]]:
+    """One node per host name (the same host from two sources, or one file given twice, is
+    counted once: the first seen), and a note for each repeat."""
+    seen: dict[str, Node] = {}
+    notes = []
+    for n in nodes:
+        if n.host in seen:
+            notes.append(f"host {_said(n.host)} given twice ({seen[n.host].source}, "
+                         f"{n.source}): counted once, as first seen")
+            continue
+        seen[n.host] = n
+    return list(seen.values()), notes
 
 
 def _slug(text: str) -> str:
@@ -208,7 +249,7 @@ def _slug(text: str) -> str:
 
 
 def group_nodes(nodes: Iterable[Node]) -> tuple[Group, ...]:
-    """Machines alike (GPU, driver, GPUs per node, OS, platform, Python, partition or selector)
+    """Machines alike (GPU, driver, GPUs per node, OS, platform, partition or selector)
     become one group, named after its partition or its GPU."""
     by: dict[tuple[str, ...], list[Node]] = {}
     for n in nodes:
@@ -223,7 +264,7 @@ def group_nodes(nodes: Iterable[Node]) -> tuple[Group, ...]:
             name, i = f"{base}-{i}", i + 1
         taken.add(name)
         out.append(Group(name=name, gpu=n.gpu, cc=n.cc, driver=n.driver, count=len(same),
-                         gpus_per_node=n.gpus, os=n.os, platform=n.platform, python=n.python,
+                         gpus_per_node=n.gpus, os=n.os, platform=n.platform,
                          slurm_partition=n.partition, node_selector=n.selector,
                          hosts=tuple(sorted(x.host for x in same)), source=n.source))
     return tuple(out)
@@ -231,7 +272,7 @@ def group_nodes(nodes: Iterable[Node]) -> tuple[Group, ...]:
 
 # `doctor --json`'s nvidia.gpus finding: "2 x NVIDIA H100 80GB HBM3 (compute capability 9.0,
 # 80 GiB)", several kinds joined by "; " (envbuild/doctor/checks_host.py writes it)
-_DOCTOR_GPUS = lazy(r"(\d+) x (.+?) \(compute capability ([0-9.?]+)")
+_DOCTOR_GPUS = lazy(r"(\d{1,7}) x (.+?) \(compute capability ([0-9.?]+)", re.ASCII)
 _DOCTOR_DRIVER = lazy(r"\bdriver (\d+(?:\.\d+){1,2})\b")
 
 
@@ -251,9 +292,10 @@ def _doctor_gpus(data: object) -> list[tuple[str, str, str]]:
     return [(str(n), name, cc) for (name, cc), n in kinds.items()]
 
 
-def from_doctor(data: object, host: str, m: Matrix, where: str) -> Node:
-    """A `doctor --json` report -> the machine it describes (its GPU, driver, Python, platform);
-    UsageError when it is not one or names no NVIDIA GPU."""
+def from_doctor(data: object, host: str, m: Matrix, where: str) -> tuple[list[Node], list[str]]:
+    """A `doctor --json` report -> the machine it describes (its GPU, driver, platform), or a
+    note saying why it is left out; UsageError when it is not a report or names no NVIDIA GPU.
+    Not its Python: doctor's is the interpreter envbuild ran under, not the jobs'."""
     if not isinstance(data, dict) or not isinstance(data.get("findings"), list) \
             or not isinstance(data.get("host"), dict):
         raise _bad(where, "not an `envbuild doctor --json` report",
@@ -275,20 +317,27 @@ def from_doctor(data: object, host: str, m: Matrix, where: str) -> Node:
     if not _DRIVER.fullmatch(driver):
         d = _DOCTOR_DRIVER.search(found.get("nvidia.driver", ""))
         driver = d.group(1) if d else ""
-    gpu, known_cc = gpu_of(m, name, where) if gpu_names.lookup(m, name, "nvidia") else (name, "")
-    python = ".".join(str(h.get("python", "")).split(".")[:2])
     named = h.get("hostname")
     if isinstance(named, str) and _HOSTNAME.fullmatch(named):
         host = named
-    return Node(host=host, gpu=gpu, cc=known_cc or cc, driver=driver, gpus=int(count),
-                platform=PLATFORMS.get(str(h.get("machine", "")), "linux/amd64"),
-                python=python if _PYTHON.fullmatch(python) else "", source="doctor")
+    g = gpu_names.lookup(m, name, "nvidia")
+    notes = []
+    if len(gpus) > 1:
+        kinds = ", ".join(f"{n} x {k}" for n, k, _ in gpus)
+        notes.append(f"host {_said(host)} has {shown(kinds[:200])}: a node is in one "
+                     f"group, grouped by its most numerous GPU, {_said(name)}")
+    nodes: list[Node] = []
+    _keep(m, Node(host=host, gpu=name, cc=g.cc if g is not None and g.cc else cc,
+                  driver=driver, gpus=int(count),
+                  platform=PLATFORMS.get(str(h.get("machine", "")), "linux/amd64"),
+                  source="doctor"), "doctor host", nodes, notes)
+    return nodes, notes
 
 
 # `scontrol show node -o`: one node per line, Key=Value words (a value may hold spaces only in
 # keys this reads nothing from, e.g. OS=Linux 6.1.0 #1 SMP ...)
 _KV = lazy(r"(\w+)=(\S*)")
-_GRES_GPU = lazy(r"(?:^|,)gpu:([A-Za-z0-9_.-]+):(\d+)")
+_GRES_GPU = lazy(r"(?:^|,)gpu:([A-Za-z0-9_.-]+):(\d{1,7})", re.ASCII)
 _DRIVER_FEATURE = lazy(r"(?:^|,)(?:nvidia[_-]?)?driver[_-]?(\d{2,4}(?:\.\d{1,4}){1,2})(?:,|$)")
 
 
@@ -304,22 +353,23 @@ def from_scontrol(text: str, m: Matrix) -> tuple[list[Node], list[str]]:
             continue
         gres = _GRES_GPU.findall(kv.get("Gres", ""))
         if not gres:
-            notes.append(f"slurm node {name}: no typed GPU GRES (gpu:TYPE:N), left out")
+            notes.append(f"slurm node {_said(name)}: no typed GPU GRES (gpu:TYPE:N), left out")
             continue
         kind, count = max(gres, key=lambda g: int(g[1]))
         g = gpu_names.lookup(m, kind, "nvidia")
         if g is None or not g.cc:
-            notes.append(f"slurm node {name}: GRES type {kind} is no GPU the matrix knows, "
-                         "left out")
+            notes.append(f"slurm node {_said(name)}: GRES type {kind} is no GPU the matrix "
+                         "knows, left out")
             continue
         drv = _DRIVER_FEATURE.search(kv.get("ActiveFeatures") or kv.get("AvailableFeatures", ""))
         if drv is None:
-            notes.append(f"slurm node {name}: no driver-VERSION feature, driver unknown")
+            notes.append(f"slurm node {_said(name)}: no driver-VERSION feature, driver "
+                         "unknown")
         parts = [p for p in kv.get("Partitions", "").split(",") if p]
-        nodes.append(Node(host=name, gpu=kind, cc=g.cc, driver=drv.group(1) if drv else "",
-                          gpus=int(count), platform=PLATFORMS.get(kv.get("Arch", ""),
-                                                                  "linux/amd64"),
-                          partition=parts[0] if parts else "", source="slurm"))
+        _keep(m, Node(host=name, gpu=kind, cc=g.cc, driver=drv.group(1) if drv else "",
+                      gpus=int(count), platform=PLATFORMS.get(kv.get("Arch", ""), "linux/amd64"),
+                      partition=parts[0] if parts else "", source="slurm"),
+              "slurm node", nodes, notes)
     return nodes, notes
 
 
@@ -342,30 +392,34 @@ def from_kubectl(data: object, m: Matrix, where: str) -> tuple[list[Node], list[
     if not isinstance(items, list):
         raise _bad(where, "not a `kubectl get nodes -o json` list (no items)",
                    "record it with `kubectl get nodes -o json > nodes.json`")
-    nodes, notes = [], []
+    nodes: list[Node] = []
+    notes: list[str] = []
     for item in items:
         meta = item.get("metadata") if isinstance(item, dict) else None
         labels = meta.get("labels") if isinstance(meta, dict) else None
-        name = str(meta.get("name", "?")) if isinstance(meta, dict) else "?"
+        raw = meta.get("name") if isinstance(meta, dict) else None
+        name = raw if isinstance(raw, str) else "?"
         if not isinstance(labels, dict) or not isinstance(labels.get(GFD_PRODUCT), str):
-            notes.append(f"kubernetes node {name[:80]}: no {GFD_PRODUCT} label, left out")
+            notes.append(f"kubernetes node {_said(name)}: no {GFD_PRODUCT} label, left out")
             continue
         product = labels[GFD_PRODUCT]
         g = gpu_names.lookup(m, product, "nvidia")
-        cc = ".".join(str(labels.get(k, "")) for k in GFD_CC)
-        if g is not None and g.cc:
-            cc = g.cc
-        elif not re.fullmatch(r"\d{1,2}\.\d", cc):
-            notes.append(f"kubernetes node {name[:80]}: GPU {product[:80]} unknown, left out")
+        if g is None or not g.cc:  # as parse: a GPU the matrix does not know has no verdict
+            notes.append(f"kubernetes node {_said(name)}: GPU {shown(product[:80])} is no "
+                         "NVIDIA GPU the matrix knows, left out")
             continue
         driver = str(labels.get(GFD_DRIVER_FULL) or
                      ".".join(str(labels[k]) for k in GFD_DRIVER if labels.get(k)))
         os_id = "".join(str(labels.get(k, "")) for k in NFD_OS)
         count = str(labels.get(GFD_COUNT, "0"))
-        nodes.append(Node(
-            host=name, gpu=product, cc=cc, driver=driver if _DRIVER.fullmatch(driver) else "",
-            gpus=int(count) if count.isdigit() else 0,
-            os=os_id if _WORD.fullmatch(os_id) else "",
-            platform=PLATFORMS.get(str(labels.get(K8S_ARCH, "")), "linux/amd64"),
-            selector=((GFD_PRODUCT, product),), source="kubernetes"))
+        if not re.fullmatch(r"\d{1,7}", count, re.ASCII):
+            notes.append(f"kubernetes node {_said(name)}: {GFD_COUNT} = "
+                         f"{shown(count[:20])} is not a count, left out")
+            continue
+        _keep(m, Node(
+            host=name, gpu=product, cc=g.cc, driver=driver if _DRIVER.fullmatch(driver) else "",
+            gpus=int(count),
+            os=os_id, platform=PLATFORMS.get(str(labels.get(K8S_ARCH, "")), "linux/amd64"),
+            selector=((GFD_PRODUCT, product),), source="kubernetes"),
+            "kubernetes node", nodes, notes)
     return nodes, notes

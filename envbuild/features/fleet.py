@@ -55,7 +55,9 @@ def collect(m: Matrix, doctor: Sequence[Path] = (), slurm: bool = False,
     for path in doctor:
         data = _json(path, "doctor report", "record each host with `envbuild doctor --json > "
                      "HOST.json`")
-        nodes.append(core.from_doctor(data, path.stem, m, boundedio.path_text(path)))
+        found, said = core.from_doctor(data, path.stem, m, boundedio.path_text(path))
+        nodes += found
+        notes += said
     if slurm:
         found, said = core.from_scontrol(scontrol_nodes(), m)
         nodes += found
@@ -66,10 +68,17 @@ def collect(m: Matrix, doctor: Sequence[Path] = (), slurm: bool = False,
         found, said = core.from_kubectl(data, m, boundedio.path_text(path))
         nodes += found
         notes += said
+    nodes, said = core.unique_hosts(nodes)
+    notes += said
     if not nodes:
         raise EnvironmentProblem("no GPU node found in the sources given",
                                  "; ".join(notes[:3]) or "check the sources")
-    return core.Fleet(core.group_nodes(nodes), None, tuple(notes))
+    groups = core.group_nodes(nodes)
+    if len(groups) > core.MAX_GROUPS:
+        raise UsageError(f"the sources give {len(groups)} node groups (a fleet file holds up to "
+                         f"{core.MAX_GROUPS})", "collect one cluster or partition at a time "
+                         "(fewer --doctor / --kubectl files), or align drivers")
+    return core.Fleet(groups, None, tuple(notes))
 
 
 def load_fleet(path: Path, m: Matrix) -> core.Fleet:

@@ -449,24 +449,9 @@ def variant_request(spec: Spec, v: View, m: Matrix) -> Request:
 
 def make_argv(ask: Request) -> list[str]:
     """The `envbuild make` command line of a request (options resolve takes as well)."""
-    from envbuild.core.request import COMPONENTS
+    from envbuild.core.request import make_argv as argv_of
 
-    out = ["envbuild", "make", "--target", ask.target or "cpu"]
-    for flag, value in (("--cuda", ask.cuda), ("--torch", ask.torch), ("--python", ask.python),
-                        ("--os", ask.os),
-                        ("--driver", ask.driver), ("--platform", ask.platform)):
-        if value:
-            out += [flag, value]
-    for g in ask.gpus:
-        out += ["--gpu", g]
-    for name in COMPONENTS:
-        if name not in ask.components:
-            out += ["--without", name]
-    for e in ask.extensions:
-        out += ["--with", e]
-    if ask.forward_compat:
-        out.append("--forward-compat")
-    return out
+    return argv_of(replace(ask, target=ask.target or "cpu"))
 
 
 def nearest_variant(spec: Spec, v: View, m: Matrix) -> tuple[str, Spec | None]:

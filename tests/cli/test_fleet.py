@@ -53,6 +53,20 @@ def test_an_uncovered_group_exits_1(tmp_path: Path) -> None:
     assert "NOT COVERED: kepler loses its GPU" in r.stdout
 
 
+def test_a_group_that_loses_its_python_and_has_no_image_exits_1(tmp_path: Path) -> None:
+    """No torch release has Python 3.6 (the matrix says which do): no image, and the line says
+    it is the Python that is lost, not the GPU."""
+    from envbuild.matrix import load
+
+    assert not any("3.6" in r.python for r in load().torch)
+    f = tmp_path / "fleet.toml"
+    f.write_text('[group.a]\ngpu = "H100"\ndriver = "580.126.20"\npython = "3.6"\n')
+    r = run_cli("plan", "--fleet", str(f), "--to", "torch==2.15", cwd=tmp_path)
+    assert r.returncode == EXIT_FAILED, r.stderr
+    assert "NOT COVERED: a loses its Python 3.6 and no image resolves for it" in r.stdout
+    assert "loses its GPU" not in r.stdout
+
+
 def test_a_team_file_change_diffs_the_lock(tmp_path: Path) -> None:
     (tmp_path / "envbuild.toml").write_text('[image.gpu]\ntarget = "cuda"\ntorch = "2.14"\n')
     new = tmp_path / "new"
@@ -145,6 +159,12 @@ def test_bad_arguments(tmp_path: Path, args: list[str], code: int, words: str) -
     assert words in r.stderr, r.stderr
 
 
+def test_a_target_that_does_not_resolve_is_said_in_plans_words(tmp_path: Path) -> None:
+    r = run_cli("plan", "--fleet", str(FLEET / "fleet.toml"), "--to", "torch==1.0", cwd=tmp_path)
+    assert r.returncode == EXIT_FAILED and "--to torch==" in r.stderr, r.stderr
+    assert "--torch " not in r.stderr, r.stderr
+
+
 def test_slurm_without_scontrol_cannot_run(tmp_path: Path) -> None:
     r = run_cli("fleet", "collect", "--slurm", cwd=tmp_path, env={"PATH": str(tmp_path)})
     _refused(r, EXIT_CANNOT_RUN, "scontrol not found")
@@ -168,3 +188,34 @@ def test_doctor_json_carries_its_gpus_and_fleet_collect_reads_them(tmp_path: Pat
     (g,) = json.loads(out.stdout)["groups"]
     assert (g["driver"], g["gpus_per_node"], g["cc"]) == (host["driver"], len(host["gpus"]),
                                                         "9.0")
+
+
+def test_collect_leaves_out_what_fleet_toml_cannot_hold(tmp_path: Path) -> None:
+    """Ordinary but odd data (a node name with a space, a product with a comma, a count past
+    the limit, a name that is not a string, a GPU the matrix does not know, a doctor file named
+    with a space, one host given twice): each node is left out or counted once with a note, and
+    what is written reads back (never the read-back guard's "a bug" error)."""
+    def node(name: object, **labels: str) -> dict[str, object]:
+        return {"metadata": {"name": name, "labels": labels}}
+
+    h100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    items = [node("node with space", **h100),
+             node("n2", **{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3,evil"}),
+             node("n3", **h100, **{"nvidia.com/gpu.count": "9" * 30}), node({"x": 1}, **h100),
+             node("n5", **{"nvidia.com/gpu.product": "Voodoo-5",
+                           "nvidia.com/gpu.compute.major": "9",
+                           "nvidia.com/gpu.compute.minor": "0"}),
+             node("ok", **h100)]
+    (tmp_path / "nodes.json").write_text(json.dumps({"items": items}))
+    (tmp_path / "my host.json").write_text(DOCTOR.read_text())
+    out = tmp_path / "fleet.toml"
+    r = run_cli("fleet", "collect", "--kubectl", "nodes.json", "--doctor", "my host.json",
+                "--doctor", str(DOCTOR), "--doctor", str(DOCTOR), "--out", str(out),
+                cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "a bug" not in r.stderr and "Traceback" not in r.stderr
+    for words in ("'node with space'", "n2", "n3", "n5", "'my host'", "given twice"):
+        assert any(line.startswith("note: ") and words in line
+                   for line in r.stderr.splitlines()), (words, r.stderr)
+    text = out.read_text()
+    assert 'hosts = ["ok"]' in text and 'hosts = ["doctor"]' in text

@@ -41,7 +41,7 @@ def test_the_fixture_fleet_parses(m: Matrix) -> None:
 
 
 _names = st.from_regex(r"[a-z][a-z0-9._-]{0,20}", fullmatch=True)
-_drivers = st.from_regex(r"[1-9]\d{2}\.\d{1,3}(\.\d{2})?", fullmatch=True)
+_drivers = st.from_regex(r"[1-9][0-9]{2}\.[0-9]{1,3}(\.[0-9]{2})?", fullmatch=True)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -109,9 +109,15 @@ def test_any_text_is_a_fleet_or_a_usage_error(m: Matrix, text: str) -> None:
 # -- sources -----------------------------------------------------------------------------------
 def test_a_real_doctor_recording_is_one_node(m: Matrix) -> None:
     data = json.loads(DOCTOR.read_text())
-    n = fleet.from_doctor(data, "h200-0", m, str(DOCTOR))
-    assert (n.gpu, n.cc, n.driver, n.gpus, n.python, n.platform) == (
-        "NVIDIA H200", "9.0", data["recommendation"]["driver"], 1, "3.12", "linux/amd64")
+    (n,), notes = fleet.from_doctor(data, "h200-0", m, str(DOCTOR))
+    assert (n.gpu, n.cc, n.driver, n.gpus, n.platform) == (
+        "NVIDIA H200", "9.0", data["recommendation"]["driver"], 1, "linux/amd64")
+    assert notes == []
+    # doctor's host.python is the interpreter envbuild ran under, not the jobs' Python: the
+    # group has none (fleet.toml's python is what the user declares)
+    assert data["host"].get("python")
+    (g,) = fleet.group_nodes([n])
+    assert g.python == ""
 
 
 @pytest.mark.parametrize("data", [[], {"findings": []}, {"host": {}, "findings": "x"},
@@ -173,3 +179,73 @@ def test_scontrol_nodes_with_typed_gpu_gres(m: Matrix) -> None:
 def test_any_scontrol_text_reads_without_an_exception(m: Matrix, text: str) -> None:
     nodes, _ = fleet.from_scontrol(SCONTROL + text, m)
     assert all(n.cc for n in nodes)
+
+
+# -- what collect writes always parses (review of issue 24) -------------------------------------
+_label = st.text(max_size=30) | st.sampled_from(["NVIDIA-H100-80GB-HBM3", "Tesla-P100-PCIE-16GB",
+                                                 "NVIDIA-H100-80GB-HBM3,evil", "Voodoo-5"])
+_any = st.none() | st.integers() | st.booleans() | _label | st.lists(st.integers(), max_size=2)
+_labels = st.fixed_dictionaries({}, optional={
+    fleet.GFD_PRODUCT: _any, fleet.GFD_COUNT: _any | st.just("9" * 5000),
+    fleet.GFD_DRIVER_FULL: _any | st.just("580.126.20"), fleet.GFD_CC[0]: _any,
+    fleet.GFD_CC[1]: _any, fleet.K8S_ARCH: _any | st.sampled_from(["arm64", "amd64"]),
+    fleet.NFD_OS[0]: _any, fleet.NFD_OS[1]: _any})
+_items = st.lists(st.fixed_dictionaries({"metadata": st.fixed_dictionaries(
+    {}, optional={"name": _any | st.just("node with space"), "labels": _labels})}) | _any,
+    max_size=6)
+_doctor_host = st.fixed_dictionaries({}, optional={
+    "gpus": st.lists(st.fixed_dictionaries({}, optional={
+        "name": _any | st.sampled_from(["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"]),
+        "cc": _any}), max_size=9) | _any,
+    "driver": _any | st.just("9999.1"), "hostname": _any | st.just("a" * 250),
+    "machine": _any | st.just("aarch64"), "python": _any})
+
+
+def _writes_what_parses(m: Matrix, nodes: list[fleet.Node], notes: list[str]) -> None:
+    nodes, _ = fleet.unique_hosts(nodes)
+    groups = fleet.group_nodes(nodes)
+    if nodes and len(groups) <= fleet.MAX_GROUPS:
+        back = fleet.parse(fleet.dump(fleet.Fleet(groups, None, tuple(notes))),
+                           Path("fleet.toml"), m)
+        assert back.groups == groups
+    assert all("\n" not in n for n in notes)
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(items=_items, host=_doctor_host, stem=st.text(max_size=20), text=st.text(max_size=300))
+def test_whatever_the_sources_say_collect_writes_what_parses(
+        m: Matrix, items: list[object], host: dict[str, object], stem: str, text: str) -> None:
+    """Arbitrary kubectl node lists, doctor host blocks and scontrol lines: a node is written
+    only with values parse takes back (else left out with a note); never another exception."""
+    nodes, notes = fleet.from_kubectl({"items": items}, m, "nodes.json")
+    _writes_what_parses(m, nodes, notes)
+    try:
+        nodes, notes = fleet.from_doctor({"host": host, "findings": []}, stem or "h", m, "h.json")
+    except UsageError as exc:  # not a report / no NVIDIA GPU: one line
+        assert "\n" not in exc.message
+    else:
+        _writes_what_parses(m, nodes, notes)
+    nodes, notes = fleet.from_scontrol(SCONTROL + text + "\nNodeName=a,b Gres=gpu:h100:"
+                                       + "9" * 5000 + "\n", m)
+    _writes_what_parses(m, nodes, notes)
+
+
+def test_a_host_with_two_gpu_kinds_is_grouped_by_one_and_noted(m: Matrix) -> None:
+    host = {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "cc": "9.0"}] * 3
+            + [{"name": "NVIDIA A100-SXM4-80GB", "cc": "8.0"}] * 5, "driver": "580.126.20"}
+    (n,), notes = fleet.from_doctor({"host": host, "findings": []}, "mixed", m, "mixed.json")
+    assert n.gpus == 5 and n.cc == "8.0"
+    assert len(notes) == 1 and "3 x NVIDIA H100 80GB HBM3" in notes[0] and "one group" in notes[0]
+
+
+def test_one_host_from_two_sources_counts_once(m: Matrix) -> None:
+    n = fleet.Node(host="n1", gpu="H100", cc="9.0", driver="580.126.20", source="doctor")
+    nodes, notes = fleet.unique_hosts([n, n])
+    assert nodes == [n] and len(notes) == 1 and "given twice" in notes[0]
+
+
+def test_a_driver_the_resolver_does_not_take_is_a_fleet_file_error(m: Matrix) -> None:
+    with pytest.raises(UsageError) as err:
+        fleet.parse('[group.a]\ngpu = "H100"\ndriver = "9999.1"\n', Path("f.toml"), m)
+    assert "f.toml: [group.a]" in err.value.message
