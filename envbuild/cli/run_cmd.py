@@ -12,6 +12,7 @@ import typer
 
 from envbuild.cli import _options as o
 from envbuild.cli._app import app, emit_json, say, warn
+from envbuild.common import signals
 from envbuild.common.errors import EXIT_FAILED, EXIT_INTERRUPTED, ConflictError, UsageError
 
 if TYPE_CHECKING:
@@ -51,7 +52,8 @@ def run(
     matrix_dir: Annotated[Path | None, typer.Option("--matrix", hidden=True)] = None,
 ) -> None:
     """0..255: the command's exit code once it started; before that envbuild's own (1 the image
-    cannot run here, 2 bad input, 3 no engine, 130 Ctrl-C). --json tells them apart."""
+    cannot run here, 2 bad input, 3 no engine or one that lost the exit code, 130 Ctrl-C, 143
+    SIGTERM, 129 SIGHUP). --json tells them apart."""
     from envbuild.features import run as use
 
     if facts is not None and not check:
@@ -78,11 +80,14 @@ def run(
         return
     out = sys.stderr.buffer if json else sys.stdout.buffer
     try:
-        outcome = use.start(pre, m, view, lambda b: _write(out, b),
-                            lambda b: _write(sys.stderr.buffer, b))
-    except KeyboardInterrupt:
-        warn("envbuild run: interrupted; the container is stopped and removed")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        with signals.raised():  # SIGTERM and SIGHUP unwind as Ctrl-C does: nothing is left
+            outcome = use.start(pre, m, view, lambda b: _write(out, b),
+                                lambda b: _write(sys.stderr.buffer, b))
+    except KeyboardInterrupt as exc:
+        how = f"terminated ({exc.name})" if isinstance(exc, signals.Terminated) else "interrupted"
+        warn(f"envbuild run: {how}; the container is stopped and removed")
+        raise typer.Exit(exc.exit_code if isinstance(exc, signals.Terminated)
+                         else EXIT_INTERRUPTED) from None
     _after(outcome, json)
     if outcome.exit_code:
         raise typer.Exit(outcome.exit_code)

@@ -18,3 +18,12 @@ def size_bytes(text: str, flag: str) -> int:
     if not m:
         raise UsageError(f"{flag} {text[:40]!r} is not a size", "e.g. 1M, 64MiB, 1G or 1048576")
     return int(m.group(1)) * _UNITS[m.group(2).lower()]
+
+
+def docker_size(n: int) -> str:
+    """`n` bytes as `docker run --shm-size` spells them: the largest of g, m, k that divides it
+    (binary, as Docker reads them), else the plain number of bytes."""
+    for unit, scale in (("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10)):
+        if n and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return str(n)

@@ -20,6 +20,7 @@ from envbuild.common import proc
 from envbuild.common.echo import shown
 from envbuild.common.errors import EXIT_CANNOT_RUN, EnvbuildError, EnvironmentProblem
 from envbuild.common.record import record
+from envbuild.common.sizes import docker_size
 from envbuild.core import refs
 
 LABEL_ROLE = "io.envbuild.role"
@@ -462,7 +463,7 @@ class ContainerPlan:
     image: str
     command: tuple[str, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
-    shm_size: str | None = None  # --shm-size (bytes as Docker reads them: 8g)
+    shm_size: int | None = None  # --shm-size, in bytes (the SDK takes only bytes or "2g")
     ipc_host: bool = False  # --ipc=host
     ulimits: tuple[tuple[str, int, int], ...] = ()  # (name, soft, hard); -1: unlimited
     gpus: str = ""  # "all": --gpus all (the nvidia runtime); "cdi": --device nvidia.com/gpu=all
@@ -495,7 +496,7 @@ def run_flags(p: ContainerPlan) -> list[str]:
     if p.ipc_host:
         out.append("--ipc=host")
     if p.shm_size is not None:
-        out.append(f"--shm-size={p.shm_size}")
+        out.append(f"--shm-size={docker_size(p.shm_size)}")
     for name, soft, hard in p.ulimits:
         out.append(f"--ulimit {name}={soft}" + (f":{hard}" if hard != soft else ""))
     if p.gpus == "all":
@@ -511,17 +512,22 @@ def run_flags(p: ContainerPlan) -> list[str]:
 def run_attached(plan: ContainerPlan, on_stdout: Callable[[bytes], None],
                  on_stderr: Callable[[bytes], None]) -> int:
     """Start the plan's container, stream its stdout and stderr as they come, and return its
-    exit code. The container is always removed (failure, Ctrl-C too): by its id, and by its
-    LABEL_RUN label when Ctrl-C came before the id was known. A command the container cannot
-    start is exit 127 (not found) or 126, as `docker run` says, its reason on on_stderr."""
+    exit code. The container is always removed: the engine removes it when it exits (--rm, so
+    even a SIGKILLed envbuild leaves none once the command ends), and this removes it on failure
+    or Ctrl-C (any KeyboardInterrupt: SIGTERM too, see common/signals.py): by its id, and by its
+    LABEL_RUN label when the interrupt came before the id was known. A command the container
+    cannot start is exit 127 (not found) or 126, as `docker run` says, its reason on on_stderr.
+    An engine that does not say the exit code is an EnvironmentProblem (exit 3)."""
+    import threading
+
     import docker.errors
     import docker.types
 
     c = client()
     kwargs: dict[str, Any] = {"labels": dict(plan.labels), "environment": dict(plan.env),
-                              "stdin_open": False, "tty": False}
+                              "stdin_open": False, "tty": False, "auto_remove": True}
     if plan.shm_size is not None:
-        kwargs["shm_size"] = plan.shm_size
+        kwargs["shm_size"] = int(plan.shm_size)  # bytes: docker-py refuses "2Gi" and "2GiB"
     if plan.ipc_host:
         kwargs["ipc_mode"] = "host"
     if plan.ulimits:
@@ -543,9 +549,19 @@ def run_attached(plan: ContainerPlan, on_stdout: Callable[[bytes], None],
         kwargs["mounts"] = [docker.types.Mount(dst, src, type="bind", read_only=ro)
                             for src, dst, ro in plan.mounts]
     container = None
+    ended: dict[str, Any] = {}
+
+    def wait_removed(cid: str) -> None:  # asked before the start, as `docker run --rm` does
+        try:
+            ended.update(c.api.wait(cid, condition="removed"))
+        except Exception as exc:
+            ended["error"] = str(exc)[:200]
+
     try:
         with _docker_errors():
             container = c.containers.create(plan.image, list(plan.command) or None, **kwargs)
+            waiter = threading.Thread(target=wait_removed, args=(container.id,), daemon=True)
+            waiter.start()
             stream = c.api.attach(container.id, stdout=True, stderr=True, stream=True, logs=True,
                                   demux=True)
             try:
@@ -559,14 +575,33 @@ def run_attached(plan: ContainerPlan, on_stdout: Callable[[bytes], None],
                     on_stdout(out)
                 if err:
                     on_stderr(err)
-            return int(container.wait().get("StatusCode", -1))
+            waiter.join(WAIT_AFTER_EXIT_S)
+        return exit_status(dict(ended), plan.image)
     finally:
         if container is not None:
-            with suppress(Exception):  # best effort: it may be gone already
+            with suppress(Exception):  # best effort: it is gone already when it exited
                 container.remove(force=True)
         elif plan.labels.get(LABEL_RUN):  # interrupted between the create and its answer
             with suppress(Exception):
                 remove_containers({LABEL_RUN: plan.labels[LABEL_RUN]}, settle=2.0)
+
+
+WAIT_AFTER_EXIT_S = 60.0  # the engine's removal of an exited --rm container
+
+
+def exit_status(answer: Mapping[str, Any], image: str) -> int:
+    """The exit code in the engine's answer to a container wait; an EnvironmentProblem when it
+    has none (an engine error, a wait cut short): never a made-up code."""
+    code = answer.get("StatusCode")
+    if isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 255:
+        return code
+    err = answer.get("Error")
+    error = answer.get("error") or (err.get("Message") if isinstance(err, dict) else err)
+    why = f" ({shown(str(error))})" if error else ""
+    raise EnvironmentProblem(f"the engine did not say how the container of {shown(image)} "
+                             f"ended{why}",
+                             "the command's exit code is unknown: `docker events` or the "
+                             "engine's log says what happened to the container")
 
 
 def _run_to_end(c: Any, image: str, command: list[str], kwargs: dict[str, Any], timeout: float,

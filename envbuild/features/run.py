@@ -15,16 +15,18 @@ from dataclasses import field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from envbuild.common import proc
 from envbuild.common.echo import escaped, shown
-from envbuild.common.errors import EnvbuildError, UsageError
+from envbuild.common.errors import EnvbuildError, EnvironmentProblem, UsageError
 from envbuild.common.record import record
+from envbuild.common.sizes import docker_size, size_bytes
 from envbuild.common.versions import branch_of, minor_of
 from envbuild.core import compat, platforms, refs, targets
 from envbuild.core.spec import Spec, from_json
 from envbuild.doctor import checks_env, checks_host, model, parse
 from envbuild.doctor.model import Finding, HostFacts, Severity
 from envbuild.doctor.view import ERROR, INFO, OK, WARN, Out, View, build_view
-from envbuild.engine.docker import LABEL_ROLE, LABEL_RUN, ContainerPlan
+from envbuild.engine.docker import CDI_ALL_GPUS, LABEL_ROLE, LABEL_RUN, ContainerPlan
 from envbuild.validator import rules
 
 if TYPE_CHECKING:
@@ -42,6 +44,10 @@ _ENGINE = ("docker.not_found", "docker.daemon_unreachable", "docker.permission_d
            "docker.snap")
 _GPU_ENGINE = ("docker.gpu_runtime", "docker.no_gpu_runtime", "docker.nvml_after_reload",
                "podman.no_cdi", "podman.old")
+
+
+# The refusals whose remediation says "run the nearest variant below": each computes it
+NEAREST_FOR = ("torch.driver_too_old", "torch.arch_missing", "torch.gfx_missing")
 
 
 @record
@@ -203,7 +209,8 @@ def preflight(image: ImageFacts, facts: HostFacts, m: Matrix, host: HostRules,
     _engine(v, m, host, o, gpu_image and entry.gpu_request)
     plan = ContainerPlan(image=image.ref, command=req.command,
                          labels=dict(labels or {LABEL_ROLE: "run"}),
-                         shm_size=req.shm_size, ipc_host=req.ipc_host,
+                         shm_size=None if req.shm_size is None else
+                         size_bytes(req.shm_size, "--shm-size"), ipc_host=req.ipc_host,
                          mounts=tuple((x.source, x.target, x.read_only) for x in req.mounts),
                          env=dict(req.env))
     if image.platform != (v.platform or DEFAULT_PLATFORM) and v.platform:
@@ -217,11 +224,12 @@ def preflight(image: ImageFacts, facts: HostFacts, m: Matrix, host: HostRules,
     elif entry.gpu_vendor:
         o.add("gpu.none_asked", INFO, f"--no-gpu: the {entry.label} image starts without GPUs")
     plan, added = _limits(v, host, o, plan, req, gpu_image and (v.nvidia or v.amd))
+    if not v.docker_ok and podman_version(v.facts):
+        _podman_only(v, host, o, plan, gpu_image and entry.gpu_request)
     if v.wsl:
         _doctor(o, lambda scratch: checks_host.check_wsl(v, m, scratch))
     pre = Preflight(image, tuple(o.items), tuple(added), plan)
-    if any(f.id in ("torch.driver_too_old", "torch.arch_missing") and f.severity is ERROR
-           for f in pre.findings):
+    if any(f.id in NEAREST_FOR and f.severity is ERROR for f in pre.findings):
         pre = replace(pre, nearest=nearest_variant(spec, v, m)[0])
     return pre
 
@@ -243,6 +251,26 @@ def _engine(v: View, m: Matrix, host: HostRules, o: Out, nvidia: bool) -> None:
     o.items += [f for f in scratch.items if f.id in keep]
     if v.docker_ok:
         o.add("docker.engine", OK, f"Docker engine {v.docker_info.get('ServerVersion', '?')}")
+
+
+def podman_version(facts: HostFacts) -> str:
+    """The version `podman info` says ('' without a working Podman)."""
+    c = facts.out(model.PODMAN_INFO)
+    obj = parse.json_object(c.stdout) if c is not None and c.ok else None
+    return str(((obj or {}).get("version") or {}).get("Version", "")) if obj else ""
+
+
+def _podman_only(v: View, host: HostRules, o: Out, plan: ContainerPlan, nvidia: bool) -> None:
+    """A host with Podman and no Docker engine: run starts containers through the Docker engine
+    only, so it refuses, and says the `podman run` line that starts the same container (CDI's
+    --device nvidia.com/gpu=all for the GPUs, where Podman and a CDI spec allow it)."""
+    ver = podman_version(v.facts)
+    cdi = nvidia and v.nvidia and bool(checks_env.cdi_specs(v.facts)) and \
+        compat.at_least(ver, host.podman_cdi_min)
+    line = shlex.join(replace(plan, gpus="cdi" if cdi else "").argv("podman"))
+    o.add("engine.podman_only", ERROR, f"this host has Podman {ver} and no Docker engine: "
+          "envbuild run starts containers through the Docker engine only",
+          f"start it with Podman (the image in Podman's store): {line}")
 
 
 def _nvidia(image: ImageFacts, v: View, m: Matrix, host: HostRules, o: Out,
@@ -364,8 +392,6 @@ def _limits(v: View, host: HostRules, o: Out, plan: ContainerPlan, req: RunReque
             gpu: bool) -> tuple[ContainerPlan, list[Added]]:
     """/dev/shm for DataLoader workers (every image), and the memlock and stack ulimits NCCL
     over InfiniBand needs (GPU images): each flag added once, with why."""
-    from envbuild.common.sizes import size_bytes
-
     added: list[Added] = []
     need = host.shm_min_mb << 20
     if req.ipc_host:
@@ -391,8 +417,9 @@ def _limits(v: View, host: HostRules, o: Out, plan: ContainerPlan, req: RunReque
                     f"Docker's default {host.docker_default_shm_mb} MB")
             o.add("shm.small", INFO, f"/dev/shm would be {said}, under the {host.shm_min_mb} MB "
                   "DataLoader workers need: fixed by --shm-size")
-            plan = replace(plan, shm_size=host.shm_advice)
-            added.append(Added(f"--shm-size={host.shm_advice}",
+            advice = size_bytes(host.shm_advice, "shm_advice")
+            plan = replace(plan, shm_size=advice)
+            added.append(Added(f"--shm-size={docker_size(advice)}",
                                f"/dev/shm of {said} < {host.shm_min_mb} MB"))
     if gpu:
         plan = _ulimits(v, host, o, plan, added)
@@ -444,6 +471,8 @@ def variant_request(spec: Spec, v: View, m: Matrix) -> Request:
         if v.windows_driver and v.driver:  # the doctor's WSL rule: the CUDA this driver runs
             choice = compat.choose_cuda(m, v.driver, v.ccs, True)
             ask = replace(ask, cuda=choice.cuda if choice is not None else None)
+    elif spec.target == "rocm" and v.amd_gfx:
+        ask = replace(ask, gpus=tuple(sorted(set(v.amd_gfx))))
     return ask
 
 
@@ -523,7 +552,17 @@ def check(image: str, req: RunRequest, ctx: Context | None = None,
     ctx = ctx or Context()
     check_image_ref(image)
     m = matrix.load(ctx.matrix_dir)
-    if docker.local_image(image) is None:  # an engine that is not there: exit 3, before probes
+    try:
+        found = docker.local_image(image)
+    except EnvironmentProblem:  # an engine that is not there: exit 3, before probes
+        if proc.which("docker") is None and proc.which("podman") is not None:
+            raise EnvironmentProblem(
+                "no Docker engine here, only Podman: envbuild run starts containers through "
+                "the Docker engine only", "start the image with `podman run --rm "
+                f"--device {CDI_ALL_GPUS} --shm-size={compat.host_rules().shm_advice} IMAGE` "
+                "(docs/guides/run.md, Podman), or install Docker") from None
+        raise
+    if found is None:
         raise UsageError(f"no image {shown(image)} in the local Docker engine",
                          "`docker images` lists them; build one with `envbuild make` (run "
                          "never builds or pulls)")

@@ -1,6 +1,7 @@
 """`envbuild run` on a real Docker engine with an image `envbuild make` built (the CPU target, the
 offline wheelhouse): the too-small /dev/shm is caught before the start and fixed by the flag, the
-exit code passes through, a failing command's output is decoded, Ctrl-C leaves no container."""
+exit code passes through, a failing command's output is decoded, Ctrl-C, SIGTERM, SIGHUP and
+even SIGKILL leave no container."""
 
 from __future__ import annotations
 
@@ -113,21 +114,51 @@ def test_bad_input_and_an_unknown_image(image: str) -> None:
     assert down.returncode == 3 and "cannot reach the Docker engine" in down.stderr
 
 
-def test_ctrl_c_stops_and_removes_the_container(image: str) -> None:
+def _started(image: str, *command: str) -> subprocess.Popen[str]:
+    """`envbuild run IMAGE -- COMMAND` in its own process, once its container is up."""
     assert run_containers() == ""
-    p = subprocess.Popen([sys.executable, "-m", "envbuild", "run", image, "--", "sleep", "300"],
+    p = subprocess.Popen([sys.executable, "-m", "envbuild", "run", image, "--", *command],
                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env={**os.environ})
+    deadline = time.monotonic() + 60
+    while "Up" not in run_containers():
+        if time.monotonic() > deadline or p.poll() is not None:
+            p.kill()
+            raise AssertionError(p.communicate())
+        time.sleep(0.2)
+    return p
+
+
+@pytest.mark.parametrize(("sig", "code", "said"), [
+    (signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)"),
+    (signal.SIGHUP, 129, "terminated (SIGHUP)")])
+def test_ctrl_c_sigterm_and_sighup_stop_and_remove_the_container(
+        image: str, sig: signal.Signals, code: int, said: str) -> None:
+    p = _started(image, "sleep", "300")
     try:
-        deadline = time.monotonic() + 60
-        while "Up" not in run_containers():
-            assert time.monotonic() < deadline and p.poll() is None, p.communicate()
-            time.sleep(0.2)
-        p.send_signal(signal.SIGINT)
+        p.send_signal(sig)
         _, err = p.communicate(timeout=60)
     finally:
         if p.poll() is None:
             p.kill()
-    assert p.returncode == 130, err
-    assert "interrupted; the container is stopped and removed" in err
+    assert p.returncode == code, err
+    assert f"{said}; the container is stopped and removed" in err
     assert run_containers() == ""
+
+
+def test_a_killed_envbuild_leaves_no_container_once_the_command_ends(image: str) -> None:
+    """SIGKILL cannot be caught: the engine removes the container when its command ends (--rm)."""
+    p = _started(image, "sleep", "4")
+    p.kill()
+    p.communicate(timeout=30)
+    deadline = time.monotonic() + 30
+    while run_containers():
+        assert time.monotonic() < deadline, run_containers()
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize(("size", "mb"), [("2GiB", 2048), ("96 MiB", 96), ("1048576", 1)])
+def test_every_size_spelling_reaches_the_container(image: str, size: str, mb: int) -> None:
+    r = run_cli("run", "--shm-size", size, image, "--", "sh", "-c", "df -m /dev/shm | tail -1")
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout.split()[1]) == mb

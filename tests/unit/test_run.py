@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import replace
@@ -152,7 +153,7 @@ def test_shm_the_daemon_default_the_users_size_and_ipc_host(m: Matrix) -> None:
     big = check(m, spec, host("h100-sxm-recorded", NVIDIA_DOCKER, {"default-shm-size": "8G"}))
     assert "--shm-size=8g" not in flags(big) and ids(big)["shm.ok"] == "ok"
     small = check(m, spec, host("h100-sxm-recorded", NVIDIA_DOCKER), shm_size="64m")
-    assert ids(small)["shm.small"] == "warn" and small.plan.shm_size == "64m"
+    assert ids(small)["shm.small"] == "warn" and small.plan.shm_size == 64 << 20
     assert not any(f.startswith("--shm-size") for f in flags(small))
     facts = replace(host("h100-sxm-recorded", NVIDIA_DOCKER), shm_bytes=64 << 20)
     ipc = check(m, spec, facts, ipc_host=True)
@@ -268,3 +269,205 @@ def test_env_values_are_never_printed(name: str, secret: str) -> None:
     assert argv[argv.index("-e") + 1] == name
     if len(secret) > 3 and secret not in ("x:1", "run", "docker"):
         assert secret not in " ".join(argv[:argv.index("-e")] + argv[argv.index("-e") + 2:])
+
+
+SIZE_UNITS = ("", "b", "k", "kb", "kib", "m", "mb", "mib", "g", "gb", "gib")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(min_value=1, max_value=1 << 20), st.sampled_from(SIZE_UNITS),
+       st.sampled_from(("", " ")), st.booleans())
+def test_every_shm_size_spelling_becomes_bytes_and_dockers_own_spelling(
+        m: Matrix, number: int, unit: str, space: str, upper: bool) -> None:
+    """Each spelling sizes.py takes (2GiB, 64 mb, 1048576, ...) reaches the SDK as bytes (docker-py
+    refuses "2GiB": 'should specify the units'), and the printed command says Docker's spelling
+    of the same bytes."""
+    from envbuild.common.sizes import docker_size, size_bytes
+    from envbuild.engine.docker import run_flags
+
+    text = f"{number}{space}{unit.upper() if upper else unit}"
+    want = size_bytes(text, "--shm-size")
+    plan = check(m, _cpu_spec(m), host("cpu-host-docker"), shm_size=text).plan
+    assert plan.shm_size == want and isinstance(plan.shm_size, int)
+    flag = next(f for f in run_flags(plan) if f.startswith("--shm-size="))
+    spelled = flag.removeprefix("--shm-size=")
+    assert spelled == docker_size(want) and size_bytes(spelled, "x") == want
+    assert re.fullmatch(r"\d+[kmg]?", spelled)  # what Docker's RAMInBytes reads as binary units
+
+
+def _cpu_spec(m: Matrix) -> Spec:
+    from envbuild.core.request import Request
+    from envbuild.core.resolve import resolve
+
+    return resolve(Request(target="cpu"), m)
+
+
+def test_a_rocm_image_without_this_hosts_gfx_names_its_nearest_variant(m: Matrix) -> None:
+    """torch.gfx_missing says "run the nearest variant below": one is computed, with this
+    host's gfx, and it resolves as typed to a spec that covers the GPU."""
+    from envbuild.cli import run as cli
+    from envbuild.core.request import Request
+    from envbuild.core.resolve import resolve
+
+    spec = resolve(Request(target="rocm"), m)
+    pre = check(m, replace(spec, archs=("gfx908", "gfx90a")), host("mi300x"))
+    assert pre.blocked and ids(pre)["torch.gfx_missing"] == "error"
+    assert pre.nearest.startswith("envbuild make --target rocm ") and "--gpu gfx942" in pre.nearest
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        assert cli(["resolve", *shlex.split(pre.nearest)[2:], "--json"]) == 0, err.getvalue()
+    assert "gfx942" in json.loads(out.getvalue())["archs"]
+
+
+@pytest.mark.parametrize("argv", [["run", "Bad!Name", "python", "x.py", "--json"],
+                                  ["run", "-e", "X=1", "Bad!Name", "sh", "--json"],
+                                  ["run", "--shm-size", "--json", "Bad!Name"],
+                                  ["run", "Bad!Name", "--", "x", "--json"]])
+def test_json_after_the_image_is_the_commands_not_envbuilds(argv: list[str]) -> None:
+    from envbuild.cli import run as cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        assert cli(argv) == 2
+    assert out.getvalue() == "" and err.getvalue().startswith("error: ")
+
+
+def test_json_before_the_image_is_envbuilds() -> None:
+    from envbuild.cli import run as cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        assert cli(["run", "--json", "Bad!Name", "python", "x.py"]) == 2
+    assert "is not an image reference" in json.loads(out.getvalue())["error"]["message"]
+
+
+class _FakeContainer:
+    def __init__(self, log: list[str]) -> None:
+        self.id, self.log = "c0ffee", log
+
+    def start(self) -> None:
+        self.log.append("start")
+
+    def remove(self, force: bool = False) -> None:
+        self.log.append("remove")
+
+
+class _FakeEngine:
+    """The SDK calls run_attached makes: what it creates, and a wait that answers `waited`."""
+
+    def __init__(self, waited: dict[str, object], chunks: int = 1) -> None:
+        self.waited, self.log, self.kwargs = waited, [], {}  # type: ignore[var-annotated]
+        self.chunks = chunks
+        self.containers, self.api = self, self
+
+    def create(self, image: str, command: object, **kwargs: object) -> _FakeContainer:
+        self.kwargs = kwargs
+        return _FakeContainer(self.log)
+
+    def attach(self, cid: str, **kwargs: object) -> object:
+        return iter([(b"out\n", None)] * self.chunks)
+
+    def wait(self, cid: str, condition: str = "") -> dict[str, object]:
+        self.log.append(f"wait {condition}")
+        return self.waited
+
+
+def _run_on(monkeypatch: pytest.MonkeyPatch, engine: _FakeEngine, **plan: object) -> int:
+    from envbuild.engine import docker
+
+    monkeypatch.setattr(docker, "client", lambda: engine)
+    return docker.run_attached(docker.ContainerPlan(image="x:1", **plan),  # type: ignore[arg-type]
+                               lambda b: None, lambda b: None)
+
+
+def test_the_container_is_created_with_rm_and_shm_in_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = _FakeEngine({"StatusCode": 7})
+    assert _run_on(monkeypatch, engine, shm_size=2 << 30) == 7
+    assert engine.kwargs["auto_remove"] is True and engine.kwargs["shm_size"] == 2 << 30
+    assert "wait removed" in engine.log and engine.log[-1] == "remove"
+
+
+@pytest.mark.parametrize("answer", [{}, {"StatusCode": None}, {"StatusCode": -1},
+                                    {"Error": {"Message": "container gone"}}])
+def test_an_engine_that_does_not_say_the_exit_code_is_exit_3(
+        monkeypatch: pytest.MonkeyPatch, answer: dict[str, object]) -> None:
+    from envbuild.common.errors import EXIT_CANNOT_RUN, EnvironmentProblem
+
+    engine = _FakeEngine(answer)
+    with pytest.raises(EnvironmentProblem, match="did not say how the container") as info:
+        _run_on(monkeypatch, engine)
+    assert info.value.exit_code == EXIT_CANNOT_RUN and engine.log[-1] == "remove"
+    if "Error" in answer:
+        assert "container gone" in info.value.message
+
+
+def test_sigterm_and_sighup_unwind_as_ctrl_c_and_the_handlers_come_back() -> None:
+    import os
+    import signal
+
+    from envbuild.common import signals
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        before = signal.getsignal(sig)
+        with pytest.raises(KeyboardInterrupt) as info, signals.raised():
+            os.kill(os.getpid(), sig)  # its handler runs at once, in this (the main) thread
+        assert isinstance(info.value, signals.Terminated)
+        assert info.value.exit_code == 128 + sig and signal.getsignal(sig) is before
+
+
+def podman_host(version: str, cdi: bool) -> HostFacts:
+    """The recorded H100 (no Docker) with a working Podman, and an NVIDIA CDI spec or not."""
+    facts = host("h100-sxm-recorded")
+    info = {"version": {"Version": version}, "host": {"cgroupManager": "systemd",
+                                                      "cgroupVersion": "v2"}}
+    outputs = {**facts.outputs, model.PODMAN_INFO: Cmd(model.OUTPUTS[model.PODMAN_INFO], 0,
+                                                       json.dumps(info))}
+    dirs = {**facts.dirs, "/etc/cdi": ("nvidia.yaml",)} if cdi else facts.dirs
+    return replace(facts, outputs=outputs, dirs=dirs)
+
+
+def test_a_podman_only_host_is_refused_with_the_podman_command_line(m: Matrix) -> None:
+    """run drives the Docker engine only: on a host with only Podman it says so (not a start
+    that fails later) and prints the `podman run` line, with CDI's GPU flag where it works."""
+    spec = spec_of(SPEC_H100)
+    pre = check(m, spec, podman_host("4.9.3", cdi=True), command=("python", "train.py"))
+    found = {f.id: f for f in pre.findings}
+    assert pre.blocked and found["engine.podman_only"].severity.rank == 3
+    assert "Podman 4.9.3 and no Docker engine" in found["engine.podman_only"].message
+    line = found["engine.podman_only"].remediation.split(": ", 1)[1]
+    words = shlex.split(line)
+    assert words[:3] == ["podman", "run", "--rm"] and words[-2:] == ["python", "train.py"]
+    assert "--device nvidia.com/gpu=all" in line and "--shm-size=8g" in words
+    assert ids(pre)["docker.not_found"] == "info"
+    no_cdi = check(m, spec, podman_host("4.9.3", cdi=False))
+    assert ids(no_cdi)["podman.no_cdi"] == "warn"
+    assert "nvidia.com/gpu" not in {f.id: f.remediation for f in no_cdi.findings}[
+        "engine.podman_only"]
+    old = check(m, spec, podman_host("3.4.4", cdi=True))
+    assert ids(old)["podman.old"] == "warn" and "nvidia.com/gpu" not in {
+        f.id: f.remediation for f in old.findings}["engine.podman_only"]
+    docker_too = replace(podman_host("4.9.3", cdi=True), outputs={
+        **podman_host("4.9.3", cdi=True).outputs,
+        **host("h100-sxm-recorded", NVIDIA_DOCKER).outputs})
+    assert "engine.podman_only" not in ids(check(m, spec, docker_too))
+
+
+def test_a_podman_only_host_without_a_docker_engine_says_so(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from envbuild.common import proc
+    from envbuild.common.errors import EnvironmentProblem
+    from envbuild.engine import docker
+
+    def no_engine(ref: str) -> None:
+        raise EnvironmentProblem("cannot reach the Docker engine (No such file or directory)",
+                                 "start it")
+
+    monkeypatch.setattr(docker, "local_image", no_engine)
+    monkeypatch.setattr(proc, "which", lambda name: "/usr/bin/podman" if name == "podman"
+                        else None)
+    with pytest.raises(EnvironmentProblem, match="only Podman: envbuild run starts") as info:
+        run.check("envbuild/cu130:test", run.RunRequest())
+    assert "podman run --rm --device nvidia.com/gpu=all --shm-size=8g IMAGE" in info.value.hint
+    monkeypatch.setattr(proc, "which", lambda name: None)
+    with pytest.raises(EnvironmentProblem, match="cannot reach the Docker engine"):
+        run.check("envbuild/cu130:test", run.RunRequest())
