@@ -345,7 +345,8 @@ def from_scontrol(text: str, m: Matrix) -> tuple[list[Node], list[str]]:
     """`scontrol show node -o` -> the nodes with a typed GPU GRES (gpu:TYPE:N), and a note for
     each node left out. The driver comes from a node feature `driver-VERSION` (Slurm does not
     know it): a node without one has no driver here."""
-    nodes, notes = [], []
+    nodes: list[Node] = []
+    notes: list[str] = []
     for line in text.splitlines():
         kv = dict(_KV.findall(line))
         name = kv.get("NodeName", "")

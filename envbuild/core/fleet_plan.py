@@ -380,8 +380,8 @@ def plan(m: Matrix, fleet: Fleet, targets: Sequence[tuple[str, Request]],
         except EnvbuildError as exc:
             raise EnvbuildError(f"the target {name}: {_plan_words(exc.message)}",
                                 _plan_words(exc.hint),
-                                tuple(_plan_words(a) if isinstance(a, str) else a
-                                      for a in exc.alternatives), exc.exit_code) from None
+                                [_plan_words(a) if isinstance(a, str) else a
+                                 for a in exc.alternatives], exc.exit_code) from None
     judged = []
     for g in fleet.groups:
         tries = [judge(m, g, req, main, name) for name, req, main in mains]

@@ -25,7 +25,8 @@ def test_plan_prints_a_table_json_and_markdown(tmp_path: Path) -> None:
     args = ["plan", "--fleet", str(FLEET / "fleet.toml"), "--to", "torch==2.15"]
     r = run_cli(*args, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("plan: torch 2.15\n") and "loses the GPU: no sm_60 in torch 2.15" in r.stdout
+    assert r.stdout.startswith("plan: torch 2.15\n")
+    assert "loses the GPU: no sm_60 in torch 2.15" in r.stdout
     j = json.loads(run_cli(*args, "--json", cwd=tmp_path).stdout)
     assert [g["group"] for g in j["groups"]] == ["pascal", "volta", "ampere", "hopper",
                                                  "blackwell"]

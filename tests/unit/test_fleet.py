@@ -5,6 +5,7 @@ is a UsageError, never another exception."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -44,7 +45,8 @@ _names = st.from_regex(r"[a-z][a-z0-9._-]{0,20}", fullmatch=True)
 _drivers = st.from_regex(r"[1-9][0-9]{2}\.[0-9]{1,3}(\.[0-9]{2})?", fullmatch=True)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_what_dump_writes_parses_back_the_same(m: Matrix, data: st.DataObject) -> None:
     nvidia = [g for g in m.gpus if g.vendor == "nvidia" and g.cc]
@@ -97,13 +99,12 @@ def test_a_bad_fleet_file_is_one_usage_error(m: Matrix, case: str) -> None:
     assert "\n" not in err.value.message and err.value.hint
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=st.text(max_size=300))
 def test_any_text_is_a_fleet_or_a_usage_error(m: Matrix, text: str) -> None:
-    try:
+    with contextlib.suppress(UsageError):
         fleet.parse("[group.a]\n" + text, Path("fleet.toml"), m)
-    except UsageError:
-        pass
 
 
 # -- sources -----------------------------------------------------------------------------------
@@ -174,7 +175,8 @@ def test_scontrol_nodes_with_typed_gpu_gres(m: Matrix) -> None:
     assert any(x.startswith("slurm node n4: no typed GPU GRES") for x in notes)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=st.text(max_size=400))
 def test_any_scontrol_text_reads_without_an_exception(m: Matrix, text: str) -> None:
     nodes, _ = fleet.from_scontrol(SCONTROL + text, m)

@@ -39,7 +39,8 @@ def fl(m: Matrix) -> Fleet:
 
 def _targets(m: Matrix) -> dict[str, tuple[str, str]]:
     newest, before = m.torch[-1], m.torch[-2]
-    return {"newest torch": ("torch", newest.version), "the torch before": ("torch", before.version),
+    return {"newest torch": ("torch", newest.version),
+            "the torch before": ("torch", before.version),
             "newest CUDA": ("cuda", compat.wheel_cudas(m)[-1]),
             "newest Python": ("python", max(newest.python, key=version_key))}
 
@@ -332,8 +333,8 @@ def test_fleet_images_keep_the_team_request(m: Matrix, fl: Fleet) -> None:
     p = fleet_plan.plan(m, fl, [("default", req)], req)
     for img in p.images:
         argv = img.argv()
-        assert ["--without", "torchvision"] == argv[argv.index("torchvision") - 1:
-                                                     argv.index("torchvision") + 1]
+        at = argv.index("torchvision")
+        assert argv[at - 1:at + 1] == ["--without", "torchvision"]
         assert "--flavor" in argv and _resolve_typed(argv) == (0, img.spec.hash)
 
 
