@@ -10,6 +10,8 @@ set -euo pipefail
 dir=${ENVBUILD_SLURM_DIR:-/var/lib/envbuild-slurm}
 conf=$dir/slurm.conf
 nodes=(n1 n2)
+port=${ENVBUILD_SLURM_PORT:-17000}  # slurmctld's; the nodes' are the next two (a second cluster
+                                    # on this host, e.g. a worktree's, takes another base)
 export SLURM_CONF=$conf
 
 alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
@@ -58,7 +60,7 @@ new=$(cat <<EOF
 # written by .ci/slurm.sh (envbuild tests): two nodes on one host
 ClusterName=envbuild
 SlurmctldHost=$host(127.0.0.1)
-SlurmctldPort=17000
+SlurmctldPort=$port
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -84,13 +86,33 @@ MinJobAge=120
 InactiveLimit=0
 SlurmdTimeout=60
 MessageTimeout=10
-NodeName=n[1-2] NodeHostname=$host NodeAddr=127.0.0.1 Port=17001-17002 CPUs=1 State=UNKNOWN
+GresTypes=gpu
+NodeName=n1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$((port + 1)) CPUs=1 Gres=gpu:tesla_v100:2 Features=driver-535.183.01 State=UNKNOWN
+NodeName=n2 NodeHostname=$host NodeAddr=127.0.0.1 Port=$((port + 2)) CPUs=1 Gres=gpu:nvidia_h100_80gb_hbm3:4 Features=driver-580.126.20 State=UNKNOWN
 PartitionName=debug Nodes=n[1-2] Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+EOF
+)
+# GPU GRES types that `envbuild fleet collect --slurm` reads. There is no GPU here: slurmd drops
+# a GPU without device files, so each node's "GPUs" are links to /dev/null under $dir/dev
+# (AutoDetect=off; TaskPlugin=task/none constrains no device). Jobs that ask for no GRES run as
+# before. A node's driver is named by a `driver-VERSION` feature, the convention fleet collect
+# reads (Slurm does not know the driver).
+mkdir -p "$dir/dev"
+for i in 0 1 2 3; do ln -sfn /dev/null "$dir/dev/nvidia$i"; done
+gres=$(cat <<EOF
+# written by .ci/slurm.sh (envbuild tests): GPU types over stand-in device files
+AutoDetect=off
+NodeName=n1 Name=gpu Type=tesla_v100 File=$dir/dev/nvidia[0-1]
+NodeName=n2 Name=gpu Type=nvidia_h100_80gb_hbm3 File=$dir/dev/nvidia[0-3]
 EOF
 )
 changed=0
 if [ ! -f "$conf" ] || [ "$(cat "$conf")" != "$new" ]; then
   printf '%s\n' "$new" >"$conf"
+  changed=1
+fi
+if [ ! -f "$dir/gres.conf" ] || [ "$(cat "$dir/gres.conf")" != "$gres" ]; then
+  printf '%s\n' "$gres" >"$dir/gres.conf"
   changed=1
 fi
 [ "$changed" = 1 ] && stop >/dev/null

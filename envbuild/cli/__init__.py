@@ -19,10 +19,11 @@ COMMANDS: dict[str, str] = {
     "resolve": "resolve_cmd", "render": "render_cmd", "build": "build_cmd",
     "validate": "build_cmd", "make": "build_cmd", "doctor": "doctor_cmd",
     "explain": "doctor_cmd", "matrix": "matrix_cmd", "team": "team_cmd",
-    "cluster": "cluster_cmd", "bundle": "bundle_cmd",
+    "cluster": "cluster_cmd", "bundle": "bundle_cmd", "fleet": "fleet_cmd", "plan": "fleet_cmd",
+    "run": "run_cmd",
 }
-_MODULE_ORDER = ("build_cmd", "bundle_cmd", "cluster_cmd", "doctor_cmd", "matrix_cmd",
-                 "render_cmd", "resolve_cmd", "team_cmd")
+_MODULE_ORDER = ("build_cmd", "bundle_cmd", "cluster_cmd", "doctor_cmd", "fleet_cmd", "matrix_cmd",
+                 "render_cmd", "resolve_cmd", "run_cmd", "team_cmd")
 
 
 def _command_name(argv: list[str]) -> str | None:
@@ -45,8 +46,28 @@ def load_commands(argv: list[str]) -> None:
         importlib.import_module(f"envbuild.cli.{module}")
 
 
-def _wants_json(argv: list[str]) -> bool:
-    return "--json" in argv
+def _wants_json(argv: list[str], cmd: click.Command | None = None) -> bool:
+    """--json among envbuild's own options: not in `run IMAGE -- CMD --json`, nor, for a command
+    that takes no option after its first argument (`run IMAGE CMD --json`), after that word."""
+    words = argv[:argv.index("--")] if "--" in argv else argv
+    name = _command_name(words)
+    sub = cmd.commands.get(name) if isinstance(cmd, click.Group) and name else None
+    if name and sub is not None and not sub.context_settings.get("allow_interspersed_args", True):
+        words = _before_first_argument(words, words.index(name), sub)
+    return "--json" in words
+
+
+def _before_first_argument(words: list[str], at: int, sub: click.Command) -> list[str]:
+    """The words before words[at] (the subcommand's name), then its options up to its first
+    argument, without the values they take: the rest belongs to that argument (a started
+    program's own words)."""
+    takes_value = {n for p in sub.params if isinstance(p, click.Option) and not p.is_flag
+                   and not p.count for n in (*p.opts, *p.secondary_opts)}
+    out, i = words[:at + 1], at + 1
+    while i < len(words) and words[i].startswith("-") and words[i] != "-":
+        out.append(words[i])
+        i += 2 if words[i] in takes_value else 1
+    return out
 
 
 def _fail(err: EnvbuildError, as_json: bool) -> int:
@@ -80,6 +101,7 @@ def run(argv: list[str], started: Callable[[], None] | None = None) -> int:
         load_commands(argv)
         name = _command_name(argv)
         cmd = command(name if name in COMMANDS else None)
+        as_json = _wants_json(argv, cmd)
         if started is not None:
             started()
         rc = cmd.main(args=argv, prog_name="envbuild", standalone_mode=False)

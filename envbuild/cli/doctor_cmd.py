@@ -55,7 +55,7 @@ def doctor(
                          "e.g. envbuild doctor --collect-env env.txt --markdown")
     d = diagnose(cuda=cuda, facts_dir=facts_dir, save=save, matrix_dir=matrix_dir)
     if json_out:
-        emit_json(report.to_json(d.findings, d.recommendation, d.facts))
+        emit_json(report.to_json(d.findings, d.recommendation, d.facts, d.host))
     else:
         sys.stdout.write(report.render(d.findings, d.recommendation, d.facts, verbose))
     if d.failed:

@@ -118,8 +118,8 @@ def build_cmd(
         "--push", help="Push every validated image to its registry and attach its validation "
         "report (an unvalidated or failing image is never pushed).")] = False,
     jobs: Annotated[int, typer.Option(
-        "--jobs", "-j", min=1, max=16, help="Images built at once (after the first image of "
-        "each shared torch layer).")] = 1,
+        "--jobs", "-j", min=1, max=16, help="Images built, validated and pushed at once (images "
+        "that share a torch layer wait for the one that builds it).")] = 1,
     locked: Annotated[bool, typer.Option(
         "--locked", help="Rebuild exactly what envbuild.lock pins: FROM base@sha256:..., the "
         "locked torch/Python/OS and exact package versions.")] = False,

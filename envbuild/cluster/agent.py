@@ -19,7 +19,7 @@ import signal
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from envbuild.cluster.hosts import (
     CLUSTER_FAULT_ENV,
@@ -30,6 +30,7 @@ from envbuild.cluster.hosts import (
     node_addr,
 )
 from envbuild.cluster.report import MARK
+from envbuild.common import signals
 from envbuild.common.boundedio import parse_json
 from envbuild.common.errors import EnvbuildError
 
@@ -189,10 +190,6 @@ def rendezvous() -> str:
     return addr or first
 
 
-def _on_term(signum: int, frame: object) -> NoReturn:
-    raise SystemExit(128 + signum)  # unwinds: the container is removed in run_container
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m envbuild.cluster.agent")
     p.add_argument("step", choices=["node", "allreduce", "rendezvous"])
@@ -204,8 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-bytes", type=int, default=1 << 30)
     p.add_argument("--iters", type=int, default=5)
     a = p.parse_args(argv)
-    signal.signal(signal.SIGTERM, _on_term)
-    signal.signal(signal.SIGINT, _on_term)
+    # exit 128 + the signal, unwinding: the container is removed in run_container
+    signals.install((signal.SIGTERM, signal.SIGINT), lambda signum: SystemExit(128 + signum))
     if a.step == "rendezvous":
         try:
             print(rendezvous())

@@ -4,28 +4,18 @@ files written, the task logs read and turned into the cluster report. Nothing he
 from __future__ import annotations
 
 import contextlib
-import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from envbuild.common.errors import UsageError
+from envbuild.common.sizes import size_bytes as size_bytes  # its one home; re-exported
 
 if TYPE_CHECKING:
     from envbuild.cluster.render import ClusterOptions
 
-_SIZE = re.compile(r"^(\d{1,18})\s*(|k|m|g|kib|mib|gib|b)$", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
-          "g": 1 << 30, "gib": 1 << 30}
 MAX_LOG_BYTES = 64 << 20
-
-
-def size_bytes(text: str, flag: str) -> int:
-    m = _SIZE.match(text.strip())
-    if not m:
-        raise UsageError(f"{flag} {text[:40]!r} is not a size", "e.g. 1M, 64MiB, 1G or 1048576")
-    return int(m.group(1)) * _UNITS[m.group(2).lower()]
 
 
 def options(image: str, out: Path, **kw: Any) -> ClusterOptions:

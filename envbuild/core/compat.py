@@ -222,6 +222,8 @@ class HostRules:
     shm_min_mb: int = 1024  # a container /dev/shm below this is reported
     cuda_device_nodes: tuple[str, ...] = ()  # regexes: the /dev nodes a CUDA process opens
     nvidia_device_mode: str = ""  # the driver's default mode for them (NVreg_DeviceFileMode)
+    memlock_advice: str = "-1"  # the container memlock ulimit NCCL over IB needs (-1: unlimited)
+    stack_advice: int = 67108864  # the container stack ulimit (bytes) NGC containers ask for
 
     @classmethod
     def from_table(cls, t: Mapping[str, Any]) -> HostRules:
@@ -230,7 +232,8 @@ class HostRules:
                        int(t["docker_default_shm_mb"]), str(t["podman_cdi_min"]),
                        str(t["shm_advice"]), int(t["shm_min_mb"]),
                        tuple(str(x) for x in t["cuda_device_nodes"]),
-                       str(t["nvidia_device_mode"]))
+                       str(t["nvidia_device_mode"]), str(t["memlock_advice"]),
+                       int(t["stack_advice"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise MatrixError(f"signatures.toml [doctor]: missing or bad key {exc}") from exc
 

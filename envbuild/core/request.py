@@ -484,3 +484,30 @@ def _build_extensions(req: Request, gpus: tuple[GpuRef, ...]) -> bool:
         raise UsageError("--build-extensions compiles for exactly the GPUs it is for; none is "
                          "named", "add --gpu (e.g. --gpu H100 --gpu A100)")
     return True
+
+
+def make_argv(r: Request) -> list[str]:
+    """The `envbuild make` command line of a request: every Request field make takes, so the
+    command printed asks for the same spec (`envbuild resolve` takes the same options but
+    --base-image, which make inspects). --target only when the request names one, the
+    companions left out as --without, each --with as typed. The one builder of such commands
+    (a fleet plan's images, run's nearest variant, doctor's recommendation)."""
+    out = ["envbuild", "make"]
+    for flag, value in (("--target", r.target), ("--cuda", r.cuda), ("--rocm", r.rocm),
+                        ("--torch", r.torch), ("--python", r.python), ("--os", r.os),
+                        ("--flavor", r.flavor), ("--driver", r.driver)):
+        if value:
+            out += [flag, value]
+    for g in r.gpus:
+        out += ["--gpu", g]
+    if r.platform:
+        out += ["--platform", r.platform]
+    out += [x for c in COMPONENTS if c not in r.components for x in ("--without", c)]
+    out += [x for e in r.extensions for x in ("--with", e)]
+    if r.build_extensions:
+        out.append("--build-extensions")
+    if r.forward_compat:
+        out.append("--forward-compat")
+    if r.base is not None:
+        out += ["--base-image", r.base.ref]
+    return out

@@ -47,6 +47,15 @@ def diagnose(facts: HostFacts, matrix: Matrix, request: Request | None = None,
     return o.items, rec
 
 
+def gpu_facts(facts: HostFacts, matrix: Matrix) -> dict[str, object]:
+    """The host's NVIDIA driver and GPUs as data (doctor --json's `host`), what `fleet collect`
+    reads: the same parse the checks judge, so the two never disagree."""
+    v = build_view(facts, matrix)
+    return {"driver": v.driver or "",
+            "gpus": [{"index": g.index, "name": g.name, "cc": g.cc, "memory_mib": g.memory_mib}
+                     for g in v.gpus]}
+
+
 def _validate(req: Request, m: Matrix) -> None:
     if req.cuda and m.cuda_release(req.cuda) is None:
         known = [r.version for r in m.cuda]

@@ -60,20 +60,12 @@ class Recommendation:
     platform: str = ""  # the host's, when not linux/amd64: the image must be for it
 
     def argv(self) -> list[str]:
-        out = ["envbuild", "make", "--target", self.target]
-        if self.cuda:
-            out += ["--cuda", self.cuda]
-        if self.rocm:
-            out += ["--rocm", self.rocm]
-        if self.torch:
-            out += ["--torch", self.torch]
-        if self.driver:
-            out += ["--driver", self.driver]
-        for g in self.gpus:
-            out += ["--gpu", g]
-        if self.platform:
-            out += ["--platform", self.platform]
-        return out
+        from envbuild.core.request import Request, make_argv
+
+        return make_argv(Request(target=self.target, cuda=self.cuda or None,
+                                 rocm=self.rocm or None, torch=self.torch or None,
+                                 driver=self.driver or None, gpus=self.gpus,
+                                 platform=self.platform or None))
 
     @property
     def command(self) -> str:

@@ -192,8 +192,9 @@ def _kfd_gfx() -> tuple[int, ...]:
     return tuple(out)
 
 
-def collect() -> HostFacts:
-    """Probe this host. Every command is time-limited; missing tools are recorded, not errors."""
+def collect(torch: bool = True) -> HostFacts:
+    """Probe this host. Every command is time-limited; missing tools are recorded, not errors.
+    `torch`: also import this Python's torch (`envbuild run` judges an image, not it)."""
     system, machine = platform.system(), platform.machine()
     # DOCKER_HOST may be tcp://user:password@host: recorded and reported without credentials
     env = {k: redact(os.environ[k]) for k in ENV_KEYS if k in os.environ}
@@ -233,7 +234,7 @@ def collect() -> HostFacts:
     if proc.which("podman"):
         out(model.PODMAN_INFO, "podman")
     python = _python()
-    if "torch" in python:
+    if "torch" in python and torch:
         r = run_cmd([sys.executable, "-c", TORCH_SNIPPET], TORCH_TIMEOUT)
         outputs[model.TORCH_PROBE] = Cmd(model.OUTPUTS[model.TORCH_PROBE], r.returncode,
                                          r.stdout, r.stderr, r.error)

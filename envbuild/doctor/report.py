@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 from collections import Counter
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from envbuild.common.echo import escaped
@@ -23,9 +24,11 @@ def host_summary(facts: HostFacts) -> dict[str, Any]:
             "container": facts.container}
 
 
-def to_json(findings: list[Finding], rec: Recommendation, facts: HostFacts) -> dict[str, Any]:
+def to_json(findings: list[Finding], rec: Recommendation, facts: HostFacts,
+            host: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """doctor --json; `host` adds data to the host summary (doctor's driver and GPUs)."""
     counts = Counter(str(f.severity) for f in findings)
-    return {"schema": 1, "host": host_summary(facts),
+    return {"schema": 1, "host": {**host_summary(facts), **(host or {})},
             "summary": {s.value: counts.get(s.value, 0) for s in Severity},
             "findings": [f.to_json() for f in findings],
             "recommendation": rec.to_json()}

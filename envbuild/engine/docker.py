@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +20,13 @@ from envbuild.common import proc
 from envbuild.common.echo import shown
 from envbuild.common.errors import EXIT_CANNOT_RUN, EnvbuildError, EnvironmentProblem
 from envbuild.common.record import record
+from envbuild.common.sizes import docker_size
 from envbuild.core import refs
 
 LABEL_ROLE = "io.envbuild.role"
 LABEL_SPEC_HASH = "io.envbuild.spec-hash"
 LABEL_CONTEXT_HASH = "io.envbuild.context-hash"
+LABEL_RUN = "io.envbuild.run"  # `envbuild run`: one id per run, so a cancelled one is found
 
 # What a registry answers when the docker credential store has no login for it, or a wrong one.
 _DENIED = re.compile(r"401 Unauthorized|unauthorized: authentication required|failed to "
@@ -450,6 +453,155 @@ def run_container(image: str, command: list[str], *, target: str, gpus: bool, ti
         if entry.security_opt:
             kwargs["security_opt"] = list(entry.security_opt)
     return _run_to_end(c, image, command, kwargs, timeout, stderr=False)
+
+
+@record
+class ContainerPlan:
+    """What `envbuild run` starts: the image, the command and every setting of the container.
+    `env` values never reach a printed command line (argv shows `-e NAME`)."""
+
+    image: str
+    command: tuple[str, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    shm_size: int | None = None  # --shm-size, in bytes (the SDK takes only bytes or "2g")
+    ipc_host: bool = False  # --ipc=host
+    ulimits: tuple[tuple[str, int, int], ...] = ()  # (name, soft, hard); -1: unlimited
+    gpus: str = ""  # "all": --gpus all (the nvidia runtime); "cdi": --device nvidia.com/gpu=all
+    devices: tuple[str, ...] = ()  # host device nodes (ROCm: /dev/kfd, /dev/dri)
+    group_add: tuple[str, ...] = ()
+    security_opt: tuple[str, ...] = ()
+    mounts: tuple[tuple[str, str, bool], ...] = ()  # (host path, container path, read-only)
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def argv(self, docker: str = "docker") -> list[str]:
+        """The `docker run` command line that starts the same container (pure)."""
+        out = [docker, "run", "--rm"]
+        for k, v in sorted(self.labels.items()):
+            out += ["--label", f"{k}={v}"]
+        for flag in run_flags(self):
+            out += flag.split(" ", 1)
+        for src, dst, ro in self.mounts:
+            out += ["-v", f"{src}:{dst}" + (":ro" if ro else "")]
+        for name in self.env:
+            out += ["-e", name]
+        return [*out, self.image, *self.command]
+
+
+CDI_ALL_GPUS = "nvidia.com/gpu=all"
+
+
+def run_flags(p: ContainerPlan) -> list[str]:
+    """The container settings of a plan as `docker run` flags, one string each (--gpus all)."""
+    out = []
+    if p.ipc_host:
+        out.append("--ipc=host")
+    if p.shm_size is not None:
+        out.append(f"--shm-size={docker_size(p.shm_size)}")
+    for name, soft, hard in p.ulimits:
+        out.append(f"--ulimit {name}={soft}" + (f":{hard}" if hard != soft else ""))
+    if p.gpus == "all":
+        out.append("--gpus all")
+    elif p.gpus == "cdi":
+        out.append(f"--device {CDI_ALL_GPUS}")
+    out += [f"--device {d}" for d in p.devices]
+    out += [f"--group-add {g}" for g in p.group_add]
+    out += [f"--security-opt {s}" for s in p.security_opt]
+    return out
+
+
+def run_attached(plan: ContainerPlan, on_stdout: Callable[[bytes], None],
+                 on_stderr: Callable[[bytes], None]) -> int:
+    """Start the plan's container, stream its stdout and stderr as they come, and return its
+    exit code. The container is always removed: the engine removes it when it exits (--rm, so
+    even a SIGKILLed envbuild leaves none once the command ends), and this removes it on failure
+    or Ctrl-C (any KeyboardInterrupt: SIGTERM too, see common/signals.py): by its id, and by its
+    LABEL_RUN label when the interrupt came before the id was known. A command the container
+    cannot start is exit 127 (not found) or 126, as `docker run` says, its reason on on_stderr.
+    An engine that does not say the exit code is an EnvironmentProblem (exit 3)."""
+    import threading
+
+    import docker.errors
+    import docker.types
+
+    c = client()
+    kwargs: dict[str, Any] = {"labels": dict(plan.labels), "environment": dict(plan.env),
+                              "stdin_open": False, "tty": False, "auto_remove": True}
+    if plan.shm_size is not None:
+        kwargs["shm_size"] = int(plan.shm_size)  # bytes: docker-py refuses "2Gi" and "2GiB"
+    if plan.ipc_host:
+        kwargs["ipc_mode"] = "host"
+    if plan.ulimits:
+        kwargs["ulimits"] = [docker.types.Ulimit(name=n, soft=s, hard=h)
+                             for n, s, h in plan.ulimits]
+    if plan.gpus == "all":
+        kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1,
+                                                                capabilities=[["gpu"]])]
+    elif plan.gpus == "cdi":
+        kwargs["device_requests"] = [docker.types.DeviceRequest(driver="cdi",
+                                                                device_ids=[CDI_ALL_GPUS])]
+    if plan.devices:
+        kwargs["devices"] = [f"{d}:{d}:rwm" for d in plan.devices]
+    if plan.group_add:
+        kwargs["group_add"] = list(plan.group_add)
+    if plan.security_opt:
+        kwargs["security_opt"] = list(plan.security_opt)
+    if plan.mounts:
+        kwargs["mounts"] = [docker.types.Mount(dst, src, type="bind", read_only=ro)
+                            for src, dst, ro in plan.mounts]
+    container = None
+    ended: dict[str, Any] = {}
+
+    def wait_removed(cid: str) -> None:  # asked before the start, as `docker run --rm` does
+        try:
+            ended.update(c.api.wait(cid, condition="removed"))
+        except Exception as exc:
+            ended["error"] = str(exc)[:200]
+
+    try:
+        with _docker_errors():
+            container = c.containers.create(plan.image, list(plan.command) or None, **kwargs)
+            waiter = threading.Thread(target=wait_removed, args=(container.id,), daemon=True)
+            waiter.start()
+            stream = c.api.attach(container.id, stdout=True, stderr=True, stream=True, logs=True,
+                                  demux=True)
+            try:
+                container.start()
+            except docker.errors.APIError as exc:
+                text = str(exc.explanation or exc)
+                on_stderr((text + "\n").encode())
+                return 127 if re.search(r"not found|no such file", text, re.I) else 126
+            for out, err in stream:
+                if out:
+                    on_stdout(out)
+                if err:
+                    on_stderr(err)
+            waiter.join(WAIT_AFTER_EXIT_S)
+        return exit_status(dict(ended), plan.image)
+    finally:
+        if container is not None:
+            with suppress(Exception):  # best effort: it is gone already when it exited
+                container.remove(force=True)
+        elif plan.labels.get(LABEL_RUN):  # interrupted between the create and its answer
+            with suppress(Exception):
+                remove_containers({LABEL_RUN: plan.labels[LABEL_RUN]}, settle=2.0)
+
+
+WAIT_AFTER_EXIT_S = 60.0  # the engine's removal of an exited --rm container
+
+
+def exit_status(answer: Mapping[str, Any], image: str) -> int:
+    """The exit code in the engine's answer to a container wait; an EnvironmentProblem when it
+    has none (an engine error, a wait cut short): never a made-up code."""
+    code = answer.get("StatusCode")
+    if isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 255:
+        return code
+    err = answer.get("Error")
+    error = answer.get("error") or (err.get("Message") if isinstance(err, dict) else err)
+    why = f" ({shown(str(error))})" if error else ""
+    raise EnvironmentProblem(f"the engine did not say how the container of {shown(image)} "
+                             f"ended{why}",
+                             "the command's exit code is unknown: `docker events` or the "
+                             "engine's log says what happened to the container")
 
 
 def _run_to_end(c: Any, image: str, command: list[str], kwargs: dict[str, Any], timeout: float,

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ class Diagnosis:
     findings: list[Finding]
     recommendation: Recommendation
     facts: HostFacts
+    host: dict[str, object] = field(default_factory=dict)  # driver, GPUs, hostname as data
 
     @property
     def failed(self) -> bool:
@@ -39,8 +41,14 @@ def doctor(*, cuda: str = "", facts_dir: Path | None = None, save: Path | None =
     facts = record.load(facts_dir) if facts_dir is not None else probes.collect()
     if save is not None:
         record.save(facts, save)
-    findings, rec = evaluate.diagnose(facts, matrix.load(matrix_dir), Request(cuda=cuda.strip()))
-    return Diagnosis(findings, rec, facts)
+    m = matrix.load(matrix_dir)
+    findings, rec = evaluate.diagnose(facts, m, Request(cuda=cuda.strip()))
+    host = evaluate.gpu_facts(facts, m)
+    if facts_dir is None:  # a live probe names its host (recorded facts keep no hostname)
+        import platform
+
+        host["hostname"] = platform.node()
+    return Diagnosis(findings, rec, facts, host)
 
 
 @record

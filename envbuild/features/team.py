@@ -339,8 +339,9 @@ def freeze(tag: str) -> list[str]:
 
 
 def build_order(planned: list[Planned]) -> tuple[list[Planned], list[Planned]]:
-    """(first images: one per shared torch layer, built one after another; the rest, which reuse
-    the layer from the build cache and may build in parallel)."""
+    """(first images: one per torch layer, which share nothing the others build and so may build
+    in parallel with each other; the rest, which reuse a first image's layer from the build
+    cache once it is built, and may build in parallel after them)."""
     first: dict[str, Planned] = {}
     rest = []
     for p in planned:
@@ -389,13 +390,16 @@ def build(planned: list[Planned], m: Matrix, *, push: bool, jobs: int = 1, rebui
             on_done(b)
         return b
 
+    def each(group: list[Planned]) -> list[Built]:
+        if jobs > 1 and len(group) > 1:
+            with ThreadPoolExecutor(max_workers=jobs) as pool:
+                return list(pool.map(one, group))
+        return [one(p) for p in group]
+
+    # the images of distinct torch layers at once (a two-platform image's amd64 and arm64 builds,
+    # validations and pushes overlap), then those reusing a layer built by then
     first, rest = build_order(planned)
-    done = [one(p) for p in first]
-    if jobs > 1 and len(rest) > 1:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            done += list(pool.map(one, rest))
-    else:
-        done += [one(p) for p in rest]
+    done = each(first) + each(rest)
     order = {p.key: i for i, p in enumerate(planned)}
     return sorted(done, key=lambda b: order[b.planned.key])
 

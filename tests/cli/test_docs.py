@@ -150,6 +150,8 @@ def test_shown_commands_are_real() -> None:
         options = {o for p in commands[path].get_params(ctx) for o in (*p.opts, *p.secondary_opts)}
         options |= {o for p in commands[("envbuild",)].params for o in p.opts}
         for w in words[len(path):]:
+            if w == "--":  # the rest is another program's command line (`envbuild run IMG -- CMD`)
+                break
             for opt in re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", w.split("=", 1)[0]):
                 assert opt in options, f"{page}: `{text}`: {' '.join(path)} has no {opt}"
         checked += 1

@@ -5,7 +5,8 @@ passing and then catching a platform manifest that moved, and a pull of each pla
 own architecture.
 
 The platform images' inputs equal test_cuda_image's and test_arm64_image's (same bases, wheels and
-options), so BuildKit's cache serves their layers when those ran first; the push is the new cost.
+options, and requirements.txt holds no spec hash), so BuildKit's cache serves their layers when
+those ran first; the pushes are the new cost, and `--jobs 2` runs the two platforms' at once.
 """
 
 from __future__ import annotations
@@ -97,8 +98,10 @@ def multi(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> Iter
             made.append(remote)
         d = tmp_path_factory.mktemp("multi")
         (d / "envbuild.toml").write_text(team_file(reg, amd_wheels, arm_wheels))
+        # --jobs 2: the two platform images build, validate and push at once (distinct torch
+        # stacks); each push's gzip is single-threaded, so the two overlap on two cores
         r = run_cli("team", "build", "--file", str(d / "envbuild.toml"), "--push", "--json",
-                    timeout=3600)
+                    "--jobs", "2", timeout=3600)
         assert r.returncode == 0, r.stderr[-4000:]
         data = json.loads(r.stdout)
         yield Multi(reg, d, data, r.stderr)

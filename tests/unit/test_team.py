@@ -279,24 +279,41 @@ def test_build_runs_each_shared_torch_layer_first_then_the_rest_in_parallel(
 
     planned = team.plan(teamfile.parse(GOOD + "[image.d]\n[image.e]\n", F), matrix)
     calls: list[str] = []
+    finished: list[str] = []
     lock = threading.Lock()
+    # the first images of the two torch stacks (a; c: another Python) run at once: each waits
+    # for the other to start (a sequential build would break the barrier)
+    both_firsts = threading.Barrier(2, timeout=10)
 
     def fake_make(mr: make_mod.MakeRequest, _m: object, _hooks: object) -> object:
         name = str(mr.tag).split(":")[0]
         with lock:
             calls.append(name)
+            if name not in ("a", "c"):  # the rest start once both firsts are done
+                assert sorted(finished[:2]) == ["a", "c"], (name, finished)
         assert mr.attach_report is True and mr.recommend is False
+        if name in ("a", "c") and jobs_now[0] > 1:
+            both_firsts.wait()
+        with lock:
+            finished.append(name)
         if name == "e":
             raise EnvbuildError("boom", "a test failure")
         return make_mod.MakeResult(planned[0].prepared.spec)
+
+    jobs_now = [1]
 
     monkeypatch.setattr(make_mod, "make", fake_make)
     monkeypatch.setattr(team, "current_base_digest", lambda _ref: "sha256:x")
     monkeypatch.setattr(team, "freeze", lambda _tag: [])
     with pytest.raises(UsageError, match="has no registry"):
         team.build([dataclasses_replace_registry(planned[0])], matrix, push=True)
+    done = team.build(planned, matrix, push=True)  # one at a time: the file's order
+    assert calls == ["a", "c", "b", "d", "e"]
+    calls.clear()
+    finished.clear()
+    jobs_now[0] = 3
     done = team.build(planned, matrix, push=True, jobs=3)
-    assert calls[:2] == ["a", "c"]  # one image per torch stack first (c: another Python)
+    assert sorted(calls[:2]) == ["a", "c"]  # one image per torch stack first, both at once
     assert sorted(calls[2:]) == ["b", "d", "e"]
     assert [b.planned.name for b in done] == ["a", "b", "c", "d", "e"]  # file order
     failed = [b for b in done if b.error is not None]

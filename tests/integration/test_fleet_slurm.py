@@ -1,0 +1,56 @@
+"""`envbuild fleet collect --slurm` against the real two-node Slurm of this host (`make slurm`,
+.ci/slurm.sh), whose nodes carry GPU GRES types (n1 gpu:tesla_v100:2, n2
+gpu:nvidia_h100_80gb_hbm3:4) and a driver-VERSION feature each. In CI a missing Slurm fails this
+test, never skips it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support import IN_CI, run_cli
+
+pytestmark = [pytest.mark.slow]
+
+SLURM_CONF = Path(os.environ.get("ENVBUILD_SLURM_DIR", "/var/lib/envbuild-slurm")) / "slurm.conf"
+
+
+def _need(problem: str) -> None:
+    if IN_CI:
+        pytest.fail(f"CI must provide this (make slurm): {problem}")
+    pytest.skip(problem)
+
+
+def test_collect_reads_the_gres_types_of_the_real_cluster(tmp_path: Path) -> None:
+    env = {"SLURM_CONF": os.environ.get("SLURM_CONF", str(SLURM_CONF))}
+    try:
+        p = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %G %f"], capture_output=True,
+                           text=True, timeout=30, env={**os.environ, **env})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        _need(f"no Slurm client: {exc}")
+    seen = {line.split()[0]: line.split()[1:] for line in p.stdout.splitlines() if line.strip()}
+    if p.returncode != 0 or sorted(seen) != ["n1", "n2"]:
+        _need(f"the two-node test cluster is not up (sinfo: {p.stdout.strip() or p.stderr})")
+    if not all(gres.startswith("gpu:") for gres, _ in seen.values()):
+        _need(f"the test cluster has no GPU GRES types: rerun `bash .ci/slurm.sh` ({seen})")
+    out = tmp_path / "fleet.toml"
+    r = run_cli("fleet", "collect", "--slurm", "--out", str(out), "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    groups = {g["hosts"][0]: g for g in json.loads(r.stdout)["groups"]}
+    assert sorted(groups) == ["n1", "n2"]
+    for node, (gres, features) in seen.items():  # what sinfo says, fleet collect read
+        kind, count = re.fullmatch(r"gpu:([\w.-]+):(\d+)", gres).groups()  # type: ignore[union-attr]
+        g = groups[node]
+        assert (g["gpu"], g["gpus_per_node"], g["slurm_partition"], g["source"]) == (
+            kind, int(count), "debug", "slurm")
+        assert features == f"driver-{g['driver']}"
+    assert (groups["n1"]["cc"], groups["n2"]["cc"]) == ("7.0", "9.0")  # V100, H100
+    r = run_cli("plan", "--fleet", str(out), "--to", "torch==2.15", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    status = {g["group"]: g["status"] for g in json.loads(r.stdout)["groups"]}
+    assert len(status) == 2
