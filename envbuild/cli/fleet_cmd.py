@@ -130,6 +130,7 @@ def _text(p: Planned) -> list[str]:
         lines.append(f"  {i.name:<24} {'kept' if i.kept else 'new '}  {', '.join(i.groups)}")
         lines.append(f"    {i.to_json()['command']}")
     lines += _uncovered(p)
+    lines += [f"note: {n}" for n in p.plan.notes]
     lines += ["", _lock_head(p)] + [f"  {k}: {d}" for k, ds in p.lock_changes.items() for d in ds]
     return lines
 
@@ -155,6 +156,7 @@ def _markdown(p: Planned) -> list[str]:
         lines.append(f"- `{i.name}` ({'kept' if i.kept else 'new'}) for {', '.join(i.groups)}: "
                      f"`{i.to_json()['command']}`")
     lines += [f"- **{u}**" for u in _uncovered(p)]
+    lines += [f"- note: {n}" for n in p.plan.notes]
     lines += ["", f"**Lock** {_lock_head(p).removeprefix('lock').strip()}", ""]
     lines += [f"- `{k}`: {d}" for k, ds in p.lock_changes.items() for d in ds]
     return lines

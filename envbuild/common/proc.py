@@ -1,7 +1,10 @@
 """The one door to the outside: every external process envbuild starts goes through here.
 
 Argv lists only (never a shell string), a time limit on everything, and on Ctrl-C the
-whole child process group is stopped before the interrupt goes on up.
+whole child process group is stopped before the interrupt goes on up. Work running in other
+threads (`team build --jobs`) never sees the main thread's Ctrl-C: `cancel_all()` stops every
+live child group and makes every later start, and every `check_cancelled()`, raise
+KeyboardInterrupt in the thread that asks.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
@@ -42,6 +46,36 @@ class ProcessError(EnvbuildError):
         self.result = result
 
 
+_LIVE: set[subprocess.Popen[str]] = set()  # the child process groups running now, any thread
+_LIVE_LOCK = threading.Lock()
+_CANCEL = threading.Event()
+
+
+def cancel_all() -> None:
+    """Ctrl-C reached the main thread while other threads work: stop every live child's process
+    group, and refuse every later start (KeyboardInterrupt in the thread that starts it)."""
+    _CANCEL.set()
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for p in live:
+        _kill_group(p)
+
+
+def cancelled() -> bool:
+    return _CANCEL.is_set()
+
+
+def check_cancelled() -> None:
+    """KeyboardInterrupt in this thread once cancel_all() was called (a step boundary asks)."""
+    if _CANCEL.is_set():
+        raise KeyboardInterrupt
+
+
+def reset_cancel() -> None:
+    """A new unit of parallel work starts (a process runs one; tests run several)."""
+    _CANCEL.clear()
+
+
 def which(name: str) -> str | None:
     return shutil.which(name)
 
@@ -61,11 +95,13 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
 
 def _start(argv: Sequence[str], env: Mapping[str, str] | None, cwd: str | Path | None,
            **kw: Any) -> subprocess.Popen[str]:
-    """Popen in its own session, text out; a missing or forbidden program is a ProcessError."""
+    """Popen in its own session, text out, registered as live until _done(); a missing or
+    forbidden program is a ProcessError; after cancel_all(), KeyboardInterrupt."""
+    check_cancelled()
     try:
-        return subprocess.Popen(list(argv), stdout=subprocess.PIPE, text=True, errors="replace",
-                                env=dict(env) if env is not None else None, cwd=cwd,
-                                start_new_session=True, **kw)
+        p = subprocess.Popen(list(argv), stdout=subprocess.PIPE, text=True, errors="replace",
+                             env=dict(env) if env is not None else None, cwd=cwd,
+                             start_new_session=True, **kw)
     except FileNotFoundError as exc:
         raise ProcessError(f"{argv[0]}: command not found", f"install {argv[0]}",
                            exit_code=EXIT_CANNOT_RUN) from exc
@@ -73,6 +109,18 @@ def _start(argv: Sequence[str], env: Mapping[str, str] | None, cwd: str | Path |
         raise ProcessError(f"{argv[0]}: permission denied",
                            f"make {argv[0]} executable for this user, or run as a user who may",
                            exit_code=EXIT_CANNOT_RUN) from exc
+    with _LIVE_LOCK:
+        _LIVE.add(p)
+    if _CANCEL.is_set():  # cancel_all() ran between the check and the registration
+        _done(p)
+        _kill_group(p)
+        raise KeyboardInterrupt
+    return p
+
+
+def _done(p: subprocess.Popen[str]) -> None:
+    with _LIVE_LOCK:
+        _LIVE.discard(p)
 
 
 def run(
@@ -98,6 +146,9 @@ def run(
     except BaseException:
         _kill_group(proc)
         raise
+    finally:
+        _done(proc)
+    check_cancelled()  # stopped by cancel_all(): an interrupt, not a failed command
     result = Result(tuple(argv), proc.returncode, out, err, time.monotonic() - start)
     if check and not result.ok:
         last = (err.strip() or out.strip()).splitlines()[-1:] or [""]
@@ -131,7 +182,11 @@ def stream(
                 raise ProcessError(f"{argv[0]} did not finish within {timeout:.0f} s",
                                    "the command hung; check that the service it talks to "
                                    "answers", exit_code=EXIT_CANNOT_RUN)
-        return proc.wait()
+        code = proc.wait()
+        check_cancelled()  # stopped by cancel_all(): an interrupt, not a failed command
+        return code
     except BaseException:
         _kill_group(proc)
         raise
+    finally:
+        _done(proc)

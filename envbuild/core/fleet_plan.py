@@ -144,6 +144,31 @@ def _lost(pm: Matrix, g: Group, release: str, tags: str, target: str) -> Judged:
                   dropped_in=dropped, target=target)
 
 
+def _pin_excludes(m: Matrix, pm: Matrix, g: Group, pinned: Request, release: str, target: str,
+                  tags: str) -> Judged | None:
+    """The request's CUDA pin, not the release, leaves the GPU out (torch 2.9 has sm_100 in
+    cu128, a `cuda = "12.6"` team image asks for cu126): said so, with the CUDA that keeps it,
+    named only when it resolves for the group as typed. None when no variant has the arch."""
+    if not pinned.cuda:
+        return None
+    arch = rules.arch_name(g.cc)
+    having_it = [v for v in pm.variants_of(release) if v.kind == "cuda" and runs_on(pm, v, g.cc)]
+    if not having_it:
+        return None
+    text = (f"loses the GPU: the CUDA {pinned.cuda} pin has no {arch} (torch {release} {tags}); "
+            f"other torch {release} wheels have it")
+    for v in having_it:
+        cuda = ".".join(v.version.split(".")[:2])
+        try:
+            resolve(dataclasses.replace(pinned, cuda=cuda, gpus=(gpu_arg(m, g),)), m)
+        except EnvbuildError:
+            continue
+        text = (f"loses the GPU: the CUDA {pinned.cuda} pin has no {arch} (torch {release} "
+                f"{tags}); torch {release} {v.tag} has it: --to cuda {cuda}")
+        break
+    return Judged(g, GPU, text, arch=arch, target=target)
+
+
 def _release_for(m: Matrix, on_gpu: Request, driver: str) -> Spec | None:
     """A request that pins no torch, resolved for one group: on its driver if a release runs
     there, else on its GPU alone (None: no release satisfying the request has its arch)."""
@@ -214,7 +239,8 @@ def judge(m: Matrix, g: Group, req: Request, main: Spec, target: str = "") -> Ju
                 if v.kind == "cuda" and _cuda_fits(v.version, req.cuda)]
     if not any(runs_on(pm, v, g.cc) for v in variants):
         tags = " ".join(v.tag for v in variants) or f"(no {g.platform} CUDA wheel)"
-        return _lost(pm, g, release, tags, target)
+        pinned_out = _pin_excludes(m, pm, g, pinned, release, target, tags)
+        return pinned_out or _lost(pm, g, release, tags, target)
     on_gpu = dataclasses.replace(pinned, gpus=(gpu_arg(m, g),))
     if g.driver:
         try:
@@ -396,7 +422,12 @@ def plan(m: Matrix, fleet: Fleet, targets: Sequence[tuple[str, Request]],
             req = dataclasses.replace(base, torch=_exact(j.spec), gpus=(gpu_arg(m, g),),
                                       driver=g.driver if j.status == WORKS else j.need_driver,
                                       platform=g.platform)
-            _join(m, images, False, j.target, req, g.name, g.python)
+            # a group that declares its Python gets an image with it (its jobs run on it)
+            own = dataclasses.replace(req, python=g.python) if g.python else req
+            try:
+                _join(m, images, False, j.target, own, g.name, g.python)
+            except EnvbuildError:
+                _join(m, images, False, j.target, req, g.name, g.python)
             continue
         for req in _kept_requests(keep, base, g, j):
             try:

@@ -178,6 +178,14 @@ def plan(m: Matrix, fleet_path: Path, to: Sequence[str], words: Sequence[str] = 
     keeps = _cuda_images(m, [(i.name, i.request) for i in current.images]) if current else []
     keep = keeps[0][1] if keeps else Request()
     p = fleet_plan.plan(m, fleet, targets, keep)
+    based = [i for i in (target_team.images if target_team is not None else ())
+             if i.inputs.base_image]
+    if based:  # the plan judges the request; a custom base is inspected only by a build
+        p = dataclasses.replace(p, notes=(*p.notes, *(
+            f"[image.{i.name}] builds FROM {i.inputs.base_image}: judged as resolved, without "
+            "the base (a base's NVIDIA_REQUIRE_CUDA can raise the driver floor; `envbuild make` "
+            "inspects it), and the commands above leave out its base_image, pip and apt"
+            for i in based)))
     lock, diff = None, {}
     if current is not None and target_team is not None:
         lock = lock_path(current.path)

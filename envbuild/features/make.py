@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -238,22 +239,41 @@ class Shipped:
     report_ref: str | None = None
 
 
+_VALIDATING: dict[str, threading.Lock] = {}
+_VALIDATING_LOCK = threading.Lock()
+
+
+def _validation_lock(engine: str) -> threading.Lock:
+    with _VALIDATING_LOCK:
+        return _VALIDATING.setdefault(engine, threading.Lock())
+
+
 def ship(result: BuildResult, how: Shipping, status: StatusHook = _no_status,
          times: dict[str, float] | None = None) -> Shipped:
     """Validate -> gate -> push (-> attach the report): the one composition after a build, for
     `envbuild make`, `envbuild build --push` and `envbuild team build`."""
+    from envbuild.common.proc import check_cancelled
+    from envbuild.engine import docker
+
     times = {} if times is None else times
     out = Shipped()
     if how.validate:
+        check_cancelled()  # a parallel team build interrupted: no step starts after it
         t0 = time.monotonic()
-        out.checked = validate(result.tag, result.image_id, require_gpu=how.require_gpu,
-                               timeout=how.timeout, revalidate=how.revalidate, status=status)
+        # one validation at a time per engine: images built at once (team build --jobs) would
+        # otherwise share its GPU, and each would measure a fraction of the GPU's peak
+        with _validation_lock(docker.current_endpoint()):
+            out.checked = validate(result.tag, result.image_id, require_gpu=how.require_gpu,
+                                   timeout=how.timeout, revalidate=how.revalidate,
+                                   status=status)
         times["validate"] = time.monotonic() - t0
     out.push_skipped = gate(how.push, out.checked, how.push_unvalidated, how.push_requires_gpu)
     if how.push and not out.push_skipped:
+        check_cancelled()
         t1 = time.monotonic()
         with status(f"pushing {result.tag} to {how.push}"):
             out.pushed, out.digest = push(result.tag, how.push)
+            check_cancelled()  # pushed as Ctrl-C came: no report, no lock entry follows
             if how.attach_report and out.checked is not None and out.digest:
                 from envbuild.engine import registry
 

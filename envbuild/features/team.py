@@ -15,6 +15,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -361,7 +362,9 @@ def build(planned: list[Planned], m: Matrix, *, push: bool, jobs: int = 1, rebui
     of one image does not stop the others (its entry carries the error). Pushed images carry
     their build cache, and `cache_from` (the family's images already in the registry) lets any
     engine reuse their layers instead of building them again."""
+    from envbuild.common import proc
     from envbuild.engine import docker
+    from envbuild.engine.docker import LABEL_ROLE
     from envbuild.features.make import MakeRequest, make
 
     for p in planned:
@@ -391,10 +394,27 @@ def build(planned: list[Planned], m: Matrix, *, push: bool, jobs: int = 1, rebui
         return b
 
     def each(group: list[Planned]) -> list[Built]:
-        if jobs > 1 and len(group) > 1:
-            with ThreadPoolExecutor(max_workers=jobs) as pool:
-                return list(pool.map(one, group))
-        return [one(p) for p in group]
+        if jobs <= 1 or len(group) <= 1:
+            return [one(p) for p in group]
+        pool = ThreadPoolExecutor(max_workers=jobs)
+        try:
+            futures = [pool.submit(one, p) for p in group]
+            return [f.result() for f in futures]
+        except BaseException:
+            # Ctrl-C (or SIGTERM) reaches only this thread: the images not started never
+            # start, the running ones' builds are stopped and no step starts after them; their
+            # validation containers are removed; nothing is tagged in the lock
+            proc.cancel_all()
+            pool.shutdown(wait=False, cancel_futures=True)
+            for p in group:
+                with suppress(Exception):  # best effort: the engine may be what went away
+                    docker.remove_containers({LABEL_ROLE: "validate",
+                                              "io.envbuild.image": p.tag}, settle=5.0)
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    proc.reset_cancel()
 
     # the images of distinct torch layers at once (a two-platform image's amd64 and arm64 builds,
     # validations and pushes overlap), then those reusing a layer built by then

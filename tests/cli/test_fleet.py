@@ -220,3 +220,15 @@ def test_collect_leaves_out_what_fleet_toml_cannot_hold(tmp_path: Path) -> None:
                    for line in r.stderr.splitlines()), (words, r.stderr)
     text = out.read_text()
     assert 'hosts = ["ok"]' in text and 'hosts = ["doctor"]' in text
+
+
+def test_a_team_image_on_its_own_base_is_noted(tmp_path: Path) -> None:
+    """plan judges a team image's request; one built FROM its own base (whose NVIDIA_REQUIRE_CUDA
+    only a build inspects) is said in a note, in the table and in the Markdown."""
+    team = tmp_path / "envbuild.toml"
+    team.write_text('[defaults]\nregistry = "r.example/t"\n[image.gpu]\ntarget = "cuda"\n'
+                    'base_image = "nvidia/cuda:12.9.1-devel-ubuntu24.04"\n')
+    for extra in ([], ["--markdown"]):
+        r = run_cli("plan", "--fleet", str(FLEET / "fleet.toml"), "--to", "torch==2.15",
+                    "--file", str(team), *extra, cwd=tmp_path)
+        assert "[image.gpu] builds FROM nvidia/cuda:12.9.1-devel-ubuntu24.04" in r.stdout, r

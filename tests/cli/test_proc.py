@@ -3,6 +3,7 @@ that is missing or may not run is an error with a hint (exit 'cannot run'), for 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -32,3 +33,37 @@ def test_missing_and_forbidden_programs(door: str, tmp_path: Path) -> None:
         with pytest.raises(ProcessError) as exc:
             call(argv)
         assert words in exc.value.message and exc.value.exit_code == EXIT_CANNOT_RUN
+
+
+def test_cancel_all_stops_children_of_other_threads_and_every_later_start() -> None:
+    """Ctrl-C reaches only the main thread; team build --jobs calls cancel_all(): a child that a
+    worker thread streams is stopped (its whole group), that thread gets KeyboardInterrupt, not a
+    failed command, and nothing starts after it until reset_cancel()."""
+    import threading
+
+    got: list[BaseException | int] = []
+    started = threading.Event()
+
+    def worker() -> None:
+        try:
+            got.append(proc.stream(["sh", "-c", "sleep 30 & echo up; wait"],
+                                   lambda _line: started.set()))
+        except BaseException as exc:
+            got.append(exc)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    assert started.wait(10)
+    t0 = time.monotonic()
+    try:
+        proc.cancel_all()
+        t.join(10)
+        assert not t.is_alive() and time.monotonic() - t0 < 8
+        assert len(got) == 1 and isinstance(got[0], KeyboardInterrupt), got
+        with pytest.raises(KeyboardInterrupt):
+            proc.run(["true"])
+        with pytest.raises(KeyboardInterrupt):
+            proc.check_cancelled()
+    finally:
+        proc.reset_cancel()
+    assert proc.run(["true"]).ok and not proc.cancelled()

@@ -364,3 +364,44 @@ def test_a_verdict_names_the_wheel_of_its_image(m: Matrix, fl: Fleet, python: st
         assert (j.spec.torch, j.spec.variant) == (img.spec.torch, img.spec.variant), j.text
         assert j_json[j.group.name]["variant"] == img.spec.variant
         assert img.spec.variant in j.text
+
+
+def test_a_cuda_pin_that_leaves_a_gpu_out_is_said_as_the_pin(m: Matrix, fl: Fleet) -> None:
+    """A team image pinning an older CUDA (cuda = "12.6") moved to a release whose newer CUDA
+    wheels have the group's arch: the pin loses the GPU, not the release; the CUDA named resolves
+    for the group as typed. Every such (release, pin) the matrix has, for the Blackwell group."""
+    g = next(x for x in fl.groups if x.name == "blackwell")
+    cases = 0
+    for rel in m.torch:
+        cuda_wheels = [v for v in m.variants_of(rel.version) if v.kind == "cuda"]
+        without = [v for v in cuda_wheels if not fleet_plan.runs_on(m, v, g.cc)]
+        if not without or not any(fleet_plan.runs_on(m, v, g.cc) for v in cuda_wheels):
+            continue
+        pin = ".".join(without[0].version.split(".")[:2])
+        if any(fleet_plan.runs_on(m, v, g.cc) and fits(v.version, pin) for v in cuda_wheels):
+            continue  # the pin admits a wheel with the arch
+        req = Request(target="cuda", torch=rel.version, cuda=pin)
+        try:
+            main = resolve(req, m)
+        except EnvbuildError:
+            continue
+        j = fleet_plan.judge(m, g, req, main)
+        assert j.status == fleet_plan.GPU and f"the CUDA {pin} pin has no" in j.text, j.text
+        named = j.text.rpartition("--to cuda ")[2] if "--to cuda " in j.text else ""
+        if named:
+            resolve(dataclasses.replace(req, cuda=named, gpus=(fleet_plan.gpu_arg(m, g),)), m)
+        cases += 1
+    assert cases, "the matrix has no release with a CUDA wheel lacking sm_100 beside one with it"
+
+
+def test_a_group_that_declares_its_python_gets_an_image_with_it(m: Matrix, fl: Fleet) -> None:
+    """blackwell declares python 3.10 (its jobs run on it): wherever its verdict is an image of
+    the target, that image is built for 3.10 and says so in its command."""
+    for key, value in _targets(m).values():
+        p = fleet_plan.plan(m, fl, [("t", fleet_plan.apply(Request(), [(key, value)]))],
+                            Request())
+        img = fleet_plan.image_of(p, "blackwell")
+        if img is None:
+            continue
+        assert img.spec.python == "3.10", (key, value, img.name)
+        assert img.argv()[img.argv().index("--python"):][:2] == ["--python", "3.10"]

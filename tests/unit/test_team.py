@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import tomllib
 from pathlib import Path
 
@@ -363,3 +364,51 @@ def test_team_build_extensions_is_a_flag_and_plans_the_source_build(matrix: Matr
     assert t.image("a").request.build_extensions is True
     assert t.image("plain").request.build_extensions is False
     team.plan(t, matrix)
+
+
+def test_ctrl_c_during_a_parallel_build_cancels_the_rest(
+        matrix: Matrix, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C reaches only the main thread of `team build --jobs N`: it cancels the work of the
+    others (proc.cancel_all: their builds stopped, no later step starts), removes their
+    validation containers, starts no image that had not started, and goes on up."""
+    import os
+    import signal
+    import threading
+
+    from envbuild.common import proc
+    from envbuild.engine import docker
+    from envbuild.features import make as make_mod
+
+    planned = team.plan(teamfile.parse(GOOD + "[image.d]\n[image.e]\n", F), matrix)
+    calls: list[str] = []
+    removed: list[dict[str, str]] = []
+    both = threading.Barrier(2, timeout=10)
+
+    def fake_make(mr: make_mod.MakeRequest, _m: object, _hooks: object) -> object:
+        name = str(mr.tag).split(":")[0]
+        calls.append(name)
+        both.wait()
+        if name == "a":  # Ctrl-C (a real SIGINT) while both first images are running
+            os.kill(os.getpid(), signal.SIGINT)
+        deadline = time.monotonic() + 10
+        while not proc.cancelled() and time.monotonic() < deadline:  # a build going on
+            time.sleep(0.01)
+        proc.check_cancelled()
+        return make_mod.MakeResult(planned[0].prepared.spec)
+
+    monkeypatch.setattr(make_mod, "make", fake_make)
+    monkeypatch.setattr(docker, "remove_containers",
+                        lambda labels, settle=0.0: removed.append(dict(labels)) or [])
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            team.build(planned, matrix, push=True, jobs=4)
+        assert time.monotonic() - t0 < 5  # the running ones stopped at once, not at their end
+        assert sorted(calls) == ["a", "c"]  # b, d, e (reusing a's stack) never started
+        assert proc.cancelled()
+        assert {r["io.envbuild.image"] for r in removed} == {p.tag for p in planned
+                                                             if p.name in ("a", "c")}
+    finally:
+        signal.signal(signal.SIGINT, old)
+        proc.reset_cancel()
