@@ -26,37 +26,25 @@ from typing import Any
 
 import pytest
 
-from tests.support import IN_CI, ROOT, Cli, run_cli, work_dir
+from tests.support import ROOT, Cli, run_cli, work_dir
+from tests.support.slurm import need as _need
+from tests.support.slurm import sinfo_nodes, slurm_env
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 DOCKER = "/usr/bin/docker"
 IMAGE = "envbuild-cluster/cpu:test"
 BASE = os.environ.get("ENVBUILD_TEST_BASE", "local/debian:bookworm")
-SLURM_CONF = Path(os.environ.get("ENVBUILD_SLURM_DIR", "/var/lib/envbuild-slurm")) / "slurm.conf"
 FAST = ["--only", "facts.torch", "--max-bytes", "2M"]
-
-
-def _need(problem: str) -> None:
-    if IN_CI:
-        pytest.fail(f"CI must provide this (make slurm / make fixtures): {problem}")
-    pytest.skip(problem)
 
 
 @pytest.fixture(scope="session")
 def slurm() -> Iterator[dict[str, str]]:
-    env = {"SLURM_CONF": os.environ.get("SLURM_CONF", str(SLURM_CONF))}
-    try:
-        p = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True,
-                           text=True, timeout=30, env={**os.environ, **env})
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        _need(f"no Slurm client: {exc}")
-    states = dict(line.split() for line in p.stdout.splitlines() if line.strip())
-    if p.returncode != 0 or sorted(states) != ["n1", "n2"] or not all(
-            s.rstrip("*") in ("idle", "mixed", "allocated", "completing")
-            for s in states.values()):
-        _need(f"the two-node test cluster is not up (sinfo: {p.stdout.strip() or p.stderr})")
-    yield env
+    states = sinfo_nodes("%T")
+    if not all(s[:1] and s[0].rstrip("*") in ("idle", "mixed", "allocated", "completing")
+               for s in states.values()):
+        _need(f"the two-node test cluster is not up (node states: {states})")
+    yield slurm_env()
 
 
 @pytest.fixture(scope="module")

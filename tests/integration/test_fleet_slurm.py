@@ -6,38 +6,22 @@ test, never skips it."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.support import IN_CI, run_cli
+from tests.support import run_cli
+from tests.support.slurm import need, sinfo_nodes, slurm_env
 
 pytestmark = [pytest.mark.slow]
 
-SLURM_CONF = Path(os.environ.get("ENVBUILD_SLURM_DIR", "/var/lib/envbuild-slurm")) / "slurm.conf"
-
-
-def _need(problem: str) -> None:
-    if IN_CI:
-        pytest.fail(f"CI must provide this (make slurm): {problem}")
-    pytest.skip(problem)
-
 
 def test_collect_reads_the_gres_types_of_the_real_cluster(tmp_path: Path) -> None:
-    env = {"SLURM_CONF": os.environ.get("SLURM_CONF", str(SLURM_CONF))}
-    try:
-        p = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %G %f"], capture_output=True,
-                           text=True, timeout=30, env={**os.environ, **env})
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        _need(f"no Slurm client: {exc}")
-    seen = {line.split()[0]: line.split()[1:] for line in p.stdout.splitlines() if line.strip()}
-    if p.returncode != 0 or sorted(seen) != ["n1", "n2"]:
-        _need(f"the two-node test cluster is not up (sinfo: {p.stdout.strip() or p.stderr})")
+    env = slurm_env()
+    seen = sinfo_nodes("%G %f")
     if not all(gres.startswith("gpu:") for gres, _ in seen.values()):
-        _need(f"the test cluster has no GPU GRES types: rerun `bash .ci/slurm.sh` ({seen})")
+        need(f"the test cluster has no GPU GRES types: rerun `bash .ci/slurm.sh` ({seen})")
     out = tmp_path / "fleet.toml"
     r = run_cli("fleet", "collect", "--slurm", "--out", str(out), "--json", env=env)
     assert r.returncode == 0, r.stderr
