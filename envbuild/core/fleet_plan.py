@@ -278,6 +278,7 @@ def _no_resolve(m: Matrix, req: Request) -> str:
 
 def _plan_words(text: str) -> str:
     """A resolver's message in plan's words: `--torch 2.15` is what `--to torch==2.15` asked."""
+    text = re.sub(r",? --(torch|cuda|python) '[^']*'", "", text)  # a specifier: --to pins one
     return re.sub(r"--(torch|cuda|python) (?=\d)", r"--to \1==", text)
 
 

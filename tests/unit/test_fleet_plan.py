@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import io
 import json
+import re
 import shlex
 
 import pytest
@@ -405,3 +406,24 @@ def test_a_group_that_declares_its_python_gets_an_image_with_it(m: Matrix, fl: F
             continue
         assert img.spec.python == "3.10", (key, value, img.name)
         assert img.argv()[img.argv().index("--python"):][:2] == ["--python", "3.10"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(key=st.sampled_from(["torch", "cuda", "python", "TORCH", "rocm", ""]),
+       value=st.text(max_size=80))
+def test_any_to_value_is_a_change_or_a_usage_error_whose_examples_are_changes(
+        key: str, value: str) -> None:
+    """--to KEY VALUE with any text: a change, or a one-line UsageError; the --to examples its
+    hint (and a refused target's hint, in plan's words) gives are themselves changes."""
+    from envbuild.common.errors import UsageError
+
+    try:
+        fleet_plan.change(key, value)
+    except UsageError as exc:
+        assert "\n" not in exc.message
+        for k, v in re.findall(r"--to (\w+)(?:==| )([\w.+]+)", exc.hint):
+            fleet_plan.change(k, v)
+    hint = fleet_plan._plan_words("examples: --torch 2.4, --torch 2.4.1, --torch '>=2.3,<2.6'")
+    assert "'" not in hint
+    for k, v in re.findall(r"--to (\w+)==([\w.+]+)", hint):
+        fleet_plan.change(k, v)
