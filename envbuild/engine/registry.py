@@ -37,9 +37,9 @@ from envbuild.common.boundedio import parse_json
 from envbuild.common.errors import EnvbuildError, EnvironmentProblem, UsageError
 from envbuild.common.http import Http, RegistryAuth, Reply, Unreachable
 from envbuild.common.record import record
-from envbuild.core import refs
+from envbuild.core import attachments, refs, signing
 
-REPORT_TYPE = "application/vnd.envbuild.validation.v1+json"
+REPORT_TYPE = attachments.REPORT_TYPE
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
@@ -238,10 +238,12 @@ class Client:
                                 "answers, then push the image again")
         return data
 
-    def referrers(self, repo: str, digest: str, artifact_type: str) -> list[dict[str, Any]] | None:
-        """Manifests whose subject is digest (referrers API); None when the registry has none."""
+    def referrers(self, repo: str, digest: str,
+                  artifact_type: str | None) -> list[dict[str, Any]] | None:
+        """Manifests whose subject is digest (referrers API; of one artifact type, or all);
+        None when the registry has none."""
         r = self._request("GET", f"{self.base}/{repo}/referrers/{digest}", self._scope(repo),
-                          params={"artifactType": artifact_type},
+                          params={"artifactType": artifact_type} if artifact_type else None,
                           headers={"Accept": OCI_INDEX})
         if r.status != 200 or not r.header("Content-Type").startswith(OCI_INDEX):
             return None
@@ -252,7 +254,7 @@ class Client:
         if not isinstance(found, list):
             return None
         return [m for m in found if isinstance(m, dict)
-                and m.get("artifactType") == artifact_type]
+                and (artifact_type is None or m.get("artifactType") == artifact_type)]
 
 
 def _check(r: Reply, what: str, ok: tuple[int, ...] = (200,)) -> None:
@@ -319,41 +321,168 @@ def resolve_digest(ref: str) -> str | None:
 def report_manifest(report_digest: str, report_size: int,
                     subject: tuple[str, str, int] | None, created: str) -> dict[str, Any]:
     """The artifact manifest of a report blob (pure)."""
-    manifest: dict[str, Any] = {
-        "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": REPORT_TYPE,
-        "config": {"mediaType": EMPTY_TYPE, "digest": sha256(EMPTY), "size": len(EMPTY)},
-        "layers": [{"mediaType": REPORT_TYPE, "digest": report_digest, "size": report_size,
-                    "annotations": {"org.opencontainers.image.title": "validation.json"}}],
-        "annotations": {"org.opencontainers.image.created": created},
-    }
-    if subject is not None:
-        digest, media_type, size = subject
-        manifest["subject"] = {"mediaType": media_type, "digest": digest, "size": size}
-    return manifest
+    layer = attachments.descriptor(REPORT_TYPE, report_digest, report_size,
+                                   {attachments.TITLE: "validation.json"})
+    return attachments.artifact_manifest(
+        REPORT_TYPE, layer, sha256(EMPTY),
+        {"mediaType": subject[1], "digest": subject[0], "size": subject[2]} if subject else None,
+        created)
 
 
-def attach_report(image: str, digest: str, report: dict[str, Any]) -> str:
-    """Push report as an artifact attached to image@digest; the artifact's reference."""
-    ref = parse_ref(image)
-    c = client(ref.host)
+def _subject(c: Client, ref: Ref, digest: str) -> tuple[str, str, int]:
     subject = c.head_manifest(ref.with_digest(digest))
     if subject is None:
         raise EnvbuildError(f"{ref.host}/{ref.repo}@{digest} is not in the registry",
                             "push the image first")
+    return subject
+
+
+def _put_artifact(c: Client, ref: Ref, digest: str, subject: tuple[str, str, int],
+                  manifest_for: Any, reference: str | None = None) -> tuple[str, dict[str, Any]]:
+    """PUT an artifact manifest (manifest_for(subject or None)) at reference (default: its own
+    digest); list it in the fallback tag's index unless the registry indexed it itself (its
+    answer carries OCI-Subject). (where it is, its descriptor)."""
+    manifest = manifest_for(subject)
+    body = json.dumps(manifest, sort_keys=True).encode()
+    r = c.put_manifest(ref.repo, reference or sha256(body), body, OCI_MANIFEST)
+    if r.status == 400:  # a registry that refuses `subject`: the tag alone still works
+        manifest = manifest_for(None)
+        body = json.dumps(manifest, sort_keys=True).encode()
+        r = c.put_manifest(ref.repo, reference or sha256(body), body, OCI_MANIFEST)
+    _check(r, f"push of an attachment to {ref.host}/{ref.repo}", (201,))
+    desc = {**attachments.descriptor(OCI_MANIFEST, sha256(body), len(body),
+                                     manifest["layers"][0].get("annotations")),
+            "artifactType": manifest["artifactType"]}
+    if not r.header("OCI-Subject"):
+        fallback = attachments.fallback_tag(digest)
+        got = c.get_manifest(Ref(ref.host, ref.repo, fallback), (OCI_INDEX,))
+        old: object = None
+        if got is not None:
+            try:
+                old = parse_json(got[0])
+            except ValueError:
+                old = None
+        index = json.dumps(attachments.with_referrer(old, desc), sort_keys=True).encode()
+        _check(c.put_manifest(ref.repo, fallback, index, OCI_INDEX),
+               f"push of the referrers index to {ref.host}/{ref.repo}:{fallback}", (201,))
+    where = f"{ref.host}/{ref.repo}" + (f":{reference}" if reference else f"@{sha256(body)}")
+    return where, desc
+
+
+def attach_report(image: str, digest: str, report: dict[str, Any]) -> str:
+    """Push report as an artifact attached to image@digest; the artifact's reference."""
     blob = json.dumps(report, indent=1, sort_keys=True).encode()
+    return attach_blob(image, digest, REPORT_TYPE, REPORT_TYPE, blob, "validation.json",
+                       tag=report_tag(digest))
+
+
+def attach_blob(image: str, digest: str, artifact_type: str, layer_type: str, blob: bytes,
+                title: str, *, tag: str | None = None) -> str:
+    """Push blob as the one layer of an artifact whose subject is image@digest (by digest, or at
+    tag); the artifact's reference."""
+    report_tag(digest)  # a sha256 digest, or a usage error
+    ref = parse_ref(image)
+    c = client(ref.host)
+    subject = _subject(c, ref, digest)
     blob_digest = c.put_blob(ref.repo, blob)
     c.put_blob(ref.repo, EMPTY)
     created = datetime.now(UTC).isoformat(timespec="seconds")
-    tag = report_tag(digest)
-    body = json.dumps(report_manifest(blob_digest, len(blob), subject, created),
-                      sort_keys=True).encode()
-    r = c.put_manifest(ref.repo, tag, body, OCI_MANIFEST)
-    if r.status == 400:  # a registry that refuses `subject`: the tag alone still works
-        body = json.dumps(report_manifest(blob_digest, len(blob), None, created),
-                          sort_keys=True).encode()
-        r = c.put_manifest(ref.repo, tag, body, OCI_MANIFEST)
-    _check(r, f"push of the report to {ref.host}/{ref.repo}", (201,))
+    layer = attachments.descriptor(layer_type, blob_digest, len(blob), {attachments.TITLE: title})
+
+    def manifest_for(subj: tuple[str, str, int] | None) -> dict[str, Any]:
+        return attachments.artifact_manifest(
+            artifact_type, layer, sha256(EMPTY),
+            {"mediaType": subj[1], "digest": subj[0], "size": subj[2]} if subj else None, created)
+
+    return _put_artifact(c, ref, digest, subject, manifest_for, tag)[0]
+
+
+def push_cosign_signature(image: str, digest: str, payload: bytes, signature: str) -> str:
+    """cosign's signature image at tag sha256-<hex>.sig: an OCI image whose layer is the
+    simple-signing payload, the signature in the layer's annotation."""
+    ref = parse_ref(image)
+    c = client(ref.host)
+    _subject(c, ref, digest)
+    layer_digest = c.put_blob(ref.repo, payload)
+    config = json.dumps({"architecture": "", "os": "", "config": {},
+                         "rootfs": {"type": "layers", "diff_ids": [layer_digest]}},
+                        sort_keys=True, separators=(",", ":")).encode()
+    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                "config": attachments.descriptor(attachments.OCI_CONFIG,
+                                                 c.put_blob(ref.repo, config), len(config)),
+                "layers": [attachments.descriptor(
+                    signing.SIMPLESIGNING_MEDIA_TYPE, layer_digest, len(payload),
+                    {signing.COSIGN_SIGNATURE_ANNOTATION: signature})]}
+    tag = attachments.cosign_tag(digest)
+    _check(c.put_manifest(ref.repo, tag, json.dumps(manifest, sort_keys=True).encode(),
+                          OCI_MANIFEST), f"push of the signature to {ref.host}/{ref.repo}",
+           (201,))
     return f"{ref.host}/{ref.repo}:{tag}"
+
+
+def _read_artifact(c: Client, ref: Ref, reference: str, where: str
+                   ) -> attachments.Found | None:
+    """An artifact manifest (by digest or tag) and its first layer; None when absent or not an
+    artifact."""
+    is_digest = refs.is_digest(reference)
+    got = c.get_manifest(Ref(ref.host, ref.repo, "" if is_digest else reference,
+                             reference if is_digest else ""), (OCI_MANIFEST,))
+    if got is None:
+        return None
+    try:
+        manifest = parse_json(got[0])
+        layer = manifest["layers"][0]
+        layer_digest = str(layer["digest"])
+        layer_type = str(layer["mediaType"])
+    except (ValueError, KeyError, TypeError, IndexError):
+        return None
+    if not refs.is_digest(layer_digest):
+        return None
+    return attachments.Found(where, manifest, layer_type, c.get_blob(ref.repo, layer_digest),
+                             layer_digest)
+
+
+def fetch_attachments(image: str, digest: str
+                      ) -> tuple[dict[str, list[attachments.Found]], attachments.Found | None,
+                                 str]:
+    """Every envbuild artifact attached to image@digest, by kind (the referrers API, else the
+    fallback tag's index, plus the report's own tag), cosign's signature when there is one, and
+    how they were found (referrers | tag)."""
+    ref = parse_ref(image)
+    c = client(ref.host)
+    _subject(c, ref, digest)
+    listed = c.referrers(ref.repo, digest, None)
+    via = "referrers"
+    if listed is None:
+        via = "tag"
+        got = c.get_manifest(Ref(ref.host, ref.repo, attachments.fallback_tag(digest)),
+                             (OCI_INDEX,))
+        listed = []
+        if got is not None:
+            try:
+                ms = parse_json(got[0]).get("manifests", [])
+                listed = [m for m in ms if isinstance(m, dict)] if isinstance(ms, list) else []
+            except (ValueError, AttributeError):
+                listed = []
+    found: dict[str, list[attachments.Found]] = {}
+    seen: set[str] = set()
+    for m in listed:
+        kind = attachments.KINDS.get(str(m.get("artifactType")))
+        d = m.get("digest")
+        if kind is None or not isinstance(d, str) or not refs.is_digest(d) or d in seen:
+            continue
+        seen.add(d)
+        art = _read_artifact(c, ref, d, f"{ref.host}/{ref.repo}@{d}")
+        if art is not None:
+            found.setdefault(kind, []).append(art)
+    if not found.get("report"):
+        art = _read_artifact(c, ref, report_tag(digest),
+                             f"{ref.host}/{ref.repo}:{report_tag(digest)}")
+        if art is not None:
+            found["report"] = [art]
+    sig_tag = attachments.cosign_tag(digest)
+    sig = _read_artifact(c, ref, sig_tag, f"{ref.host}/{ref.repo}:{sig_tag}")
+    return found, sig, via
 
 
 @record

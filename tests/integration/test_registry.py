@@ -3,9 +3,7 @@ the bearer-token flow against a small local token-auth server."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,40 +17,16 @@ from tests.support.registry import (
     WRONG,
     _store,
     free_port,
+    push_tiny_image,
+    serve,
     start_login_registry,
     start_registry,
 )
 
 
-def serve(started: tuple[subprocess.Popen[bytes], str]) -> Iterator[str]:
-    """A fixture's body: the address while the test runs, then the registry is stopped."""
-    proc, addr = started
-    try:
-        yield addr
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
 @pytest.fixture(scope="module")
 def reg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     yield from serve(start_registry(tmp_path_factory.mktemp("registry")))
-
-
-def push_tiny_image(addr: str, repo: str, tag: str, salt: str = "") -> str:
-    """A minimal docker v2 image (a config and one layer) pushed through the client."""
-    c = registry.client(addr)
-    layer = f"layer {salt}".encode()
-    config = json.dumps({"architecture": "amd64", "os": "linux", "salt": salt}).encode()
-    manifest = {"schemaVersion": 2, "mediaType": registry.DOCKER_MANIFEST,
-                "config": {"mediaType": "application/vnd.docker.container.image.v1+json",
-                           "digest": c.put_blob(repo, config), "size": len(config)},
-                "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip",
-                            "digest": c.put_blob(repo, layer), "size": len(layer)}]}
-    body = json.dumps(manifest).encode()
-    r = c.put_manifest(repo, tag, body, registry.DOCKER_MANIFEST)
-    assert r.status == 201, r.text
-    return "sha256:" + hashlib.sha256(body).hexdigest()
 
 
 REPORT = {"schema": 1, "checks": [{"id": "facts.torch", "status": "pass", "title": "torch"}],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import shutil
@@ -11,11 +12,13 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from envbuild.engine import registry
 from tests.support import IN_CI
 
 
@@ -94,3 +97,28 @@ def _store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str, host: str,
         monkeypatch.setenv(k, v)
     return env, calls
 
+
+def serve(started: tuple[subprocess.Popen[bytes], str]) -> Iterator[str]:
+    """A fixture's body: the address while the test runs, then the registry is stopped."""
+    proc, addr = started
+    try:
+        yield addr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def push_tiny_image(addr: str, repo: str, tag: str, salt: str = "") -> str:
+    """A minimal docker v2 image (a config and one layer) pushed through the client."""
+    c = registry.client(addr)
+    layer = f"layer {salt}".encode()
+    config = json.dumps({"architecture": "amd64", "os": "linux", "salt": salt}).encode()
+    manifest = {"schemaVersion": 2, "mediaType": registry.DOCKER_MANIFEST,
+                "config": {"mediaType": "application/vnd.docker.container.image.v1+json",
+                           "digest": c.put_blob(repo, config), "size": len(config)},
+                "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip",
+                            "digest": c.put_blob(repo, layer), "size": len(layer)}]}
+    body = json.dumps(manifest).encode()
+    r = c.put_manifest(repo, tag, body, registry.DOCKER_MANIFEST)
+    assert r.status == 201, r.text
+    return "sha256:" + hashlib.sha256(body).hexdigest()

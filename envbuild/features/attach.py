@@ -1,0 +1,150 @@
+"""Attach an image's report, SBOM and provenance to it in the registry (signed with a key the user
+gives), and `envbuild verify`: read them back and judge them (envbuild/core/attachments.py).
+
+The provenance records the SBOM's and the report's digests as byproducts, so its one signature
+(a DSSE envelope) vouches for all three; a cosign simple-signing signature of the image itself
+is pushed beside them when a key is given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from envbuild.common.errors import EXIT_FAILED, UsageError
+from envbuild.common.record import record
+from envbuild.core import attachments, signing
+
+PASSWORD_ENV = "ENVBUILD_SIGNING_PASSWORD"  # the signing key's password; never logged
+
+
+def load_signer(path: Path) -> signing.Signer:
+    """The signing key at path (PEM, EC P-256); its password from $ENVBUILD_SIGNING_PASSWORD."""
+    from envbuild.common.boundedio import read_bytes
+
+    pem = read_bytes(path, "signing key", cap=signing.MAX_KEY_BYTES,
+                     hint="give the PEM file of an EC P-256 private key")
+    password = os.environ.get(PASSWORD_ENV)
+    return signing.load_signer(pem, password.encode() if password else None)
+
+
+def load_verifier(path: Path) -> signing.Verifier:
+    from envbuild.common.boundedio import read_bytes
+
+    return signing.load_verifier(read_bytes(path, "public key", cap=signing.MAX_KEY_BYTES,
+                                            hint="give the PEM public key of the signing key"))
+
+
+def _blob(doc: object) -> bytes:
+    return json.dumps(doc, indent=1, sort_keys=True).encode()
+
+
+def _digest(blob: bytes) -> str:
+    return "sha256:" + hashlib.sha256(blob).hexdigest()
+
+
+def attach_all(pushed: str, digest: str, report: Mapping[str, Any] | None,
+               sbom: Mapping[str, Any] | None, provenance: Mapping[str, Any] | None,
+               signer: signing.Signer | None = None) -> dict[str, str]:
+    """Push what there is of report, SBOM and provenance as artifacts of pushed@digest (the
+    provenance about that digest, naming the other two by digest; a DSSE envelope when signed),
+    and with a signer cosign's image signature. kind -> the artifact's reference."""
+    from envbuild.engine import registry
+
+    refs: dict[str, str] = {}
+    made: dict[str, tuple[str, str]] = {}
+    if report is not None:
+        blob = _blob(report)
+        refs["report"] = registry.attach_blob(pushed, digest, attachments.REPORT_TYPE,
+                                              attachments.REPORT_TYPE, blob, "validation.json",
+                                              tag=registry.report_tag(digest))
+        made[attachments.FILENAMES["report"]] = (_digest(blob), attachments.REPORT_TYPE)
+    if sbom is not None:
+        blob = _blob(sbom)
+        refs["sbom"] = registry.attach_blob(pushed, digest, attachments.SBOM_TYPE,
+                                            attachments.SBOM_TYPE, blob,
+                                            attachments.FILENAMES["sbom"])
+        made[attachments.FILENAMES["sbom"]] = (_digest(blob), attachments.SBOM_TYPE)
+    name = registry.parse_ref(pushed).name
+    if provenance is not None:
+        stmt = attachments.with_byproducts(attachments.resubject(provenance, name, digest),
+                                           made)
+        payload = attachments.canonical(stmt)
+        if signer is None:
+            blob, layer_type = payload, attachments.PROVENANCE_TYPE
+        else:
+            blob = _blob(signing.envelope(payload, signer))
+            layer_type = signing.DSSE_MEDIA_TYPE
+        refs["provenance"] = registry.attach_blob(pushed, digest, attachments.PROVENANCE_TYPE,
+                                                  layer_type, blob,
+                                                  attachments.FILENAMES["provenance"])
+    if signer is not None:
+        payload = signing.simple_signing_payload(name, digest)
+        refs["signature"] = registry.push_cosign_signature(pushed, digest, payload,
+                                                           signer.sign(payload))
+    return refs
+
+
+@record
+class Verified:
+    image: str
+    digest: str
+    via: str
+    checks: list[attachments.Check]
+    lock: str  # the lock file compared against ('' when none)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_FAILED if any(c.status == "fail" for c in self.checks) else 0
+
+    def to_json(self) -> dict[str, Any]:
+        counts = {s: sum(c.status == s for c in self.checks)
+                  for s in ("pass", "fail", "warn", "skip")}
+        return {"image": self.image, "digest": self.digest, "found_via": self.via,
+                "lock": self.lock or None, "checks": [c.to_json() for c in self.checks],
+                "summary": counts, "ok": self.exit_code == 0}
+
+
+def _lock_entry(lock: Mapping[str, Any], digest: str) -> Mapping[str, Any] | None:
+    for entry in (lock.get("image") or {}).values():
+        if not isinstance(entry, dict):
+            continue
+        for e in [entry, *(entry.get("platforms") or {}).values()]:
+            if isinstance(e, dict) and e.get("digest") == digest:
+                return e
+    return None
+
+
+def verify(image: str, key: Path | None = None, lock: Path | None = None) -> Verified:
+    """Read back what is attached to image (IMAGE@DIGEST; a tag is resolved first) and judge
+    it: subjects, signatures, the provenance's record of the SBOM and the report, the SBOM vs
+    the lock (--lock, else ./envbuild.lock when it lists this digest)."""
+    from envbuild.core import refs as refs_core
+    from envbuild.engine import registry
+    from envbuild.features.team import LOCK_FILE, read_lock
+
+    ref = registry.parse_ref(image)
+    verifier = load_verifier(key) if key is not None else None
+    lock_path = lock if lock is not None else Path(LOCK_FILE)
+    lock_data = read_lock(lock_path)
+    if lock is not None and lock_data is None:
+        raise UsageError(f"{lock}: no such lock file", "give the envbuild.lock of the team file "
+                         "that built the image (`envbuild team build --push` writes it)")
+    digest = ref.digest
+    if not digest:
+        digest = registry.resolve_digest(str(ref)) or ""
+        if not refs_core.is_digest(digest):
+            raise UsageError(f"{image[:120]} is not in the registry",
+                             "give IMAGE@sha256:<digest> of a pushed image")
+    entry = _lock_entry(lock_data, digest) if lock_data else None
+    packages = attachments.lock_packages(entry["packages"]) \
+        if entry is not None and isinstance(entry.get("packages"), list) \
+        and entry["packages"] else None
+    found, sig, via = registry.fetch_attachments(ref.name, digest)
+    checks = attachments.judge(ref.name, digest, found, sig, verifier, packages)
+    return Verified(ref.name, digest, via, checks,
+                    str(lock_path) if entry is not None else "")
