@@ -10,7 +10,7 @@ a key is loaded (start-up stays light).
   `cosign attest --key` writes the same envelope (payloadType application/vnd.in-toto+json).
 - Simple signing (sigstore/cosign specs/SIGNATURE_SPEC.md): the payload names the image by
   manifest digest ({"critical": {"identity": {"docker-reference"}, "image":
-  {"docker-manifest-digest"}, "type": "cosign container image signature"}, "optional": {}});
+  {"docker-manifest-digest"}, "type": "cosign container image signature"}, "optional": null});
   the base64 signature of the payload rides in the layer annotation
   `dev.cosignproject.cosign/signature`.
 
@@ -189,7 +189,7 @@ def simple_signing_payload(docker_reference: str, digest: str) -> bytes:
     return json.dumps({"critical": {"identity": {"docker-reference": docker_reference},
                                     "image": {"docker-manifest-digest": digest},
                                     "type": "cosign container image signature"},
-                       "optional": {}}, separators=(",", ":"), sort_keys=True).encode()
+                       "optional": None}, separators=(",", ":"), sort_keys=True).encode()
 
 
 def simple_signing_digest(payload: bytes) -> str:
