@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from envbuild.cli._app import app, emit_json, say, warn
-from envbuild.cli._options import Json
+from envbuild.cli._options import Json, Junit
 from envbuild.common.buildkit import step_title
 from envbuild.common.echo import escaped, one_line
 from envbuild.common.errors import EXIT_FAILED
@@ -170,15 +170,21 @@ def build_cmd(
 
 
 @team_app.command("check")
-def check_cmd(file: File = None, json: Json = False) -> None:
+def check_cmd(file: File = None, json: Json = False, junit: Junit = None) -> None:
     """For every image in envbuild.lock: its digest still in the registry, its attached report
-    there and passing, its base image tag still on the locked digest. Exit 1 naming each
-    problem (a moved or vanished tag with the old and new digests)."""
+    there and passing, its base image tag still on the locked digest (a multi-platform image:
+    its tag still on the locked index, listing each platform's locked manifest). Exit 1 naming
+    each problem (a moved or vanished tag with the old and new digests)."""
+    from envbuild.features import junit as ju
     from envbuild.features.team_lock import check
 
-    data = check(file)
+    junit = ju.check_path(junit) if junit is not None else None
+    with ju.report(junit, "envbuild team check") as record:
+        data = check(file)
+        record(ju.team_suites(data))
     if json:
-        emit_json({"images": data["images"], "problems": data["problems"]})
+        emit_json({"images": data["images"], "checks": data["checks"],
+                   "problems": data["problems"]})
     else:
         for row in data["images"]:
             rep = row.get("report") or {}
