@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import venv
@@ -27,14 +28,16 @@ def test_wheel_install_finds_matrix_and_templates(tmp_path: Path) -> None:
                    capture_output=True, timeout=900)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
+    # the installed package alone: a PYTHONPATH naming the checkout would be imported first
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
     def envbuild(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(env / "bin" / "envbuild"), *args], cwd=elsewhere,
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=120, env=clean)
 
     where = subprocess.run([str(py), "-c", "import envbuild.common.resources as r; "
                             "print(r.matrix_dir()); print(r.templates_dir())"],
-                           cwd=elsewhere, capture_output=True, text=True, check=True)
+                           cwd=elsewhere, capture_output=True, text=True, check=True, env=clean)
     for line in where.stdout.split():
         assert str(env) in line and "_data" in line, where.stdout
     assert envbuild("matrix", "check").returncode == 0
