@@ -198,3 +198,42 @@ def check_cmd(file: File = None, json: Json = False, junit: Junit = None) -> Non
             say("ok: every image, report and base digest in the lock is still true")
     if data["problems"]:
         raise typer.Exit(EXIT_FAILED)
+
+
+@team_app.command("ci")
+def ci_cmd(
+    github: Annotated[bool, typer.Option(
+        "--github", help="A GitHub Actions workflow (default --out .github/workflows/envbuild.yml "
+        "in the repository).")] = False,
+    gitlab: Annotated[bool, typer.Option(
+        "--gitlab", help="A GitLab CI pipeline (default --out .gitlab-ci.yml in the "
+        "repository).")] = False,
+    file: File = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", "-o", help="Where to write the pipeline (its directories are made).")] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace an existing, different file at --out.")] = False,
+    json: Json = False,
+) -> None:
+    """Write the team file's CI pipeline: on a pull (merge) request, `team build` without push
+    and, where a fleet.toml lies next to the team file, `envbuild plan`'s table; on the default
+    branch and nightly, `team build --push`; nightly, `team check --junit` as a test report.
+    Registry logins come from the CI secrets ENVBUILD_REGISTRY_USER and
+    ENVBUILD_REGISTRY_PASSWORD. The repository is the nearest directory above the team file
+    holding .git. Exit 2 when the file exists and differs (--force replaces it)."""
+    from envbuild.common.errors import UsageError
+    from envbuild.features.team_ci import write
+
+    if github == gitlab:
+        raise UsageError("choose one of --github and --gitlab",
+                         "e.g. envbuild team ci --github")
+    p = write("github" if github else "gitlab", file, out, force)
+    if json:
+        emit_json({"provider": p.provider, "path": str(p.path), "team": p.team,
+                   "registries": list(p.registries), "changed": p.changed})
+        return
+    say(f"{'wrote' if p.changed else 'unchanged'}  {p.path} ({p.provider}) for {p.team}")
+    say(f"secrets   ENVBUILD_REGISTRY_USER, ENVBUILD_REGISTRY_PASSWORD: a login to "
+        f"{', '.join(p.registries)}")
+    if p.provider == "gitlab":
+        say("schedule  add a pipeline schedule (Build > Pipeline schedules) for the nightly jobs")

@@ -58,3 +58,9 @@ def test_wheel_install_finds_matrix_and_templates(tmp_path: Path) -> None:
     r = envbuild("render", "--target", "cpu", "--user", "nobody", "--out", str(tmp_path / "bad"))
     assert r.returncode == 2 and "system account" in r.stderr, r.stderr
     assert not (tmp_path / "bad").exists()
+    # the CI pipeline templates ship too (`team ci` renders one from the installed package)
+    (elsewhere / "envbuild.toml").write_text('[image.cpu]\ntarget = "cpu"\n'
+                                             'registry = "registry.example.com/team"\n')
+    r = envbuild("team", "ci", "--gitlab")
+    assert r.returncode == 0, r.stderr
+    assert (elsewhere / ".gitlab-ci.yml").read_text().startswith("# Written by `envbuild team ci")
