@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from envbuild.features.team import Built
 
 team_app = typer.Typer(help="Team base images: plan, build, lock and check a family of images "
-                       "from a team file (envbuild.toml): TOML with an optional [defaults] "
+                       "from a team file, and write its CI pipeline. The team file "
+                       "(envbuild.toml): TOML with an optional [defaults] "
                        "table and one [image.NAME] table per image, whose keys are the options "
                        "of `envbuild make` (target, cuda, gpu, python, torch, os, pip, apt, "
                        "registry, ...), e.g. [image.cpu] with target = \"cpu\".",
