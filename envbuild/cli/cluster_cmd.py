@@ -76,6 +76,7 @@ def validate(
         raise UsageError("say where to run: --slurm",
                          "Kubernetes: `envbuild cluster render --k8s IMAGE`, then `envbuild "
                          "cluster collect` on the pods' logs")
+    from envbuild.cluster.report import junit_suites
     from envbuild.cluster.usecase import validate as run_validation
     from envbuild.features import junit as ju
 
@@ -88,7 +89,7 @@ def validate(
                                 constraint=constraint, exclude=exclude, runtime=runtime,
                                 timeout=timeout, only=only, min_bytes=min_bytes,
                                 max_bytes=max_bytes)
-        record(ju.cluster_suites(report))
+        record(junit_suites(report))
     _emit(report, json_out)
 
 
@@ -132,6 +133,7 @@ def collect(
     gpus_per_node: GpusPerNode = 0, fabric: Fabric = None, json_out: Json = False,
     junit: Junit = None,
 ) -> None:
+    from envbuild.cluster.report import junit_suites
     from envbuild.cluster.usecase import collect as collect_report
     from envbuild.features import junit as ju
 
@@ -139,6 +141,6 @@ def collect(
     with ju.report(junit, "envbuild cluster collect") as record:
         report = collect_report(logs, nodes=nodes, world_size=world_size,
                                 gpus_per_node=gpus_per_node, fabric=fabric)
-        record(ju.cluster_suites(report))
+        record(junit_suites(report))
     _emit(report, json_out)
 

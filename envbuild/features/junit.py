@@ -97,9 +97,3 @@ def validation_suites(report_: Mapping[str, Any], subject: str) -> list[Suite]:
     from envbuild.core.junit import validation_suite
 
     return [validation_suite(report_, subject)]
-
-
-def cluster_suites(report_: Mapping[str, Any]) -> list[Suite]:
-    from envbuild.cluster.report import junit_suites
-
-    return junit_suites(report_)
