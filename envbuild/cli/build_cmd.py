@@ -199,16 +199,21 @@ def validate(
     from_registry: Annotated[str | None, typer.Option(
         "--from-registry", help="Print the validation report attached to this image in its "
         "registry (REGISTRY/REPO:TAG or @sha256:...) without running anything.")] = None,
+    junit: o.Junit = None,
 ) -> None:
     """Run the validator in a container (or with --host here). 0 pass, 1 a check failed, 3 could
     not run."""
+    from envbuild.features import junit as ju
     from envbuild.features.make import attached_validation, validate_one
 
+    junit = ju.check_path(junit) if junit is not None else None
     if from_registry is not None:
         if host or image is not None:
             raise UsageError("--from-registry takes the image itself: give no IMAGE or --host",
                              "e.g. envbuild validate --from-registry REGISTRY/REPO:TAG")
-        att, v = attached_validation(from_registry)
+        with ju.report(junit, "envbuild validate") as record:
+            att, v = attached_validation(from_registry)
+            record(ju.validation_suites(att.report, from_registry))
         if json:
             emit_json(att.report)
         elif quiet:
@@ -222,8 +227,10 @@ def validate(
     if host == (image is not None):
         raise UsageError("give an IMAGE or --host (one of them)",
                          "e.g. envbuild validate envbuild/cpu:TAG, or envbuild validate --host")
-    with _status(f"validating {image or 'this host'} (up to {timeout:.0f} s)", json or quiet):
+    with _status(f"validating {image or 'this host'} (up to {timeout:.0f} s)", json or quiet), \
+            ju.report(junit, "envbuild validate") as record:
         v = validate_one(image, spec=spec, require_gpu=require_gpu, timeout=timeout)
+        record(ju.validation_suites(v.report, image or "host"))
     if json:
         emit_json(v.report)
     elif quiet:

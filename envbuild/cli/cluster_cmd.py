@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from envbuild.cli._app import app, emit_json, say, warn
+from envbuild.cli._options import Junit
 from envbuild.common.errors import UsageError
 
 cluster_app = typer.Typer(help="Validate every node of a cluster allocation (Slurm; Kubernetes "
@@ -69,20 +70,26 @@ def validate(
                                                            "host")] = "docker",
     out: Out = Path("envbuild-cluster"), json_out: Json = False, timeout: Timeout = 1800.0,
     only: Only = None, min_bytes: MinBytes = "1M", max_bytes: MaxBytes = "1G",
-    fabric: Fabric = None,
+    fabric: Fabric = None, junit: Junit = None,
 ) -> None:
     if not slurm:
         raise UsageError("say where to run: --slurm",
                          "Kubernetes: `envbuild cluster render --k8s IMAGE`, then `envbuild "
                          "cluster collect` on the pods' logs")
+    from envbuild.cluster.report import junit_suites
     from envbuild.cluster.usecase import validate as run_validation
+    from envbuild.features import junit as ju
 
-    report = run_validation(image, out, fabric=fabric, on_event=lambda s: warn(f"cluster: {s}"),
-                            nodes=nodes, ntasks_per_node=ntasks_per_node,
-                            gpus_per_node=gpus_per_node, partition=partition, account=account,
-                            time_min=time_min, constraint=constraint, exclude=exclude,
-                            runtime=runtime, timeout=timeout, only=only, min_bytes=min_bytes,
-                            max_bytes=max_bytes)
+    junit = ju.check_path(junit) if junit is not None else None
+    with ju.report(junit, "envbuild cluster validate") as record:
+        report = run_validation(image, out, fabric=fabric,
+                                on_event=lambda s: warn(f"cluster: {s}"), nodes=nodes,
+                                ntasks_per_node=ntasks_per_node, gpus_per_node=gpus_per_node,
+                                partition=partition, account=account, time_min=time_min,
+                                constraint=constraint, exclude=exclude, runtime=runtime,
+                                timeout=timeout, only=only, min_bytes=min_bytes,
+                                max_bytes=max_bytes)
+        record(junit_suites(report))
     _emit(report, json_out)
 
 
@@ -124,10 +131,16 @@ def collect(
     world_size: Annotated[int | None, typer.Option("--world-size", help="All-reduce ranks "
                                                                         "expected.")] = None,
     gpus_per_node: GpusPerNode = 0, fabric: Fabric = None, json_out: Json = False,
+    junit: Junit = None,
 ) -> None:
+    from envbuild.cluster.report import junit_suites
     from envbuild.cluster.usecase import collect as collect_report
+    from envbuild.features import junit as ju
 
-    report = collect_report(logs, nodes=nodes, world_size=world_size,
-                            gpus_per_node=gpus_per_node, fabric=fabric)
+    junit = ju.check_path(junit) if junit is not None else None
+    with ju.report(junit, "envbuild cluster collect") as record:
+        report = collect_report(logs, nodes=nodes, world_size=world_size,
+                                gpus_per_node=gpus_per_node, fabric=fabric)
+        record(junit_suites(report))
     _emit(report, json_out)
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from envbuild.cli._app import app, emit_json, say, warn
-from envbuild.cli._options import Json
+from envbuild.cli._options import Json, Junit
 from envbuild.common.buildkit import step_title
 from envbuild.common.echo import escaped, one_line
 from envbuild.common.errors import EXIT_FAILED
@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from envbuild.features.team import Built
 
 team_app = typer.Typer(help="Team base images: plan, build, lock and check a family of images "
-                       "from a team file (envbuild.toml): TOML with an optional [defaults] "
+                       "from a team file, and write its CI pipeline. The team file "
+                       "(envbuild.toml): TOML with an optional [defaults] "
                        "table and one [image.NAME] table per image, whose keys are the options "
                        "of `envbuild make` (target, cuda, gpu, python, torch, os, pip, apt, "
                        "registry, ...), e.g. [image.cpu] with target = \"cpu\".",
@@ -170,15 +171,21 @@ def build_cmd(
 
 
 @team_app.command("check")
-def check_cmd(file: File = None, json: Json = False) -> None:
+def check_cmd(file: File = None, json: Json = False, junit: Junit = None) -> None:
     """For every image in envbuild.lock: its digest still in the registry, its attached report
-    there and passing, its base image tag still on the locked digest. Exit 1 naming each
-    problem (a moved or vanished tag with the old and new digests)."""
+    there and passing, its base image tag still on the locked digest (a multi-platform image:
+    its tag still on the locked index, listing each platform's locked manifest). Exit 1 naming
+    each problem (a moved or vanished tag with the old and new digests)."""
+    from envbuild.features import junit as ju
     from envbuild.features.team_lock import check
 
-    data = check(file)
+    junit = ju.check_path(junit) if junit is not None else None
+    with ju.report(junit, "envbuild team check") as record:
+        data = check(file)
+        record(ju.team_suites(data))
     if json:
-        emit_json({"images": data["images"], "problems": data["problems"]})
+        emit_json({"images": data["images"], "checks": data["checks"],
+                   "problems": data["problems"]})
     else:
         for row in data["images"]:
             rep = row.get("report") or {}
@@ -192,3 +199,42 @@ def check_cmd(file: File = None, json: Json = False) -> None:
             say("ok: every image, report and base digest in the lock is still true")
     if data["problems"]:
         raise typer.Exit(EXIT_FAILED)
+
+
+@team_app.command("ci")
+def ci_cmd(
+    github: Annotated[bool, typer.Option(
+        "--github", help="A GitHub Actions workflow (default --out .github/workflows/envbuild.yml "
+        "in the repository).")] = False,
+    gitlab: Annotated[bool, typer.Option(
+        "--gitlab", help="A GitLab CI pipeline (default --out .gitlab-ci.yml in the "
+        "repository).")] = False,
+    file: File = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", "-o", help="Where to write the pipeline (its directories are made).")] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace an existing, different file at --out.")] = False,
+    json: Json = False,
+) -> None:
+    """Write the team file's CI pipeline: on a pull (merge) request, `team build` without push
+    and, where a fleet.toml lies next to the team file, `envbuild plan`'s table; on the default
+    branch and nightly, `team build --push`; nightly, `team check --junit` as a test report.
+    Registry logins come from the CI secrets ENVBUILD_REGISTRY_USER and
+    ENVBUILD_REGISTRY_PASSWORD. The repository is the nearest directory above the team file
+    holding .git. Exit 2 when the file exists and differs (--force replaces it)."""
+    from envbuild.common.errors import UsageError
+    from envbuild.features.team_ci import write
+
+    if github == gitlab:
+        raise UsageError("choose one of --github and --gitlab",
+                         "e.g. envbuild team ci --github")
+    p = write("github" if github else "gitlab", file, out, force)
+    if json:
+        emit_json({"provider": p.provider, "path": str(p.path), "team": p.team,
+                   "registries": list(p.registries), "changed": p.changed})
+        return
+    say(f"{'wrote' if p.changed else 'unchanged'}  {p.path} ({p.provider}) for {p.team}")
+    say(f"secrets   ENVBUILD_REGISTRY_USER, ENVBUILD_REGISTRY_PASSWORD: a login to "
+        f"{', '.join(p.registries)}")
+    if p.provider == "gitlab":
+        say("schedule  add a pipeline schedule (Build > Pipeline schedules) for the nightly jobs")

@@ -384,3 +384,79 @@ def render_text(report: Mapping[str, Any]) -> str:
     if report["exclude"]:
         lines.append(f"--exclude={report['exclude']}")
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# JUnit
+
+
+def _node_problem(n: Mapping[str, Any]) -> Any:
+    """A node that failed without a failed check to show it (never reported, no report, an
+    error, a non-zero exit): one more testcase, NODE.node."""
+    from envbuild.core.junit import Check
+
+    checks = (n.get("report") or {}).get("checks") or []
+    if n["status"] == "missing":
+        return Check("node.report", "error", "the node reported", "never reported")
+    if n.get("error") or not n.get("report"):
+        return Check("node.report", "error", "the node reported",
+                     str(n.get("error") or "no validator report"))
+    if n["status"] == "fail" and not any(c.get("status") == "fail" for c in checks
+                                         if isinstance(c, Mapping)):
+        return Check("node.status", "fail", "the node's validator passed",
+                     "the validator exited non-zero although no check failed")
+    return None
+
+
+def _cluster_checks(report: Mapping[str, Any]) -> tuple[Any, ...]:
+    from envbuild.core.junit import Check
+
+    ar = report["allreduce"]
+    why = "; ".join([*ar["errors"], *(["missing ranks " + ", ".join(map(str, ar["missing_ranks"]))]
+                                      if ar["missing_ranks"] else []),
+                     *([] if ar["exact"] or not ar["results"] else ["inexact result"])])
+    ar_check = Check("cluster.allreduce", "pass" if ar["status"] == "pass" else "fail",
+                     f"all-reduce across {ar['world_size']} ranks ({ar['backend'] or '-'})",
+                     why or ("no rank reported" if ar["status"] == "missing" else
+                             ar["status"] if ar["status"] != "pass" else ""))
+    exp = ar.get("expectation")
+    busbw = Check("cluster.busbw", "skip", "all-reduce bus bandwidth against the fabric's floor",
+                  "no fabric floor in matrix/cluster.toml for this shape (or no --fabric)") \
+        if not exp else Check(
+            "cluster.busbw", exp["status"], "all-reduce bus bandwidth against the fabric's floor",
+            f"{exp['busbw_gbs']} GB/s busbw at {exp['bytes']} bytes; {exp['fabric']} floor "
+            f"{exp['busbw_floor_gbs']} GB/s")
+    drift_ = report["drift"]
+    drift_check = Check("cluster.drift", "fail" if drift_ else "pass",
+                        "every node has the majority's driver, torch, CUDA, cuDNN, NCCL, GPU",
+                        "; ".join(f"{d['node']} {d['key']} {d['value']} (majority "
+                                  f"{d['majority']})" for d in drift_))
+    slow = report["stragglers"]
+    slow_check = Check("cluster.stragglers", "warn" if slow else "pass",
+                       "no node far below its GPU model's median",
+                       "; ".join(f"{s['node']} {s['metric']} {s['value']} = {s['ratio']:.0%} "
+                                 f"of the median {s['median']}" for s in slow))
+    return ar_check, busbw, drift_check, slow_check
+
+
+def junit_suites(report: Mapping[str, Any]) -> list[Any]:
+    """The cluster report as JUnit suites: one per node (its validator's checks, classnames
+    NODE.GROUP; a node that failed without a failed check gets one more testcase), then one for
+    the cluster (all-reduce, bus bandwidth, drift, stragglers)."""
+    import dataclasses
+
+    from envbuild.core.junit import Suite, validation_suite
+
+    out = []
+    for n in report["nodes"]:
+        rep = n.get("report")
+        suite = validation_suite(rep if isinstance(rep, Mapping) else {}, f"node {n['node']}",
+                                 f"{n['node']}.")
+        extra = _node_problem(n)
+        out.append(dataclasses.replace(suite, hostname=str(n["node"]),
+                                       checks=suite.checks + ((extra,) if extra else ())))
+    job = report.get("job") or {}
+    seconds = job.get("seconds") if isinstance(job, Mapping) else None
+    out.append(Suite("cluster", _cluster_checks(report),
+                     seconds=float(seconds) if isinstance(seconds, (int, float)) else None))
+    return out

@@ -594,107 +594,152 @@ def locked_team(team: TeamFile, lock: Mapping[str, Any] | None, lock_path: Path)
 
 
 # -- check ------------------------------------------------------------------------------------
+CHECK_TITLES = {
+    "present": "the locked digest is in the registry",
+    "report": "a passing validation report is attached to it",
+    "base": "the base image tag is still on the locked digest",
+    "tag": "the tag still names the locked index",
+    "platform": "the index still lists the platform's locked manifest",
+}
+
+
+def _record(image: str, check: str, status: str, message: str = "") -> dict[str, Any]:
+    """One check of one image: {image, check, title, status (pass | fail | skip | not_run),
+    message}; a failed check's problem is "IMAGE: MESSAGE"."""
+    return {"image": image, "check": check, "title": CHECK_TITLES[check.partition(".")[0]],
+            "status": status, "message": message}
+
+
 def check(lock: Mapping[str, Any], lock_path: Path) -> dict[str, Any]:
-    """Is what the lock pins still true in the registry? {images, problems}. A multi-platform
-    image: its tag still on the locked index, the index still listing each platform's locked
-    manifest, and each platform image checked as an image of its own."""
+    """Is what the lock pins still true in the registry? {images, checks, problems}. A
+    multi-platform image: its tag still on the locked index, the index still listing each
+    platform's locked manifest, and each platform image checked as an image of its own."""
     images = []
-    problems: list[str] = []
+    checks: list[dict[str, Any]] = []
     for name, e in sorted(lock.get("image", {}).items()):
         members = e.get("platforms")
         if isinstance(members, dict) and members:
             row, found = _check_index(name, e, members)
             images.append(row)
-            problems += found
+            checks += found
             for platform, pe in sorted(members.items()):
                 row, found = _check_entry(f"{name}@{platform}", pe)
                 images.append(row)
-                problems += found
+                checks += found
         else:
             row, found = _check_entry(name, e)
             images.append(row)
-            problems += found
-    return {"images": images, "problems": problems, "lock": str(lock_path)}
+            checks += found
+    problems = [f"{c['image']}: {c['message']}" for c in checks if c["status"] == "fail"]
+    return {"images": images, "checks": checks, "problems": problems, "lock": str(lock_path)}
 
 
 def _check_index(name: str, e: Mapping[str, Any], members: Mapping[str, Any]
-                 ) -> tuple[dict[str, Any], list[str]]:
+                 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     from envbuild.engine import registry
 
     digest, tag = str(e.get("digest", "")), str(e.get("tag", ""))
     row: dict[str, Any] = {"name": name, "tag": tag, "digest": digest, "base_image": "",
                            "base_digest": "", "platforms": sorted(members)}
+
+    def platforms(status: str, why: str = "") -> list[dict[str, Any]]:
+        return [_record(name, f"platform.{p}", status, why) for p in sorted(members)]
+
     if not digest:
         row["present"] = False
-        return row, [f"{name}: the lock has no index digest (built without --push)"]
+        return row, [_record(name, "tag", "fail",
+                             "the lock has no index digest (built without --push)"),
+                     *platforms("not_run", "not run: the lock has no index to read")]
     ref = registry.parse_ref(tag)
     now = registry.client(ref.host).head_manifest(ref)
     row["present"] = now is not None
     if now is None:
-        return row, [f"{name}: the tag {tag} is gone from the registry"]
-    problems = []
-    if now[0] != digest:
-        problems.append(f"{name}: the tag {tag} moved: locked index {digest}, now {now[0]}")
+        return row, [_record(name, "tag", "fail", f"the tag {tag} is gone from the registry"),
+                     *platforms("not_run", "not run: the index is gone")]
+    out = [_record(name, "tag", "pass") if now[0] == digest else _record(
+        name, "tag", "fail", f"the tag {tag} moved: locked index {digest}, now {now[0]}")]
     listed = registry.index_platforms(tag) or {}
     for platform, pe in sorted(members.items()):
         locked = str(pe.get("digest", ""))
         if platform not in listed:
-            problems.append(f"{name}: the index at {tag} has no {platform} image (locked "
-                            f"{locked})")
+            out.append(_record(name, f"platform.{platform}", "fail",
+                               f"the index at {tag} has no {platform} image (locked {locked})"))
         elif listed[platform] != locked:
-            problems.append(f"{name}: the {platform} manifest moved: locked {locked}, the index "
-                            f"at {tag} now lists {listed[platform]}")
-    return row, problems
+            out.append(_record(name, f"platform.{platform}", "fail",
+                               f"the {platform} manifest moved: locked {locked}, the index at "
+                               f"{tag} now lists {listed[platform]}"))
+        else:
+            out.append(_record(name, f"platform.{platform}", "pass"))
+    return row, out
 
 
-def _check_entry(name: str, e: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def _check_entry(name: str, e: Mapping[str, Any]
+                 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One image's lock entry against its registry: present, its report attached and passing,
     its base tag on the locked digest."""
     from envbuild.engine import registry
 
-    problems: list[str] = []
     row: dict[str, Any] = {"name": name, "tag": e.get("tag", ""),
                            "digest": e.get("digest", ""),
                            "base_image": e.get("base_image", ""),
                            "base_digest": e.get("base_digest", "")}
     digest = str(e.get("digest", ""))
     if not digest:
-        problems.append(f"{name}: the lock has no registry digest (built without --push)")
         row["present"] = False
+        out = [_record(name, "present", "fail",
+                       "the lock has no registry digest (built without --push)"),
+               _record(name, "report", "not_run", "not run: the image is not in a registry")]
     else:
         ref = registry.parse_ref(str(e["tag"]))
         present = registry.client(ref.host).head_manifest(ref.with_digest(digest))
         row["present"] = present is not None
         if present is None:
-            problems.append(f"{name}: {ref.host}/{ref.repo}@{digest} is gone from the "
-                            "registry")
+            out = [_record(name, "present", "fail",
+                           f"{ref.host}/{ref.repo}@{digest} is gone from the registry"),
+                   _record(name, "report", "not_run", "not run: the image is gone")]
         else:
-            att = registry.fetch_report(str(ref.with_digest(digest)))
-            if att is None:
-                row["report"] = None
-                problems.append(f"{name}: no validation report attached to "
-                                f"{ref.host}/{ref.repo}@{digest}")
-            else:
-                s = att.report.get("summary", {})
-                ok = isinstance(s, dict) and not s.get("fail") and bool(s.get("pass"))
-                row["report"] = {"status": "pass" if ok else "fail", "artifact": att.artifact,
-                                 "via": att.via, **(s if isinstance(s, dict) else {})}
-                if not ok:
-                    problems.append(f"{name}: the attached validation report does not pass")
+            out = [_record(name, "present", "pass"),
+                   _check_report(name, row, str(ref.with_digest(digest)))]
+    return row, [*out, _check_base(name, e, row)]
+
+
+def _check_report(name: str, row: dict[str, Any], ref: str) -> dict[str, Any]:
+    from envbuild.engine import registry
+
+    att = registry.fetch_report(ref)
+    if att is None:
+        row["report"] = None
+        return _record(name, "report", "fail",
+                       f"no validation report attached to {ref}")
+    s = att.report.get("summary", {})
+    ok = isinstance(s, dict) and not s.get("fail") and bool(s.get("pass"))
+    row["report"] = {"status": "pass" if ok else "fail", "artifact": att.artifact,
+                     "via": att.via, **(s if isinstance(s, dict) else {})}
+    if not ok:
+        return _record(name, "report", "fail", "the attached validation report does not pass")
+    return _record(name, "report", "pass", f"{att.artifact} ({s.get('pass')} passed)")
+
+
+def _check_base(name: str, e: Mapping[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    from envbuild.engine import registry
+
     base = str(e.get("base_image", ""))
     old = str(e.get("base_digest", ""))
-    if base and not refs.pinned_digest(base):
-        try:
-            now = registry.resolve_digest(base)
-        except EnvbuildError as exc:
-            now = None
-            row["base_error"] = exc.message
-        row["base_digest_now"] = now
-        if not old:
-            problems.append(f"{name}: the lock has no digest for the base image {base}")
-        elif now is None:
-            problems.append(f"{name}: the base image tag {base} vanished (locked {old})")
-        elif now != old:
-            problems.append(f"{name}: the base image tag {base} moved: locked {old}, "
-                            f"now {now}")
-    return row, problems
+    if not base:
+        return _record(name, "base", "skip", "the lock names no base image")
+    if refs.pinned_digest(base):
+        return _record(name, "base", "skip", f"the base image {base} is pinned by digest")
+    try:
+        now = registry.resolve_digest(base)
+    except EnvbuildError as exc:
+        now = None
+        row["base_error"] = exc.message
+    row["base_digest_now"] = now
+    if not old:
+        return _record(name, "base", "fail", f"the lock has no digest for the base image {base}")
+    if now is None:
+        return _record(name, "base", "fail", f"the base image tag {base} vanished (locked {old})")
+    if now != old:
+        return _record(name, "base", "fail",
+                       f"the base image tag {base} moved: locked {old}, now {now}")
+    return _record(name, "base", "pass")

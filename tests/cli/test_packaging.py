@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import venv
@@ -27,14 +28,16 @@ def test_wheel_install_finds_matrix_and_templates(tmp_path: Path) -> None:
                    capture_output=True, timeout=900)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
+    # the installed package alone: a PYTHONPATH naming the checkout would be imported first
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
     def envbuild(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(env / "bin" / "envbuild"), *args], cwd=elsewhere,
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=120, env=clean)
 
     where = subprocess.run([str(py), "-c", "import envbuild.common.resources as r; "
                             "print(r.matrix_dir()); print(r.templates_dir())"],
-                           cwd=elsewhere, capture_output=True, text=True, check=True)
+                           cwd=elsewhere, capture_output=True, text=True, check=True, env=clean)
     for line in where.stdout.split():
         assert str(env) in line and "_data" in line, where.stdout
     assert envbuild("matrix", "check").returncode == 0
@@ -55,3 +58,9 @@ def test_wheel_install_finds_matrix_and_templates(tmp_path: Path) -> None:
     r = envbuild("render", "--target", "cpu", "--user", "nobody", "--out", str(tmp_path / "bad"))
     assert r.returncode == 2 and "system account" in r.stderr, r.stderr
     assert not (tmp_path / "bad").exists()
+    # the CI pipeline templates ship too (`team ci` renders one from the installed package)
+    (elsewhere / "envbuild.toml").write_text('[image.cpu]\ntarget = "cpu"\n'
+                                             'registry = "registry.example.com/team"\n')
+    r = envbuild("team", "ci", "--gitlab")
+    assert r.returncode == 0, r.stderr
+    assert (elsewhere / ".gitlab-ci.yml").read_text().startswith("# Written by `envbuild team ci")

@@ -27,6 +27,8 @@ from typing import Any
 import pytest
 
 from tests.support import ROOT, Cli, run_cli, work_dir
+from tests.support.junit import assert_matches_cluster
+from tests.support.junit import read as read_junit
 from tests.support.slurm import need as _need
 from tests.support.slurm import sinfo_nodes, slurm_env
 
@@ -184,11 +186,17 @@ def test_inside_an_allocation_uses_srun(slurm: dict[str, str], image: str,
 
 def test_host_runtime_uses_the_nodes_own_python(slurm: dict[str, str], tmp_path: Path) -> None:
     pytest.importorskip("torch")  # the venv of `make install` has it (TORCH_PIN)
-    r, data = validate(slurm, tmp_path, "--runtime", "host", *FAST, "--timeout", "240")
+    junit = tmp_path / "junit" / "cluster.xml"
+    r, data = validate(slurm, tmp_path, "--runtime", "host", *FAST, "--timeout", "240",
+                       "--junit", str(junit))
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-2000:])
     assert [n["status"] for n in data["nodes"]] == ["pass", "pass"]
     assert all(n["report"]["host"]["in_image"] is False for n in data["nodes"])
     assert data["allreduce"]["status"] == "pass" and data["allreduce"]["world_size"] == 2
+    # --junit of the same run: a suite per node with its checks, then the cluster's
+    root = read_junit(junit)
+    assert_matches_cluster(root, data)
+    assert [s.get("hostname") for s in root][:2] == ["n1", "n2"]
 
 
 def test_pod_lines_from_real_containers_collect_into_a_report(image: str,

@@ -12,6 +12,8 @@ import pytest
 from envbuild.common.errors import EnvbuildError
 from envbuild.engine import registry
 from tests.support import run_cli
+from tests.support.junit import assert_matches_team, cases
+from tests.support.junit import read as read_junit
 from tests.support.registry import (
     PASSWORD,
     WRONG,
@@ -59,13 +61,15 @@ def test_attach_and_read_back_a_report(reg: str) -> None:
     assert json.loads(r.stdout) == REPORT
 
 
-def test_a_failing_attached_report_exits_1(reg: str) -> None:
+def test_a_failing_attached_report_exits_1(reg: str, tmp_path: Path) -> None:
     digest = push_tiny_image(reg, "team/failing", "v1", salt="f")
     bad = {**REPORT, "checks": [{"id": "facts.torch", "status": "fail", "title": "torch"}],
            "summary": {"pass": 0, "fail": 1}}
     registry.attach_report(f"{reg}/team/failing:v1", digest, bad)
-    r = run_cli("validate", "--from-registry", f"{reg}/team/failing:v1")
+    junit = tmp_path / "attached.xml"
+    r = run_cli("validate", "--from-registry", f"{reg}/team/failing:v1", "--junit", str(junit))
     assert r.returncode == 1 and "fail" in r.stdout
+    assert [cases(s) for s in read_junit(junit)] == [[("facts.torch", "failure")]]
 
 
 def test_missing_things_are_clean_errors(reg: str) -> None:
@@ -86,6 +90,48 @@ def test_a_report_digest_mismatch_is_refused(reg: str) -> None:
     digest = c.put_blob("team/blob", b"real")
     with pytest.raises(EnvbuildError):
         c.get_blob("team/blob", digest.replace(digest[-4:], "0000"))
+
+
+def test_team_check_junit_counts_what_json_counts(reg: str, tmp_path: Path) -> None:
+    """`team check` of a lock against the real registry (images pushed through the client, no
+    engine): an image that checks, one whose report fails and whose base tag moved, one gone, a
+    multi-platform image; --json and --junit of the same run hold the same checks."""
+    base = push_tiny_image(reg, "ci/base", "1", salt="base")
+    a = push_tiny_image(reg, "ci/a", "1", salt="a")
+    b = push_tiny_image(reg, "ci/b", "1", salt="b")
+    registry.attach_report(f"{reg}/ci/a:1", a, REPORT)
+    registry.attach_report(f"{reg}/ci/b:1", b, {**REPORT, "summary": {"pass": 0, "fail": 1}})
+    m = push_tiny_image(reg, "ci/multi", "1-amd64", salt="m")
+    registry.attach_report(f"{reg}/ci/multi:1-amd64", m, REPORT)
+    index = registry.push_index(f"{reg}/ci/multi:1", [("linux/amd64", m)])
+    gone, old = "sha256:" + "0" * 64, "sha256:" + "1" * 64
+
+    def entry(tag: str, digest: str, base_digest: str) -> str:
+        return (f'tag = "{reg}/ci/{tag}"\ndigest = "{digest}"\nbase_image = '
+                f'"{reg}/ci/base:1"\nbase_digest = "{base_digest}"\n')
+
+    (tmp_path / "envbuild.lock").write_text(
+        f"format = 1\n[image.a]\n{entry('a:1', a, base)}[image.b]\n{entry('b:1', b, old)}"
+        f"[image.c]\n{entry('c:1', gone, base)}[image.multi]\ntag = \"{reg}/ci/multi:1\"\n"
+        f'digest = "{index}"\n[image.multi.platforms."linux/amd64"]\n'
+        + entry("multi:1-amd64", m, base))
+    junit = tmp_path / "junit" / "team-check.xml"
+    r = run_cli("team", "check", "--file", str(tmp_path / "envbuild.toml"), "--json",
+                "--junit", str(junit))
+    assert r.returncode == 1, r.stderr
+    data = json.loads(r.stdout)
+    assert [(c["image"], c["check"], c["status"]) for c in data["checks"]] == [
+        ("a", "present", "pass"), ("a", "report", "pass"), ("a", "base", "pass"),
+        ("b", "present", "pass"), ("b", "report", "fail"), ("b", "base", "fail"),
+        ("c", "present", "fail"), ("c", "report", "not_run"), ("c", "base", "pass"),
+        ("multi", "tag", "pass"), ("multi", "platform.linux/amd64", "pass"),
+        ("multi@linux/amd64", "present", "pass"), ("multi@linux/amd64", "report", "pass"),
+        ("multi@linux/amd64", "base", "pass")]
+    assert data["problems"] == [
+        "b: the attached validation report does not pass",
+        f"b: the base image tag {reg}/ci/base:1 moved: locked {old}, now {base}",
+        f"c: {reg}/ci/c@{gone} is gone from the registry"]
+    assert_matches_team(read_junit(junit), data)
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,8 @@ import pytest
 
 from tests.support import run_cli
 from tests.support.docker_helpers import BASE, SYSTEM_CA, docker
+from tests.support.junit import assert_matches_team
+from tests.support.junit import read as read_junit
 from tests.support.registry import start_registry
 from tests.support.team import TeamRun
 
@@ -139,11 +141,15 @@ def test_attached_reports_read_back_and_check_passes(family: Family) -> None:
         assert r.returncode == 0, r.stderr
         report = json.loads(r.stdout)
         assert report["summary"]["fail"] == 0 and report["summary"]["pass"] > 0
-    r = run_cli("team", "check", "--file", str(family.dir / "envbuild.toml"), "--json")
+    junit = family.dir / "junit" / "team-check.xml"
+    r = run_cli("team", "check", "--file", str(family.dir / "envbuild.toml"), "--json",
+                "--junit", str(junit))
     assert r.returncode == 0, r.stdout + r.stderr
     data = json.loads(r.stdout)
     assert data["problems"] == []
     assert [x["report"]["status"] for x in data["images"]] == ["pass"] * 3
+    assert_matches_team(read_junit(junit), data)  # --junit of the same run
+    assert [c["status"] for c in data["checks"]] == ["pass"] * 9  # present, report, base
 
 
 def test_one_more_package_rebuilds_without_reinstalling_torch(family: Family,
