@@ -258,6 +258,10 @@ def make(
         "--from-bundle", help="Build and validate offline from `envbuild bundle` output: every "
         "RUN step with --network none, pip with hashes. Other build options are in the bundle.")]
     = None,
+    sbom: Annotated[Path | None, typer.Option(
+        "--sbom", help="Write the image's SBOM (sbom.cdx.json, CycloneDX 1.6), build provenance "
+        "(provenance.intoto.json, in-toto/SLSA v1) and validation report (validation.json) to "
+        "DIR, made if missing; before any --push.")] = None,
 ) -> None:
     """Resolve, render, build and validate in one go, with one summary at the end.
 
@@ -282,7 +286,7 @@ def make(
     mr = MakeRequest(req, ci, tag=tag, rebuild=rebuild, push=push, proxy=proxy,
                      push_unvalidated=push_unvalidated, validate=not no_validate,
                      revalidate=revalidate, require_gpu=require_gpu, timeout=timeout, out=out,
-                     ext_wheels=ext_wheels)
+                     ext_wheels=ext_wheels, sbom=sbom)
     show = not (json or quiet)
     result = do_make(mr, hooks=hooks(progress, show))
     if json:
@@ -356,9 +360,19 @@ def _say_make(r: MakeResult, out: Path | None, push_unvalidated: bool) -> None:
         _gpu_line(r.checked.validation)
     else:
         _print_report(r.checked.validation)
+    _say_attested(r)
     if r.pushed:
         say(f"pushed    {r.pushed}" + ("  (unvalidated: --push-unvalidated)"
                                      if push_unvalidated else "  (validation passed)"))
+
+
+def _say_attested(r: MakeResult) -> None:
+    """Where --sbom wrote the SBOM, the provenance and the validation report."""
+    if r.attestation is not None:
+        say(f"sbom      {r.attested['sbom']}  ({r.attestation.components} components)")
+        say(f"provenance  {r.attested['provenance']}")
+        if "validation" in r.attested:
+            say(f"report    {r.attested['validation']}")
 
 
 def _make_from_bundle(root: Path, *, tag: str | None, require_gpu: bool, timeout: float,

@@ -51,16 +51,16 @@ def tree_digest(root: Path, exclude: Collection[str] = ()) -> str:
             entries.append((rel.replace(os.sep, "/"), os.path.join(dirpath, name)))
     for rel, path in sorted(entries):
         st = os.lstat(path)
-        name = rel.encode("utf-8", "surrogateescape")
+        key = rel.encode("utf-8", "surrogateescape")
         if stat.S_ISLNK(st.st_mode):
             target = os.readlink(path).encode("utf-8", "surrogateescape")
-            h.update(b"L" + len(name).to_bytes(8, "big") + name + len(target).to_bytes(8, "big")
+            h.update(b"L" + len(key).to_bytes(8, "big") + key + len(target).to_bytes(8, "big")
                      + target)
             continue
         if not stat.S_ISREG(st.st_mode):
             continue
         kind = b"X" if st.st_mode & 0o111 else b"F"
-        h.update(kind + len(name).to_bytes(8, "big") + name + st.st_size.to_bytes(8, "big"))
+        h.update(kind + len(key).to_bytes(8, "big") + key + st.st_size.to_bytes(8, "big"))
         with open(path, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
