@@ -298,6 +298,7 @@ def make(
                               result.build.tag if result.build else ""))
     else:
         _say_make(result, out, push_unvalidated)
+        _say_attested(result)
     if result.push_skipped:
         warn(f"not pushed: {result.push_skipped} (only a validated image is pushed; "
              "--push-unvalidated pushes anyway)")
@@ -360,7 +361,6 @@ def _say_make(r: MakeResult, out: Path | None, push_unvalidated: bool) -> None:
         _gpu_line(r.checked.validation)
     else:
         _print_report(r.checked.validation)
-    _say_attested(r)
     if r.pushed:
         say(f"pushed    {r.pushed}" + ("  (unvalidated: --push-unvalidated)"
                                      if push_unvalidated else "  (validation passed)"))
