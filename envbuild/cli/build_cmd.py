@@ -259,9 +259,9 @@ def make(
         "RUN step with --network none, pip with hashes. Other build options are in the bundle.")]
     = None,
     sbom: Annotated[Path | None, typer.Option(
-        "--sbom", help="Write the image's SBOM (sbom.cdx.json, CycloneDX 1.6), build provenance "
-        "(provenance.intoto.json, in-toto/SLSA v1) and validation report (validation.json) to "
-        "DIR, made if missing; before any --push.")] = None,
+        "--sbom", metavar="DIR", help="Write the image's SBOM (sbom.cdx.json, CycloneDX 1.6), "
+        "build provenance (provenance.intoto.json, in-toto/SLSA v1) and validation report "
+        "(validation.json) to DIR, made if missing; before any --push.")] = None,
 ) -> None:
     """Resolve, render, build and validate in one go, with one summary at the end.
 

@@ -127,7 +127,7 @@ def build_cmd(
     revalidate: Annotated[bool, typer.Option(
         "--revalidate", help="Validate even when a cached passing report exists.")] = False,
     out: Annotated[Path | None, typer.Option(
-        "--out", help="Where each image's SBOM (sbom.cdx.json), provenance "
+        "--out", metavar="DIR", help="Where each image's SBOM (sbom.cdx.json), provenance "
         "(provenance.intoto.json) and validation report (validation.json) go: DIR/NAME/ "
         "(default: envbuild-out/ next to the team file).")] = None,
     json: Json = False,

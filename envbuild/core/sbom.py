@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 SPEC_VERSION = "1.6"
 MAX_TEXT = 1024  # one name, version, URL or licence of the facts
+MAX_VERSION = 1024  # CycloneDX 1.6: a component's version is at most 1024 characters
 MAX_ENTRIES = 20000  # packages of one kind
 # Properties of the envbuild namespace (CycloneDX property names: `namespace:name`)
 CUDA_COMPONENT = "envbuild:cuda-component"
@@ -140,6 +141,11 @@ def _table(parent: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _digest(value: str) -> bool:
+    """sha256:<64 hex>, the only digest a BOM here names."""
+    return value.startswith("sha256:") and bool(_SHA256.fullmatch(value[7:]))
+
+
 def _sha256(value: Any) -> str:
     text = value.lower() if isinstance(value, str) else ""
     return text if _SHA256.fullmatch(text) else ""
@@ -225,11 +231,13 @@ def _purl(type_: str, name: str, version: str, namespace: str = "",
     from packageurl import PackageURL
 
     try:
-        return PackageURL(type=type_, namespace=namespace or None, name=name,
+        purl = PackageURL(type=type_, namespace=namespace or None, name=name,
                           version=version or None,
                           qualifiers={k: v for k, v in (qualifiers or {}).items() if v} or None)
-    except ValueError:  # a name packageurl refuses: the component goes without a purl
+        purl.to_string()  # some names pass the constructor and fail here (' ')
+    except (ValueError, TypeError):  # a name packageurl refuses: no purl for the component
         return None
+    return purl
 
 
 def pypi_purl(name: str, version: str) -> str:
@@ -243,6 +251,10 @@ def _hashes(sha256_hex: str) -> list[Any]:
 
     digest = _sha256(sha256_hex.removeprefix("sha256:"))
     return [HashType(alg=HashAlgorithm.SHA_256, content=digest)] if digest else []
+
+
+def _version(value: str) -> str | None:
+    return value[:MAX_VERSION] or None
 
 
 def _props(items: Iterable[tuple[str, str]]) -> list[Any]:
@@ -308,14 +320,15 @@ def _base(d: Described, ref: _Refs) -> Component:
         qualifiers = {"repository_url": parsed.name, "tag": parsed.tag}
     except refs.RefError:
         pass
+    digest = d.base_digest if _digest(d.base_digest) else ""
     registry_digest = d.base_digest_kind in ("pinned_in_ref", "repo_digest", "registry")
-    purl = _purl("oci", name.rsplit("/", 1)[-1], d.base_digest, qualifiers=qualifiers) \
-        if registry_digest and d.base_digest else None
-    return Component(type=ComponentType.CONTAINER, name=name, version=d.base_digest or None,
-                     bom_ref=ref("base-image"), purl=purl, hashes=_hashes(d.base_digest),
+    purl = _purl("oci", name.rsplit("/", 1)[-1], digest, qualifiers=qualifiers) \
+        if registry_digest and digest else None
+    return Component(type=ComponentType.CONTAINER, name=_text(name), version=_version(digest),
+                     bom_ref=ref("base-image"), purl=purl, hashes=_hashes(digest),
                      description="the base image (FROM)",
-                     properties=_props([("envbuild:reference", d.base_ref),
-                                        ("envbuild:digest-kind", d.base_digest_kind)]))
+                     properties=_props([("envbuild:reference", _text(d.base_ref)),
+                                        ("envbuild:digest-kind", _text(d.base_digest_kind))]))
 
 
 def _os_package(p: OsPackage, f: ImageFacts, ref: _Refs) -> Component:
@@ -328,7 +341,7 @@ def _os_package(p: OsPackage, f: ImageFacts, ref: _Refs) -> Component:
     else:
         purl = _purl("rpm", p.name, p.full_version, f.os_id,
                      {"arch": p.arch, "epoch": p.epoch, "distro": distro})
-    return Component(type=ComponentType.LIBRARY, name=p.name, version=p.full_version or None,
+    return Component(type=ComponentType.LIBRARY, name=p.name, version=_version(p.full_version),
                      bom_ref=ref(str(purl) if purl else f"{p.manager}:{p.name}"), purl=purl,
                      licenses=_licenses([p.license]) if p.license else None,
                      properties=_props([("envbuild:package-manager",
@@ -345,7 +358,7 @@ def _dist(d: PyDist, wheel: Wheel | None, f: ImageFacts, ref: _Refs) -> Componen
                   ("envbuild:torch-git-version", f.torch.get("git_version", ""))]
     if wheel is not None:
         props += [("envbuild:wheel", wheel.file), ("envbuild:pip-step", wheel.step)]
-    return Component(type=ComponentType.LIBRARY, name=d.name, version=d.version or None,
+    return Component(type=ComponentType.LIBRARY, name=d.name, version=_version(d.version),
                      bom_ref=ref(str(purl) if purl else f"pypi:{d.key}"), purl=purl,
                      licenses=dist_licenses(d), properties=_props(props),
                      hashes=_hashes(wheel.sha256) if wheel is not None else None)
@@ -362,15 +375,17 @@ def bom_json(f: ImageFacts, d: Described, *, timestamp: datetime, serial: str) -
     from cyclonedx.output.json import JsonV1Dot6
 
     ref = _Refs()
-    tag_name, _, tag = d.name.rpartition(":") if ":" in d.name.rsplit("/", 1)[-1] else \
-        (d.name, "", "")
-    image = Component(type=ComponentType.CONTAINER, name=tag_name or d.name, version=tag or None,
-                      bom_ref=ref("image"), hashes=_hashes(d.image_id),
-                      properties=_props([("envbuild:image-id", d.image_id),
-                                         ("envbuild:spec-hash", d.spec_hash),
+    name = _text(d.name)
+    tag_name, _, tag = name.rpartition(":") if ":" in name.rsplit("/", 1)[-1] else \
+        (name, "", "")
+    image_id = d.image_id if _digest(d.image_id) else ""
+    image = Component(type=ComponentType.CONTAINER, name=tag_name or name, version=_version(tag),
+                      bom_ref=ref("image"), hashes=_hashes(image_id),
+                      properties=_props([("envbuild:image-id", image_id),
+                                         ("envbuild:spec-hash", _text(d.spec_hash)),
                                          ("envbuild:platform-machine", f.machine)]))
-    tool = Component(type=ComponentType.APPLICATION, name="envbuild", version=d.tool_version,
-                     bom_ref=ref("envbuild"))
+    tool = Component(type=ComponentType.APPLICATION, name="envbuild",
+                     version=_version(_text(d.tool_version)), bom_ref=ref("envbuild"))
     bom = Bom(serial_number=UUID(serial), metadata=BomMetaData(
         timestamp=timestamp, component=image,
         properties=_props([(f"envbuild:note:{i + 1}", n) for i, n in enumerate(f.notes)])))
@@ -378,14 +393,14 @@ def bom_json(f: ImageFacts, d: Described, *, timestamp: datetime, serial: str) -
     parts: list[Component] = [_base(d, ref)]
     if f.os_id:
         parts.append(Component(type=ComponentType.OPERATING_SYSTEM, name=f.os_id,
-                               version=f.os_version or None, description=f.os_name or None,
+                               version=_version(f.os_version), description=f.os_name or None,
                                bom_ref=ref("os")))
     packages = {(p.manager, p.name): _os_package(p, f, ref) for p in f.packages}
     interp = None
     if f.interpreter is not None:
         i = f.interpreter
         interp = Component(type=ComponentType.APPLICATION, name=i.implementation.lower(),
-                           version=i.version, bom_ref=ref("interpreter"),
+                           version=_version(i.version), bom_ref=ref("interpreter"),
                            purl=_purl("generic", i.implementation.lower(), i.version),
                            description="the Python the venv runs",
                            properties=_props([("envbuild:path", i.executable),
