@@ -68,7 +68,8 @@ class Attestation:
 
     def write(self, directory: Path) -> dict[str, Path]:
         """The three files into `directory` (made if missing), each written atomically:
-        {"sbom", "provenance", "validation"?} -> path."""
+        {"sbom", "provenance", "validation"?} -> path. Without a report, a validation.json
+        left there by an earlier run is removed."""
         from envbuild.common.files import write_atomic
 
         d = out_dir(directory, "--sbom")
@@ -80,6 +81,8 @@ class Attestation:
             if self.report_text is not None:
                 out["validation"] = d / VALIDATION_FILE
                 write_atomic(out["validation"], self.report_text, 0o644)
+            else:  # not validated now: an older report must not pass for this image's
+                (d / VALIDATION_FILE).unlink(missing_ok=True)
         except OSError as exc:
             from envbuild.common.outputs import os_error
 

@@ -154,7 +154,8 @@ def test_write_puts_three_files_atomically_and_for_subject_keeps_sbom_and_report
     assert moved.sbom_text == a.sbom_text and moved.report_text == a.report_text
     assert moved.provenance["subject"][0]["digest"] == {"sha256": "9" * 64}
     unvalidated = attest.Attestation(a.sbom_text, a.provenance, None)
-    assert "validation" not in unvalidated.write(tmp_path / "other")
+    assert "validation" not in unvalidated.write(tmp_path / "new" / "dir")
+    assert not (tmp_path / "new" / "dir" / attest.VALIDATION_FILE).exists()  # not a stale one
 
 
 def test_a_file_or_an_unwritable_dir_is_a_usage_error(tmp_path: Path) -> None:
