@@ -273,6 +273,10 @@ def make(
     from envbuild.features.make import make as do_make
 
     check_push(push, not no_validate, push_unvalidated)
+    if from_bundle is not None and sbom is not None:
+        raise UsageError("--sbom is not made for an image built --from-bundle yet",
+                         "build it with `envbuild make --sbom DIR` where the network is, or "
+                         "drop --sbom")
     if from_bundle is not None:
         _make_from_bundle(from_bundle, tag=tag, require_gpu=require_gpu, timeout=timeout,
                           no_validate=no_validate, json=json, quiet=quiet, rebuild=rebuild)

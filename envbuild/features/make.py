@@ -534,6 +534,10 @@ def _make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) 
 
     if not targets.get(spec.target).container:  # e.g. mps: macOS GPUs are not reachable
         # from containers, a native environment instead of an image
+        if mr.sbom is not None:
+            raise UsageError(f"--sbom describes an image; target {spec.target} makes a native "
+                             "environment, no image", "drop --sbom, or choose a container "
+                             "target (--target cpu, --cuda, --rocm)")
         mps_dir = mr.out or Path(f"envbuild-mps-{spec.hash}")
         write_tree(prepared.files, mps_dir)
         return MakeResult(spec, chosen, mps_dir=mps_dir, seconds=times)

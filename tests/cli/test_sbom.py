@@ -112,3 +112,12 @@ def test_a_bad_sbom_or_out_dir_is_a_one_line_usage_error(tmp_path: Path) -> None
     (tmp_path / "envbuild-out").write_text("x")  # the default, next to the team file
     r = run_cli("team", "build", "--file", str(team))
     assert r.returncode == 2 and "envbuild-out" in r.stderr, r.stderr
+
+
+def test_sbom_needs_an_image_built_here(tmp_path: Path) -> None:
+    r = run_cli("make", "--from-bundle", str(tmp_path), "--sbom", str(tmp_path / "o"))
+    assert r.returncode == 2 and "--from-bundle" in r.stderr, r.stderr
+    r = run_cli("make", "--target", "mps", "--torch", "2.13.0", "--sbom", str(tmp_path / "o"),
+                "--out", str(tmp_path / "mps"))
+    assert r.returncode == 2 and "native" in r.stderr, r.stderr
+    assert not (tmp_path / "mps").exists() and not (tmp_path / "o").exists()
