@@ -265,6 +265,10 @@ def make(
         "--from-bundle", help="Build and validate offline from `envbuild bundle` output: every "
         "RUN step with --network none, pip with hashes. Other build options are in the bundle.")]
     = None,
+    sbom: Annotated[Path | None, typer.Option(
+        "--sbom", metavar="DIR", help="Write the image's SBOM (sbom.cdx.json, CycloneDX 1.6), "
+        "build provenance (provenance.intoto.json, in-toto/SLSA v1) and validation report "
+        "(validation.json) to DIR, made if missing; before any --push.")] = None,
 ) -> None:
     """Resolve, render, build and validate in one go, with one summary at the end.
 
@@ -276,6 +280,10 @@ def make(
     from envbuild.features.make import make as do_make
 
     check_push(push, not no_validate, push_unvalidated)
+    if from_bundle is not None and sbom is not None:
+        raise UsageError("--sbom is not made for an image built --from-bundle yet",
+                         "build it with `envbuild make --sbom DIR` where the network is, or "
+                         "drop --sbom")
     if from_bundle is not None:
         _make_from_bundle(from_bundle, tag=tag, require_gpu=require_gpu, timeout=timeout,
                           no_validate=no_validate, json=json, quiet=quiet, rebuild=rebuild)
@@ -289,7 +297,7 @@ def make(
     mr = MakeRequest(req, ci, tag=tag, rebuild=rebuild, push=push, proxy=proxy,
                      push_unvalidated=push_unvalidated, validate=not no_validate,
                      revalidate=revalidate, require_gpu=require_gpu, timeout=timeout, out=out,
-                     ext_wheels=ext_wheels)
+                     ext_wheels=ext_wheels, sbom=sbom)
     show = not (json or quiet)
     result = do_make(mr, hooks=hooks(progress, show))
     if json:
@@ -301,6 +309,7 @@ def make(
                               result.build.tag if result.build else ""))
     else:
         _say_make(result, out, push_unvalidated)
+        _say_attested(result)
     if result.push_skipped:
         warn(f"not pushed: {result.push_skipped} (only a validated image is pushed; "
              "--push-unvalidated pushes anyway)")
@@ -366,6 +375,15 @@ def _say_make(r: MakeResult, out: Path | None, push_unvalidated: bool) -> None:
     if r.pushed:
         say(f"pushed    {r.pushed}" + ("  (unvalidated: --push-unvalidated)"
                                      if push_unvalidated else "  (validation passed)"))
+
+
+def _say_attested(r: MakeResult) -> None:
+    """Where --sbom wrote the SBOM, the provenance and the validation report."""
+    if r.attestation is not None:
+        say(f"sbom      {r.attested['sbom']}  ({r.attestation.components} components)")
+        say(f"provenance  {r.attested['provenance']}")
+        if "validation" in r.attested:
+            say(f"report    {r.attested['validation']}")
 
 
 def _make_from_bundle(root: Path, *, tag: str | None, require_gpu: bool, timeout: float,

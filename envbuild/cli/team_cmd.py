@@ -127,6 +127,10 @@ def build_cmd(
     rebuild: Annotated[bool, typer.Option("--rebuild", help="Build even if cached.")] = False,
     revalidate: Annotated[bool, typer.Option(
         "--revalidate", help="Validate even when a cached passing report exists.")] = False,
+    out: Annotated[Path | None, typer.Option(
+        "--out", metavar="DIR", help="Where each image's SBOM (sbom.cdx.json), provenance "
+        "(provenance.intoto.json) and validation report (validation.json) go: DIR/NAME/ "
+        "(default: envbuild-out/ next to the team file).")] = None,
     json: Json = False,
 ) -> None:
     """Build every image (shared layers once), validate each, push the validated ones with
@@ -141,7 +145,7 @@ def build_cmd(
 
     outcome = build(file, only or (), push=push, jobs=jobs, locked=locked, rebuild=rebuild,
                     revalidate=revalidate, hooks_for=lambda name: _hooks(name, show),
-                    on_done=done)
+                    on_done=done, out=out)
     built, wrote = outcome.built, outcome.lock
     if json:
         emit_json(outcome.to_json())
@@ -159,6 +163,9 @@ def build_cmd(
         for ix in outcome.indexes:
             say(f"index     {ix.name}: {ix.tag}@{ix.digest} "
                 f"({', '.join(sorted(ix.platforms))})")
+        if outcome.out is not None and any(b.result and b.result.attested for b in built):
+            say(f"sbom      {outcome.out}/NAME/: sbom.cdx.json, provenance.intoto.json, "
+                "validation.json")
         if wrote:
             say(f"lock      {wrote}")
         for b in built:

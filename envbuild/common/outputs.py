@@ -92,7 +92,7 @@ def _plan(files: Mapping[str, RenderedFile], links: Mapping[str, Path]) -> list[
         try:
             items = sorted(src.iterdir())
         except OSError as exc:
-            raise _os_error(exc, src, "read", "--wheelhouse") from None
+            raise os_error(exc, src, "read", "--wheelhouse") from None
         for item in items:
             if not item.is_file():
                 continue
@@ -103,7 +103,7 @@ def _plan(files: Mapping[str, RenderedFile], links: Mapping[str, Path]) -> list[
     return out
 
 
-def _os_error(exc: OSError, path: Path | str, doing: str = "write",
+def os_error(exc: OSError, path: Path | str, doing: str = "write",
               flag: str = "--out") -> EnvbuildError:
     where = boundedio.path_text(exc.filename or path)
     reason = exc.strerror or str(exc)
@@ -386,5 +386,5 @@ def write_tree(files: Mapping[str, RenderedFile], out: Path, force: bool = False
                 except OSError:
                     break
     except OSError as exc:
-        raise _os_error(exc, target, flag=flag) from None
+        raise os_error(exc, target, flag=flag) from None
     return target

@@ -393,6 +393,7 @@ class RunResult:
     exit_code: int
     output: str
     timed_out: bool
+    truncated: bool = False  # the output went past the run's output_limit: only that much read
 
 
 def gpu_runtime() -> bool:
@@ -418,14 +419,36 @@ def runtime_facts() -> dict[str, str]:
             "cdi": ",".join(cdi)}
 
 
+def builder_versions(reason: str) -> dict[str, str]:
+    """Who built an image, for its provenance: the engine's version, the docker client and the
+    BuildKit it used (a buildx builder's own version; else the engine's built-in BuildKit).
+    `reason`: the build's BuildResult.builder ("cache": nothing was built now)."""
+    engine = runtime_facts()["engine"]
+    if reason == "cache":
+        return {"engine": engine, "client": "none: the image with these exact inputs was built "
+                "before (found by its labels)"}
+    builder = find_builder()
+    if builder.buildx:
+        r = proc.run([builder.docker, "buildx", "inspect"], env=builder.env(), timeout=20,
+                     check=False)
+        found = re.search(r"^\s*BuildKit(?: version)?:\s*(\S+)", r.stdout, re.M)
+        buildkit = found.group(1) if found else "the buildx builder's (version not reported)"
+    else:
+        buildkit = f"built into the engine ({engine})"
+    return {"engine": engine, "client": f"{builder.docker} {builder.version}",
+            "buildkit": buildkit}
+
+
 def run_container(image: str, command: list[str], *, target: str, gpus: bool, timeout: float,
                   labels: Mapping[str, str], shm_size: str = "2g",
                   environment: Mapping[str, str] | None = None,
                   network_host: bool = False, platform: str | None = None,
-                  read_only_mounts: Mapping[str, Path] | None = None) -> RunResult:
+                  read_only_mounts: Mapping[str, Path] | None = None,
+                  network: bool = True, output_limit: int | None = None) -> RunResult:
     """Run a labelled container to completion; it is always removed (timeout, Ctrl-C too).
     The target's registry entry says which devices it gets. `platform`: the image's, when it
-    is not this host's (emulated); `read_only_mounts`: container path -> host path."""
+    is not this host's (emulated); `read_only_mounts`: container path -> host path; `network`
+    False: none at all; `output_limit`: read at most this many bytes of its output."""
     import docker.types
 
     from envbuild.core import targets
@@ -437,6 +460,8 @@ def run_container(image: str, command: list[str], *, target: str, gpus: bool, ti
         kwargs["environment"] = dict(environment)
     if network_host:  # multi-node rendezvous: the ranks reach each other on the hosts' addresses
         kwargs["network_mode"] = "host"
+    elif not network:
+        kwargs["network_disabled"] = True
     if platform is not None:
         kwargs["platform"] = platform
     if read_only_mounts:
@@ -452,7 +477,7 @@ def run_container(image: str, command: list[str], *, target: str, gpus: bool, ti
             kwargs["group_add"] = list(entry.group_add)
         if entry.security_opt:
             kwargs["security_opt"] = list(entry.security_opt)
-    return _run_to_end(c, image, command, kwargs, timeout, stderr=False)
+    return _run_to_end(c, image, command, kwargs, timeout, stderr=False, limit=output_limit)
 
 
 @record
@@ -605,7 +630,7 @@ def exit_status(answer: Mapping[str, Any], image: str) -> int:
 
 
 def _run_to_end(c: Any, image: str, command: list[str], kwargs: dict[str, Any], timeout: float,
-                *, stderr: bool) -> RunResult:
+                *, stderr: bool, limit: int | None = None) -> RunResult:
     """Start a detached container, wait for it (killed at the deadline), read its output; it is
     always removed (failure, timeout, Ctrl-C too)."""
     container = None
@@ -624,12 +649,31 @@ def _run_to_end(c: Any, image: str, command: list[str], kwargs: dict[str, Any], 
                     break
                 time.sleep(0.2)
             code = int(container.attrs["State"].get("ExitCode", -1))
-            out = container.logs(stdout=True, stderr=stderr).decode(errors="replace")
-        return RunResult(code, out, timed_out)
+            if limit is None:
+                return RunResult(code, container.logs(stdout=True, stderr=stderr)
+                                 .decode(errors="replace"), timed_out)
+            data, cut = _bounded_logs(container, stderr, limit)
+        return RunResult(code, data.decode(errors="replace"), timed_out, cut)
     finally:
         if container is not None:
             with suppress(Exception):  # best effort: the container may already be gone
                 container.remove(force=True)
+
+
+def _bounded_logs(container: Any, stderr: bool, limit: int) -> tuple[bytes, bool]:
+    """At most `limit` bytes of an exited container's output, streamed (never the whole of an
+    output without end in memory); True when there was more."""
+    got = bytearray()
+    stream = container.logs(stdout=True, stderr=stderr, stream=True, follow=False)
+    try:
+        for chunk in stream:
+            got += chunk
+            if len(got) > limit:
+                return bytes(got[:limit]), True
+    finally:
+        with suppress(Exception):
+            stream.close()
+    return bytes(got), False
 
 
 def run_with_mounts(image: str, command: list[str], *, mounts: Mapping[str, tuple[Path, bool]],

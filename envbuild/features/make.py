@@ -1,4 +1,4 @@
-"""The `make` use case: resolve -> render -> build -> validate -> push (-> attach the report).
+"""The `make` use case: resolve -> render -> build -> validate (-> attest) -> push (-> attach).
 
 `envbuild make` and `envbuild team build` both run `make()`; the CLI only parses and prints.
 Progress goes through hooks (a line sink for the build log, a status context for long waits), so
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from envbuild.engine.build import BuildResult
     from envbuild.engine.registry import Attached
     from envbuild.engine.validate import Validation
+    from envbuild.features.attest import Attestation, BaseDigest
     from envbuild.matrix import Matrix
     from envbuild.render.pipeline import ContextInputs, Prepared, Secrets
 
@@ -76,6 +77,7 @@ class MakeRequest:
     cache_from: tuple[str, ...] = ()  # registry images whose layers the build may reuse
     ext_wheels: str | None = None  # a registry of compiled extension wheels: taken, pushed
     inline_cache: bool = False  # the image carries its build cache (for other engines)
+    sbom: Path | None = None  # --sbom DIR: the SBOM, provenance and validation report go there
 
 
 @record
@@ -111,10 +113,21 @@ class MakeResult:
     sized: dict[str, Any] | None = None  # the size estimate beside the real size
     seconds: dict[str, float] = field(default_factory=dict)
     compiled: dict[str, Any] | None = None  # the compiled extensions: key, where they came from
+    attestation: Attestation | None = None  # the SBOM, provenance and report (with --sbom)
+    attested: dict[str, Path] = field(default_factory=dict)  # the files written: kind -> path
+    base: BaseDigest | None = None  # the base image's digest, as the attestation names it
 
     @property
     def failed(self) -> bool:
         return bool(self.checked and not self.checked.passed)
+
+    @property
+    def sbom(self) -> dict[str, Any] | None:
+        return self.attestation.sbom if self.attestation is not None else None
+
+    @property
+    def provenance(self) -> dict[str, Any] | None:
+        return self.attestation.provenance if self.attestation is not None else None
 
     def to_json(self) -> dict[str, Any]:
         if self.mps_dir is not None:
@@ -131,7 +144,16 @@ class MakeResult:
             "validation": self.checked.to_json() if self.checked else None,
             "size": self.sized,
             **({"compiled_extensions": self.compiled} if self.compiled else {}),
+            **({"attestation": attestation_json(self)} if self.attestation else {}),
         }
+
+
+def attestation_json(r: MakeResult) -> dict[str, Any]:
+    """Where the attestation files went, and what they say in numbers."""
+    a = r.attestation
+    assert a is not None
+    return {**{k: str(v) for k, v in r.attested.items()}, "components": a.components,
+            "base_digest": r.base.digest if r.base else None}
 
 
 def build_json(r: BuildResult) -> dict[str, Any]:
@@ -237,6 +259,11 @@ class Shipped:
     pushed: str | None = None
     digest: str | None = None
     report_ref: str | None = None
+    attestation: Attestation | None = None  # made after validation, before the push
+
+
+# Makes the image's attestation from the validation outcome (None: not validated)
+Attest = Callable[["Checked | None"], "Attestation"]
 
 
 _VALIDATING: dict[str, threading.Lock] = {}
@@ -249,9 +276,11 @@ def _validation_lock(engine: str) -> threading.Lock:
 
 
 def ship(result: BuildResult, how: Shipping, status: StatusHook = _no_status,
-         times: dict[str, float] | None = None) -> Shipped:
-    """Validate -> gate -> push (-> attach the report): the one composition after a build, for
-    `envbuild make`, `envbuild build --push` and `envbuild team build`."""
+         times: dict[str, float] | None = None, attest: Attest | None = None) -> Shipped:
+    """Validate -> attest -> gate -> push (-> attach the report): the one composition after a
+    build, for `envbuild make`, `envbuild build --push` and `envbuild team build`. `attest`
+    makes the SBOM and provenance once the validation is known and before anything is pushed
+    (Shipped.attestation: what the push may attach)."""
     from envbuild.common.proc import check_cancelled
     from envbuild.engine import docker
 
@@ -267,6 +296,12 @@ def ship(result: BuildResult, how: Shipping, status: StatusHook = _no_status,
                                    timeout=how.timeout, revalidate=how.revalidate,
                                    status=status)
         times["validate"] = time.monotonic() - t0
+    if attest is not None:
+        check_cancelled()
+        t2 = time.monotonic()
+        with status(f"listing what {result.tag} holds (SBOM, provenance)"):
+            out.attestation = attest(out.checked)
+        times["attest"] = time.monotonic() - t2
     out.push_skipped = gate(how.push, out.checked, how.push_unvalidated, how.push_requires_gpu)
     if how.push and not out.push_skipped:
         check_cancelled()
@@ -416,6 +451,10 @@ def inspect_base(ref: str, m: Matrix, status: StatusHook = _no_status) -> BaseFa
 def check(mr: MakeRequest) -> None:
     """Refuse contradictory options before anything runs."""
     check_push(mr.push, mr.validate, mr.push_unvalidated)
+    if mr.sbom is not None:
+        from envbuild.features.attest import out_dir
+
+        out_dir(mr.sbom, "--sbom")
     if mr.ext_wheels is not None:
         from envbuild.common.redact import shown
         from envbuild.render.context import image_reference
@@ -460,6 +499,7 @@ def _make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) 
     m = m or load()
     times: dict[str, float] = {}
     t0 = time.monotonic()
+    started = datetime.now(UTC)
     req = mr.request
     chosen = ""
     if mr.inputs.base_image and req.base is None and req.target != "mps":
@@ -494,6 +534,10 @@ def _make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) 
 
     if not targets.get(spec.target).container:  # e.g. mps: macOS GPUs are not reachable
         # from containers, a native environment instead of an image
+        if mr.sbom is not None:
+            raise UsageError(f"--sbom describes an image; target {spec.target} makes a native "
+                             "environment, no image", "drop --sbom, or choose a container "
+                             "target (--target cpu, --cuda, --rocm)")
         mps_dir = mr.out or Path(f"envbuild-mps-{spec.hash}")
         write_tree(prepared.files, mps_dir)
         return MakeResult(spec, chosen, mps_dir=mps_dir, seconds=times)
@@ -501,6 +545,12 @@ def _make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) 
     with context_dir(prepared.wheelhouse) as tmp:
         ctx = mr.out if mr.out is not None else tmp / "context"
         write_tree(prepared.files, ctx, links=links)
+        context_digest = ""
+        if mr.sbom is not None:  # of the files BuildKit gets (the directory goes after the build)
+            from envbuild.common.digest import tree_digest
+            from envbuild.features.attest import CONTEXT_EXCLUDES
+
+            context_digest = tree_digest(ctx, exclude=CONTEXT_EXCLUDES)
         t1 = time.monotonic()
         with hooks.progress() as sink:
             result = do_build(ctx, tag=mr.tag, rebuild=mr.rebuild, secrets=prepared.secrets,
@@ -513,12 +563,28 @@ def _make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) 
             wheels_image = _keep_compiled(ctx, compiled, prepared, mr, proxies, hooks.status)
             times["compiled-wheels"] = time.monotonic() - t2
     out = MakeResult(spec, chosen, build=result, context=mr.out, compiled=compiled)
+
+    def attest(checked: Checked | None) -> Attestation:
+        """The SBOM, provenance and report, written to --sbom DIR before any push."""
+        from envbuild.features.attest import attest as make_attestation
+        from envbuild.features.attest import base_digest
+
+        assert mr.sbom is not None
+        out.base = base_digest(prepared.options.base_image or spec.base_image or "")
+        a = make_attestation(result, spec, context_digest, out.base,
+                             checked.to_json() if checked is not None else None,
+                             options=prepared.options, wheelhouse=prepared.wheelhouse,
+                             started=started, matrix_snapshot=m.snapshot)
+        out.attested = a.write(mr.sbom)
+        return a
+
     try:
         shipped = ship(result, Shipping(
             validate=mr.validate, push=mr.push, push_unvalidated=mr.push_unvalidated,
             require_gpu=mr.require_gpu, timeout=mr.timeout, revalidate=mr.revalidate,
             push_requires_gpu=mr.push_requires_gpu, attach_report=mr.attach_report),
-            hooks.status, times)
+            hooks.status, times, attest if mr.sbom is not None else None)
+        out.attestation = shipped.attestation
         out.checked, out.push_skipped = shipped.checked, shipped.push_skipped
         out.pushed, out.digest, out.report_ref = (shipped.pushed, shipped.digest,
                                                   shipped.report_ref)

@@ -267,6 +267,16 @@ class Built:
     freeze: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
+    @property
+    def sbom(self) -> dict[str, Any] | None:
+        """The image's CycloneDX SBOM (what an attach step pushes beside it)."""
+        return self.result.sbom if self.result is not None else None
+
+    @property
+    def provenance(self) -> dict[str, Any] | None:
+        """The image's in-toto provenance statement (subject: its local image id)."""
+        return self.result.provenance if self.result is not None else None
+
     def validation(self) -> dict[str, Any]:
         r = self.result
         if r is None or r.checked is None:
@@ -299,31 +309,27 @@ class Built:
             out["log"] = str(r.build.log_path) if r.build.log_path else None
         if r is not None and r.push_skipped:
             out["push_skipped"] = r.push_skipped
+        if r is not None and r.attestation is not None:
+            from envbuild.features.make import attestation_json
+
+            out["attestation"] = attestation_json(r)
         if self.error is not None:
             out["error"] = {"message": self.error.message, "hint": self.error.hint}
         return out
 
 
 def current_base_digest(ref: str) -> str:
-    """The digest the base image reference resolves to now: the one it pins, else its
-    registry's, else the local engine's repo digest of it ('' when none knows)."""
-    from envbuild.core import refs
-    from envbuild.engine import docker, registry
+    """The digest the base image reference resolves to now ('' when none knows): see
+    envbuild.features.attest.current_base_digest."""
+    from envbuild.features import attest
 
-    if refs.pinned_digest(ref):
-        return refs.pinned_digest(ref)
-    try:
-        digest = registry.resolve_digest(ref)
-        if digest:
-            return digest
-    except EnvbuildError:
-        pass
-    try:
-        local = docker.local_image(ref)
-    except EnvbuildError:
-        return ""
-    known = refs.base_digest(ref, local)
-    return str(known["digest"]) if known["kind"] == "repo_digest" else ""
+    return attest.current_base_digest(ref)
+
+
+def out_dir(out: Path, p: Planned) -> Path:
+    """Where an image's SBOM, provenance and validation report go: OUT/NAME (a platform image:
+    OUT/NAME-linux-arm64)."""
+    return out / (p.name + (f"-{p.platform.replace('/', '-')}" if p.platform else ""))
 
 
 def freeze(tag: str) -> list[str]:
@@ -357,11 +363,12 @@ def build(planned: list[Planned], m: Matrix, *, push: bool, jobs: int = 1, rebui
           revalidate: bool = False, timeout: float = 600.0,
           hooks_for: Callable[[str], Hooks] | None = None,
           on_done: Callable[[Built], None] | None = None,
-          cache_from: tuple[str, ...] = ()) -> list[Built]:
+          cache_from: tuple[str, ...] = (), out: Path | None = None) -> list[Built]:
     """Build, validate and (with push) push every planned image, each on its engine; a failure
     of one image does not stop the others (its entry carries the error). Pushed images carry
     their build cache, and `cache_from` (the family's images already in the registry) lets any
-    engine reuse their layers instead of building them again."""
+    engine reuse their layers instead of building them again. With `out`, each image's SBOM,
+    provenance and validation report are made before its push and written to out_dir()."""
     from envbuild.common import proc
     from envbuild.engine import docker
     from envbuild.engine.docker import LABEL_ROLE
@@ -378,12 +385,15 @@ def build(planned: list[Planned], m: Matrix, *, push: bool, jobs: int = 1, rebui
                          push=p.image.registry if push else None, revalidate=revalidate,
                          timeout=timeout, attach_report=True, recommend=False,
                          estimate_size=False, push_requires_gpu=p.image.push_requires_gpu,
-                         engine=p.image.engine, cache_from=cache_from, inline_cache=push)
+                         engine=p.image.engine, cache_from=cache_from, inline_cache=push,
+                         sbom=out_dir(out, p) if out is not None else None)
         b = Built(p)
         try:
             with docker.endpoint(p.image.engine):
                 b.result = make(mr, m, hooks_for(p.key) if hooks_for else None)
-                b.base_digest = current_base_digest(p.base_image)
+                base = b.result.base  # known already when the image was attested
+                b.base_digest = (base.digest if base.kind != "image_id" else "") \
+                    if base is not None else current_base_digest(p.base_image)
                 if b.result.build is not None:
                     b.freeze = freeze(b.result.build.tag)
         except EnvbuildError as exc:

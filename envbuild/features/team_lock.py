@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from envbuild.features.team import Built, Indexed
 
 DEFAULT_TEAM_FILE = Path("envbuild.toml")
+OUT_DIR = "envbuild-out"  # next to the team file: each image's SBOM, provenance and report
 
 
 def lock_path(team_file: Path) -> Path:
@@ -54,6 +55,7 @@ class TeamBuild:
     built: list[Built]
     lock: Path | None  # the lock written; None with --locked (it was the input)
     indexes: list[Indexed] = field(default_factory=list)  # multi-platform images' one tag
+    out: Path | None = None  # where the images' SBOMs, provenance and reports went
 
     @property
     def failed(self) -> bool:
@@ -63,21 +65,26 @@ class TeamBuild:
         return {"images": [b.to_json() for b in self.built],
                 "indexes": [{"name": ix.name, "tag": ix.tag, "digest": ix.digest,
                              "platforms": ix.platforms} for ix in self.indexes],
-                "lock": str(self.lock) if self.lock is not None else None}
+                "lock": str(self.lock) if self.lock is not None else None,
+                "out": str(self.out) if self.out is not None else None}
 
 
 def build(file: Path | None, only: Iterable[str] = (), *, push: bool, jobs: int = 1,
           locked: bool = False, rebuild: bool = False, revalidate: bool = False,
           hooks_for: Callable[[str], Hooks] | None = None,
-          on_done: Callable[[Built], None] | None = None) -> TeamBuild:
+          on_done: Callable[[Built], None] | None = None, out: Path | None = None) -> TeamBuild:
     """Build every image (shared layers once), validate each, push the validated ones with their
-    reports attached; then write the lock (never with `locked`: it rebuilds what the lock pins)."""
+    reports attached; then write the lock (never with `locked`: it rebuilds what the lock pins).
+    Each image's SBOM, provenance and validation report go to OUT/NAME (default: envbuild-out
+    next to the team file)."""
     from envbuild.features import team as t
     from envbuild.features import teamfile
+    from envbuild.features.attest import out_dir
     from envbuild.matrix import load
 
     team = teamfile.load(file)
     path = lock_path(team.path)
+    out = out_dir(out if out is not None else team.path.parent / OUT_DIR, "--out")
     old = t.read_lock(path)
     if locked:
         team = t.locked_team(team, old, path)
@@ -85,12 +92,12 @@ def build(file: Path | None, only: Iterable[str] = (), *, push: bool, jobs: int 
     planned = t.plan(team, m, tuple(only))
     built = t.build(planned, m, push=push, jobs=jobs, rebuild=rebuild, revalidate=revalidate,
                     hooks_for=hooks_for, on_done=on_done,
-                    cache_from=t.registry_images(old) if push else ())
+                    cache_from=t.registry_images(old) if push else (), out=out)
     indexes = t.push_indexes(built) if push else []
     if locked:
-        return TeamBuild(built, None, indexes)
+        return TeamBuild(built, None, indexes, out)
     t.write_lock(path, t.updated_lock(old, built, indexes))
-    return TeamBuild(built, path, indexes)
+    return TeamBuild(built, path, indexes, out)
 
 
 def check(file: Path | None) -> dict[str, Any]:

@@ -134,15 +134,22 @@ def write_cached(cache: Path, payload: Any) -> None:
         pass  # a read-only home: no cache, same result
 
 
-def read_docs(cache: Path) -> dict[str, Any] | None:
-    """The TOML documents a clean check cached (file stem -> document), or None."""
+SNAPSHOT_KEY = "__envbuild_snapshot__"  # beside the documents: the matrix's snapshot hash
+
+
+def read_docs(cache: Path) -> tuple[dict[str, Any], str] | None:
+    """The TOML documents a clean check cached (file stem -> document) and the matrix's
+    snapshot hash computed then, or None."""
     docs = read_cached(cache)
-    if not isinstance(docs, dict) or set(docs) != set(FILES) \
+    if not isinstance(docs, dict):
+        return None
+    snapshot = docs.pop(SNAPSHOT_KEY, None)
+    if not isinstance(snapshot, str) or set(docs) != set(FILES) \
             or not all(isinstance(v, dict) for v in docs.values()):
         return None
-    return docs
+    return docs, snapshot
 
 
-def write_docs(cache: Path, docs: Mapping[str, Any]) -> None:
-    """Cache the documents of a matrix that checked clean."""
-    write_cached(cache, docs)
+def write_docs(cache: Path, docs: Mapping[str, Any], snapshot: str) -> None:
+    """Cache the documents of a matrix that checked clean, with its snapshot hash."""
+    write_cached(cache, {**docs, SNAPSHOT_KEY: snapshot})

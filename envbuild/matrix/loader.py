@@ -215,14 +215,27 @@ def check(directory: Path) -> list[Problem]:
     return problems + cross_check(matrix)
 
 
+def snapshot(docs: Mapping[str, Any]) -> str:
+    """The matrix's snapshot hash: sha256 of every file's document as parsed (canonical JSON,
+    sorted keys; a TOML date as its text). Comments and layout do not count, values do."""
+    import hashlib
+    import json
+
+    blob = json.dumps(docs, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      default=str)
+    return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def _from_cache(cache_file: Path, directory: Path) -> Matrix | None:
-    docs = read_docs(cache_file)
-    if docs is None:
+    cached = read_docs(cache_file)
+    if cached is None:
         return None
+    docs, snap = cached
     problems: list[Problem] = []
     try:
-        matrix = _from_docs(docs, problems, clean=True,
-                            side=_side_docs(cache_file, directory))
+        matrix = dataclasses.replace(_from_docs(docs, problems, clean=True,
+                                                side=_side_docs(cache_file, directory)),
+                                     snapshot=snap)
     except (TypeError, ValueError, AttributeError, KeyError, IndexError):
         return None
     return None if problems else matrix
@@ -260,8 +273,10 @@ def load(directory: Path | None = None) -> Matrix:
         listed = "; ".join(str(x) for x in problems[:3])
         more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
         raise MatrixError(f"the version matrix in {d} is broken: {listed}{more}")
+    snap = snapshot(docs)  # once per matrix, then cached with it
+    matrix = dataclasses.replace(matrix, snapshot=snap)
     if cache_file is not None:
         write_cached(side_path(cache_file), {stem: docs[stem] for stem in LAZY_STEMS})
-        write_docs(cache_file, _aside(docs))
+        write_docs(cache_file, _aside(docs), snap)
         _LOADED[cache_file] = matrix
     return matrix

@@ -360,6 +360,9 @@ class Matrix:
     # the LAZY_STEMS tables: attribute -> what builds its rows
     lazy: Mapping[str, Callable[[], tuple[Any, ...]]] = field(default_factory=dict, repr=False,
                                                               compare=False)
+    # sha256 of the matrix files' documents as loaded (canonical JSON, loader.snapshot): which
+    # facts a build was resolved from (provenance); '' for a matrix made in code
+    snapshot: str = field(default="", compare=False)
 
     @property
     def platform_names(self) -> tuple[str, ...]:

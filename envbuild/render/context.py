@@ -595,11 +595,12 @@ def extension_layers(spec: Spec, torch_args: list[str]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if pypi:
         out.append({"title": "The --with extensions (prebuilt wheels: PyPI or release assets)",
-                    "file": "extensions-requirements.txt", "packages": pypi, "args": None})
+                    "file": "extensions-requirements.txt", "packages": pypi, "args": None,
+                    "step": "extensions"})
     if index:
         out.append({"title": "The --with extensions from the PyTorch index",
                     "file": "extensions-index-requirements.txt", "packages": index,
-                    "args": torch_args})
+                    "args": torch_args, "step": "extensions-index"})
     return out
 
 
@@ -679,9 +680,9 @@ def package_layers(opts: RenderOptions, spec: Spec | None = None,
     if opts.team_pip:
         out.append({"title": "The team's packages (the team file's defaults)",
                     "file": "team-requirements.txt", "packages": list(opts.team_pip),
-                    "args": None})
+                    "args": None, "step": "team"})
     out.append({"title": "The image's own packages", "file": "user-requirements.txt",
-                "packages": list(opts.pip), "args": None})
+                "packages": list(opts.pip), "args": None, "step": "user"})
     return out
 
 

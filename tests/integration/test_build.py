@@ -94,6 +94,30 @@ def test_second_make_is_a_cache_hit(cpu_image: str, fixtures: Path) -> None:
     assert abs(size["error_pct"]) <= 10, size
 
 
+def test_make_sbom_writes_sbom_provenance_and_report(cpu_image: str, fixtures: Path,
+                                                     tmp_path: Path) -> None:
+    """--sbom on a cache hit: no build, the cached validation reused, the three files written."""
+    out = tmp_path / "attested"
+    r, data = make(fixtures, "--tag", cpu_image, "--sbom", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    att = data["attestation"]
+    assert isinstance(att, dict) and att["sbom"] == str(out / "sbom.cdx.json")
+    assert att["components"] > 100
+    bom = json.loads((out / "sbom.cdx.json").read_text())
+    torch = next(c for c in bom["components"] if c["name"] == "torch")
+    assert torch["version"] == "2.13.0+cpu" and torch["hashes"][0]["alg"] == "SHA-256"
+    stmt = json.loads((out / "provenance.intoto.json").read_text())
+    image = data["image"]
+    assert isinstance(image, dict)
+    assert stmt["subject"] == [{"name": cpu_image,
+                                "digest": {"sha256": image["image_id"].removeprefix("sha256:")}}]
+    assert json.loads((out / "validation.json").read_text()) == data["validation"]
+    text = run_cli("make", *cpu_args(fixtures, "--tag", cpu_image, "--no-validate", "--sbom",
+                                     str(out)))
+    assert text.returncode == 0 and f"sbom      {out}/sbom.cdx.json" in text.stdout
+    assert not (out / "validation.json").exists()  # no report now: the old one is not left
+
+
 def test_validation_fails_on_broken_torch(cpu_image: str, tmp_path: Path) -> None:
     (tmp_path / "Dockerfile").write_text(
         f"FROM {cpu_image}\nRUN rm -f /opt/venv/lib/python3.11/site-packages/torch/lib/"

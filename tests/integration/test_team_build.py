@@ -125,6 +125,54 @@ def test_family_builds_validates_pushes_and_locks(family: Family) -> None:
         assert f"[{name}] pass" in family.stderr
 
 
+def test_each_image_has_its_sbom_and_provenance(family: Family, fixtures: Path) -> None:
+    """envbuild-out/NAME/ next to the team file: a schema-valid CycloneDX SBOM that lists torch
+    at the image's version, the OS's Python at its dpkg version and the base by digest, and a
+    provenance whose wheel hashes are the wheelhouse files' own."""
+    import hashlib
+
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    wheelhouse = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                  for p in fixtures.glob("*.whl")}
+    for i in family.data["images"]:
+        out = family.dir / "envbuild-out" / i["name"]
+        assert i["attestation"]["sbom"] == str(out / "sbom.cdx.json")
+        text = (out / "sbom.cdx.json").read_text()
+        assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
+        bom = json.loads(text)
+        parts = {c["name"]: c for c in bom["components"]}
+        freeze = dict(p.split("==") for p in family.lock["image"][i["name"]]["packages"])
+        assert parts["torch"]["version"] == freeze["torch"] == "2.13.0+cpu"
+        dpkg = docker("run", "--rm", i["tag"], "dpkg-query", "-W", "-f", "${Version}",
+                      "python3.11").stdout
+        assert parts["python3.11"]["version"] == dpkg and dpkg
+        assert parts["python3.11"]["purl"].startswith("pkg:deb/debian/python3.11@")
+        assert parts["cpython"]["version"].startswith("3.11.")
+        base = next(c for c in bom["components"] if c["bom-ref"] == "base-image")
+        assert base["version"] == family.base_digest and base["type"] == "container"
+        assert not [c for c in bom["components"] if c["name"].startswith("nvidia-")]
+        assert bom["metadata"]["component"]["type"] == "container"
+        stmt = json.loads((out / "provenance.intoto.json").read_text())
+        assert stmt["subject"][0]["digest"]["sha256"] == i["image_id"].removeprefix("sha256:")
+        build = stmt["predicate"]["buildDefinition"]
+        # the spec the image was built from (make's, with the inspected base), as its label says
+        labels = json.loads(docker("image", "inspect", i["tag"], "--format",
+                                   "{{json .Config.Labels}}").stdout)
+        assert build["externalParameters"]["spec_hash"] == labels["io.envbuild.spec-hash"]
+        deps = build["resolvedDependencies"]
+        assert deps[0]["digest"]["sha256"] == family.base_digest.removeprefix("sha256:")
+        hashed = {d["name"]: d["digest"]["sha256"] for d in deps
+                  if "digest" in d and d["name"].endswith(".whl")}
+        from_wheelhouse = {n: h for n, h in hashed.items() if n in wheelhouse}
+        assert {n for n in from_wheelhouse if n.startswith("torch-")}, hashed
+        assert from_wheelhouse == {n: wheelhouse[n] for n in from_wheelhouse}
+        assert any(n.startswith("six-") for n in hashed)  # from PyPI, hashed by pip too
+        report = json.loads((out / "validation.json").read_text())
+        assert report["summary"]["fail"] == 0
+
+
 def test_the_family_shares_its_torch_layer_in_the_registry(family: Family) -> None:
     ms = [manifest(family.registry, f"{i['tag'].rpartition(':')[0]}@{i['digest']}")
           for i in family.data["images"]]

@@ -30,7 +30,8 @@ RANK = {name: i for i, name in enumerate(LAYERS)}
 # Programs of their own, shipped into images and pods: they import nothing of envbuild but
 # themselves (the validator: stdlib + torch, checked below).
 STANDALONE = {"envbuild.validator": "envbuild.validator",
-              "envbuild.cluster.worker": "envbuild.cluster.worker"}
+              "envbuild.cluster.worker": "envbuild.cluster.worker",
+              "envbuild.engine.sbom_probe": "envbuild.engine.sbom_probe"}
 
 # The single doors: (module names that may import it, the modules it names).
 DOORS = {

@@ -246,11 +246,13 @@ def test_team_build_writes_the_lock_except_when_locked(monkeypatch: pytest.Monke
     f.write_text(TEAM)
     calls: list[list[str]] = []
     monkeypatch.setattr(team, "build",
-                        lambda planned, m, **kw: calls.append([p.name for p in planned]) or [])
+                        lambda planned, m, **kw: calls.append([p.name for p in planned]) or
+                        [] if kw["out"] == tmp_path / "envbuild-out" else None)
     done = team_lock.build(f, push=False)
     assert done.lock == tmp_path / "envbuild.lock" and done.lock.is_file()
     assert done.to_json() == {"images": [], "indexes": [],
-                              "lock": str(tmp_path / "envbuild.lock")}
+                              "lock": str(tmp_path / "envbuild.lock"),
+                              "out": str(tmp_path / "envbuild-out")}  # the images' SBOMs
     assert calls == [["a", "b"]] and not done.failed
     before = done.lock.read_text()
     with pytest.raises(UsageError, match="has no image"):  # the lock pins none of them yet
