@@ -117,7 +117,7 @@ def build_cmd(
     file: File = None, only: Only = None,
     push: Annotated[bool, typer.Option(
         "--push", help="Push every validated image to its registry and attach its validation "
-        "report (an unvalidated or failing image is never pushed).")] = False,
+        "report, SBOM and provenance (an unvalidated or failing image is never pushed).")] = False,
     jobs: Annotated[int, typer.Option(
         "--jobs", "-j", min=1, max=16, help="Images built, validated and pushed at once (images "
         "that share a torch layer wait for the one that builds it).")] = 1,
@@ -131,6 +131,11 @@ def build_cmd(
         "--out", metavar="DIR", help="Where each image's SBOM (sbom.cdx.json), provenance "
         "(provenance.intoto.json) and validation report (validation.json) go: DIR/NAME/ "
         "(default: envbuild-out/ next to the team file).")] = None,
+    sign_key: Annotated[Path | None, typer.Option(
+        "--sign-key", metavar="KEY.pem", help="With --push: sign each image's provenance (a "
+        "DSSE envelope) and the image (cosign's signature tag) with this PEM EC P-256 private "
+        "key; an encrypted key's password from $ENVBUILD_SIGNING_PASSWORD. `envbuild verify "
+        "--key PUBLIC.pem` checks them.")] = None,
     json: Json = False,
 ) -> None:
     """Build every image (shared layers once), validate each, push the validated ones with
@@ -145,7 +150,7 @@ def build_cmd(
 
     outcome = build(file, only or (), push=push, jobs=jobs, locked=locked, rebuild=rebuild,
                     revalidate=revalidate, hooks_for=lambda name: _hooks(name, show),
-                    on_done=done, out=out)
+                    on_done=done, out=out, sign_key=sign_key)
     built, wrote = outcome.built, outcome.lock
     if json:
         emit_json(outcome.to_json())

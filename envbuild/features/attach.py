@@ -47,24 +47,25 @@ def _digest(blob: bytes) -> str:
     return "sha256:" + hashlib.sha256(blob).hexdigest()
 
 
-def attach_all(pushed: str, digest: str, report: Mapping[str, Any] | None,
-               sbom: Mapping[str, Any] | None, provenance: Mapping[str, Any] | None,
+def attach_all(pushed: str, digest: str, report: bytes | None, sbom: bytes | None,
+               provenance: Mapping[str, Any] | None,
                signer: signing.Signer | None = None) -> dict[str, str]:
-    """Push what there is of report, SBOM and provenance as artifacts of pushed@digest (the
-    provenance about that digest, naming the other two by digest; a DSSE envelope when signed),
-    and with a signer cosign's image signature. kind -> the artifact's reference."""
+    """Push what there is of report and SBOM (their files' exact bytes) and provenance as
+    artifacts of pushed@digest (the provenance about that digest, naming the other two by
+    digest; a DSSE envelope when signed), and with a signer cosign's image signature.
+    kind -> the artifact's reference."""
     from envbuild.engine import registry
 
     refs: dict[str, str] = {}
     made: dict[str, tuple[str, str]] = {}
     if report is not None:
-        blob = _blob(report)
+        blob = report
         refs["report"] = registry.attach_blob(pushed, digest, attachments.REPORT_TYPE,
                                               attachments.REPORT_TYPE, blob, "validation.json",
                                               tag=registry.report_tag(digest))
         made[attachments.FILENAMES["report"]] = (_digest(blob), attachments.REPORT_TYPE)
     if sbom is not None:
-        blob = _blob(sbom)
+        blob = sbom
         refs["sbom"] = registry.attach_blob(pushed, digest, attachments.SBOM_TYPE,
                                             attachments.SBOM_TYPE, blob,
                                             attachments.FILENAMES["sbom"])

@@ -25,6 +25,7 @@ from envbuild.common.record import record
 if TYPE_CHECKING:
     from envbuild.core.base_facts import BaseFacts
     from envbuild.core.request import Request
+    from envbuild.core.signing import Signer
     from envbuild.core.spec import Spec
     from envbuild.doctor.model import Recommendation
     from envbuild.engine.build import BuildResult
@@ -78,6 +79,7 @@ class MakeRequest:
     ext_wheels: str | None = None  # a registry of compiled extension wheels: taken, pushed
     inline_cache: bool = False  # the image carries its build cache (for other engines)
     sbom: Path | None = None  # --sbom DIR: the SBOM, provenance and validation report go there
+    signer: Signer | None = None  # with attach_report: sign the provenance and the image
 
 
 @record
@@ -115,6 +117,7 @@ class MakeResult:
     compiled: dict[str, Any] | None = None  # the compiled extensions: key, where they came from
     attestation: Attestation | None = None  # the SBOM, provenance and report (with --sbom)
     attested: dict[str, Path] = field(default_factory=dict)  # the files written: kind -> path
+    attached: dict[str, str] = field(default_factory=dict)  # pushed artifacts: kind -> reference
     base: BaseDigest | None = None  # the base image's digest, as the attestation names it
 
     @property
@@ -249,7 +252,8 @@ class Shipping:
     timeout: float = 600.0
     revalidate: bool = False
     push_requires_gpu: bool = False
-    attach_report: bool = False
+    attach_report: bool = False  # with an attestation: its SBOM and provenance too
+    signer: Signer | None = None
 
 
 @record(frozen=False)
@@ -260,6 +264,7 @@ class Shipped:
     digest: str | None = None
     report_ref: str | None = None
     attestation: Attestation | None = None  # made after validation, before the push
+    attached: dict[str, str] = field(default_factory=dict)  # kind -> the artifact's reference
 
 
 # Makes the image's attestation from the validation outcome (None: not validated)
@@ -309,7 +314,16 @@ def ship(result: BuildResult, how: Shipping, status: StatusHook = _no_status,
         with status(f"pushing {result.tag} to {how.push}"):
             out.pushed, out.digest = push(result.tag, how.push)
             check_cancelled()  # pushed as Ctrl-C came: no report, no lock entry follows
-            if how.attach_report and out.checked is not None and out.digest:
+            if how.attach_report and out.digest and out.attestation is not None:
+                from envbuild.features.attach import attach_all
+
+                a = out.attestation
+                out.attached = attach_all(
+                    out.pushed, out.digest,
+                    a.report_text.encode() if a.report_text is not None else None,
+                    a.sbom_text.encode(), a.provenance, how.signer)
+                out.report_ref = out.attached.get("report")
+            elif how.attach_report and out.checked is not None and out.digest:
                 from envbuild.engine import registry
 
                 out.report_ref = registry.attach_report(out.pushed, out.digest,
@@ -582,12 +596,14 @@ def _make(mr: MakeRequest, m: Matrix | None = None, hooks: Hooks | None = None) 
         shipped = ship(result, Shipping(
             validate=mr.validate, push=mr.push, push_unvalidated=mr.push_unvalidated,
             require_gpu=mr.require_gpu, timeout=mr.timeout, revalidate=mr.revalidate,
-            push_requires_gpu=mr.push_requires_gpu, attach_report=mr.attach_report),
+            push_requires_gpu=mr.push_requires_gpu, attach_report=mr.attach_report,
+            signer=mr.signer),
             hooks.status, times, attest if mr.sbom is not None else None)
         out.attestation = shipped.attestation
         out.checked, out.push_skipped = shipped.checked, shipped.push_skipped
         out.pushed, out.digest, out.report_ref = (shipped.pushed, shipped.digest,
                                                   shipped.report_ref)
+        out.attached = shipped.attached
         # the compiled wheels go beside the image they were compiled for, never ahead of it;
         # to --ext-wheels alone, once the image passed its validation
         to = mr.ext_wheels or mr.push

@@ -28,6 +28,7 @@ from envbuild.core import platforms, refs
 from envbuild.features.teamfile import TeamFile, TeamImage
 
 if TYPE_CHECKING:
+    from envbuild.core.signing import Signer
     from envbuild.features.make import Hooks, MakeResult
     from envbuild.matrix import Matrix
     from envbuild.render.pipeline import Prepared
@@ -301,6 +302,7 @@ class Built:
             "digest": (r.digest or None) if r else None, "spec_hash": p.prepared.spec.hash,
             "base_image": p.base_image, "base_digest": self.base_digest or None,
             "validation": self.validation(), "pushed": bool(r and r.pushed),
+            "attached": dict(r.attached) if r is not None and r.attached else None,
             "seconds": {k: round(v, 2) for k, v in (r.seconds if r else {}).items()},
         }
         if r is not None and r.build is not None:
@@ -363,7 +365,8 @@ def build(planned: list[Planned], m: Matrix, *, push: bool, jobs: int = 1, rebui
           revalidate: bool = False, timeout: float = 600.0,
           hooks_for: Callable[[str], Hooks] | None = None,
           on_done: Callable[[Built], None] | None = None,
-          cache_from: tuple[str, ...] = (), out: Path | None = None) -> list[Built]:
+          cache_from: tuple[str, ...] = (), out: Path | None = None,
+          signer: Signer | None = None) -> list[Built]:
     """Build, validate and (with push) push every planned image, each on its engine; a failure
     of one image does not stop the others (its entry carries the error). Pushed images carry
     their build cache, and `cache_from` (the family's images already in the registry) lets any
@@ -386,7 +389,7 @@ def build(planned: list[Planned], m: Matrix, *, push: bool, jobs: int = 1, rebui
                          timeout=timeout, attach_report=True, recommend=False,
                          estimate_size=False, push_requires_gpu=p.image.push_requires_gpu,
                          engine=p.image.engine, cache_from=cache_from, inline_cache=push,
-                         sbom=out_dir(out, p) if out is not None else None)
+                         sbom=out_dir(out, p) if out is not None else None, signer=signer)
         b = Built(p)
         try:
             with docker.endpoint(p.image.engine):

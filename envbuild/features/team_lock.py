@@ -72,16 +72,26 @@ class TeamBuild:
 def build(file: Path | None, only: Iterable[str] = (), *, push: bool, jobs: int = 1,
           locked: bool = False, rebuild: bool = False, revalidate: bool = False,
           hooks_for: Callable[[str], Hooks] | None = None,
-          on_done: Callable[[Built], None] | None = None, out: Path | None = None) -> TeamBuild:
+          on_done: Callable[[Built], None] | None = None, out: Path | None = None,
+          sign_key: Path | None = None) -> TeamBuild:
     """Build every image (shared layers once), validate each, push the validated ones with their
     reports attached; then write the lock (never with `locked`: it rebuilds what the lock pins).
     Each image's SBOM, provenance and validation report go to OUT/NAME (default: envbuild-out
-    next to the team file)."""
+    next to the team file); with push, they are attached to the pushed image, the provenance
+    (and the image) signed with sign_key when one is given."""
     from envbuild.features import team as t
     from envbuild.features import teamfile
     from envbuild.features.attest import out_dir
     from envbuild.matrix import load
 
+    signer = None
+    if sign_key is not None:  # a bad key or password stops before anything is built
+        if not push:
+            raise UsageError("--sign-key signs what is pushed: nothing is without --push",
+                             "add --push, or leave --sign-key out")
+        from envbuild.features.attach import load_signer
+
+        signer = load_signer(sign_key)
     team = teamfile.load(file)
     path = lock_path(team.path)
     out = out_dir(out if out is not None else team.path.parent / OUT_DIR, "--out")
@@ -92,7 +102,7 @@ def build(file: Path | None, only: Iterable[str] = (), *, push: bool, jobs: int 
     planned = t.plan(team, m, tuple(only))
     built = t.build(planned, m, push=push, jobs=jobs, rebuild=rebuild, revalidate=revalidate,
                     hooks_for=hooks_for, on_done=on_done,
-                    cache_from=t.registry_images(old) if push else (), out=out)
+                    cache_from=t.registry_images(old) if push else (), out=out, signer=signer)
     indexes = t.push_indexes(built) if push else []
     if locked:
         return TeamBuild(built, None, indexes, out)

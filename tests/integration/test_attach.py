@@ -71,7 +71,8 @@ def lock_file(tmp: Path, digest: str, freeze: list[str]) -> Path:
 def attached(reg: str, repo: str, salt: str, key: Path | None) -> tuple[str, str]:
     digest = push_tiny_image(reg, repo, "v1", salt=salt)
     image = f"{reg}/{repo}"
-    attach_all(f"{image}:v1", digest, REPORT, sbom(FREEZE), provenance(image),
+    attach_all(f"{image}:v1", digest, json.dumps(REPORT).encode(),
+               json.dumps(sbom(FREEZE)).encode(), provenance(image),
                signer_from(key) if key else None)
     return image, digest
 

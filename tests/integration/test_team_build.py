@@ -36,6 +36,7 @@ DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 class Family(TeamRun):
     base: str = ""
     base_digest: str = ""
+    public_key: Path = Path()
 
 
 def team_file(registry: str, base: str, wheelhouse: Path, extra: str = "") -> str:
@@ -76,6 +77,24 @@ def blobs(m: dict[str, Any]) -> dict[str, int]:
             **{x["digest"]: x["size"] for x in m["layers"]}}
 
 
+PASSWORD = "team-signing-s3cret"
+
+
+def signing_key(d: Path, password: str) -> Path:
+    """A password-encrypted PEM EC P-256 key (as openssl genpkey writes it) and its public key
+    beside it (KEY.pub)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    k = ec.generate_private_key(ec.SECP256R1())
+    (d / "envbuild.key").write_bytes(k.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(password.encode())))
+    (d / "envbuild.pub").write_bytes(k.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    return d / "envbuild.key"
+
+
 @pytest.fixture(scope="module")
 def family(fixtures: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Family]:
     proc, reg = start_registry(tmp_path_factory.mktemp("team-registry"))
@@ -88,13 +107,17 @@ def family(fixtures: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         made.append(f"{base.rpartition(':')[0]}@{base_digest}")  # the repo digest push added
         d = tmp_path_factory.mktemp("team")
         (d / "envbuild.toml").write_text(team_file(reg, base, fixtures))
+        key = signing_key(tmp_path_factory.mktemp("keys"), PASSWORD)
         r = run_cli("team", "build", "--file", str(d / "envbuild.toml"), "--push", "--json",
+                    "--sign-key", str(key), env={"ENVBUILD_SIGNING_PASSWORD": PASSWORD},
                     timeout=1800)
         assert r.returncode == 0, r.stderr[-4000:]
         data = json.loads(r.stdout)
         for i in data["images"]:
             made += [i["tag"], i["tag"].removeprefix(f"{reg}/team-test/")]
-        yield Family(reg, d, data, r.stderr, base=base, base_digest=base_digest)
+        assert PASSWORD not in r.stdout + r.stderr
+        yield Family(reg, d, data, r.stderr, base=base, base_digest=base_digest,
+                     public_key=key.with_suffix(".pub"))
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -198,6 +221,32 @@ def test_attached_reports_read_back_and_check_passes(family: Family) -> None:
     assert [x["report"]["status"] for x in data["images"]] == ["pass"] * 3
     assert_matches_team(read_junit(junit), data)  # --junit of the same run
     assert [c["status"] for c in data["checks"]] == ["pass"] * 9  # present, report, base
+
+
+def test_verify_passes_on_every_pushed_image(family: Family) -> None:
+    """What team build attached (report, SBOM, signed provenance, the image's cosign signature)
+    verifies with the signer's public key, and the SBOM's packages are the lock's."""
+    for i in family.data["images"]:
+        assert set(i["attached"]) == {"report", "sbom", "provenance", "signature"}
+        r = run_cli("verify", f"{i['tag'].rpartition(':')[0]}@{i['digest']}", "--key",
+                    str(family.public_key), "--lock", str(family.dir / "envbuild.lock"),
+                    "--json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        checks = {c["id"]: c["status"] for c in json.loads(r.stdout)["checks"]}
+        assert checks == dict.fromkeys(
+            ["provenance.attached", "sbom.attached", "report.attached", "provenance.signature",
+             "provenance.subject", "sbom.digest", "report.digest", "image.signature",
+             "sbom.lock"], "pass"), checks
+    # the files written beside them are the attached ones: the provenance's byproducts
+    a = family.data["images"][0]
+    sbom = (family.dir / "envbuild-out" / a["name"] / "sbom.cdx.json").read_bytes()
+    prov = json.loads((family.dir / "envbuild-out" / a["name"] /
+                       "provenance.intoto.json").read_text())
+    import hashlib
+
+    recorded = {b["name"]: b["digest"]["sha256"] for b in prov["predicate"]["runDetails"]
+                ["byproducts"]}
+    assert recorded["sbom.cdx.json"] == hashlib.sha256(sbom).hexdigest()
 
 
 def test_one_more_package_rebuilds_without_reinstalling_torch(family: Family,
