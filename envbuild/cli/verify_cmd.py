@@ -39,7 +39,8 @@ def verify(
     else:
         say(f"{v.image}@{v.digest} (attachments found through the {v.via})")
         for c in v.checks:
-            say(f"  {_MARK.get(c.status, c.status)} {c.id:22} {one_line(c.message)}")
+            where = f"[{c.platform}] " if c.platform else ""
+            say(f"  {_MARK.get(c.status, c.status)} {where}{c.id:22} {one_line(c.message)}")
         s = v.to_json()["summary"]
         say(f"{'verified' if v.exit_code == 0 else 'NOT verified'}: {s['pass']} passed, "
             f"{s['fail']} failed, {s['warn']} warnings, {s['skip']} not checked")

@@ -53,6 +53,10 @@ def cosign_tag(digest: str) -> str:
     return digest.replace(":", "-") + ".sig"
 
 
+def cosign_att_tag(digest: str) -> str:
+    return digest.replace(":", "-") + ".att"
+
+
 def descriptor(media_type: str, digest: str, size: int,
                annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
     d: dict[str, Any] = {"mediaType": media_type, "digest": digest, "size": size}
@@ -131,9 +135,11 @@ class Check:
     id: str
     status: str  # pass | fail | warn | skip
     message: str
+    platform: str = ""  # a multi-platform image's member this is about ('' = the image)
 
     def to_json(self) -> dict[str, str]:
-        return {"id": self.id, "status": self.status, "message": self.message}
+        out = {"id": self.id, "status": self.status, "message": self.message}
+        return {**out, "platform": self.platform} if self.platform else out
 
 
 _NAME = re.compile(r"[-_.]+")
@@ -193,12 +199,63 @@ def _short(d: str) -> str:
     return d[:19] + "..." if len(d) > 19 else d
 
 
+@record
+class Expect:
+    """What the lock entry of the digest says must hold (None: no lock entry to compare)."""
+
+    packages: Mapping[str, str] | None = None  # name (normalized) -> version
+    signed_by: str = ""  # the key id the lock says signed it ('' = not recorded)
+    named: bool = False  # the lock was given (--lock): an entry missing is a failure
+    listed: tuple[str, ...] = ()  # the digests the given lock lists (for the message)
+
+
+def _created(a: Found) -> str:
+    ann = a.manifest.get("annotations") if isinstance(a.manifest, dict) else None
+    c = ann.get(CREATED) if isinstance(ann, dict) else None
+    return c if isinstance(c, str) else ""
+
+
+def _subject_of(a: Found) -> str | None:
+    """The digest an artifact's OCI subject names; None when it names none (a registry that
+    refused the field: then only the provenance's binding can tie it to the image)."""
+    subj = a.manifest.get("subject") if isinstance(a.manifest, dict) else None
+    if subj is None:
+        return None
+    sd = subj.get("digest") if isinstance(subj, dict) else None
+    return sd if isinstance(sd, str) else "an unreadable subject"
+
+
+def _verifies(a: Found, verifier: signing.Verifier) -> bool:
+    if a.layer_type != signing.DSSE_MEDIA_TYPE:
+        return False
+    try:
+        return bool(signing.open_envelope(json.loads(a.blob), verifier).verified)
+    except ValueError:
+        return False
+
+
+def _pick(kind: str, arts: list[Found], recorded: Mapping[str, str],
+          verifier: signing.Verifier | None) -> Found:
+    """Of several artifacts of a kind (attached again, or added by someone else): the
+    provenance that verifies with the key; the SBOM or report the provenance records; else the
+    newest by its manifest's created annotation (never by the registry's listing order)."""
+    if kind == "provenance" and verifier is not None:
+        good = [a for a in arts if _verifies(a, verifier)]
+        if good:
+            return max(good, key=_created)
+    want = recorded.get(FILENAMES[kind])
+    hit = [a for a in arts if a.blob_digest == want]
+    return max(hit or arts, key=_created)
+
+
 def judge(image: str, digest: str, found: Mapping[str, list[Found]],
-          signature: Found | None, verifier: signing.Verifier | None,
-          lock: Mapping[str, str] | None) -> list[Check]:
-    """Every check verify makes: each kind present once, its subject this digest, the provenance
-    (signed or not) binding the SBOM and the report, the image signature, the SBOM vs the lock.
-    found: kind -> the artifacts of that kind (referrers and fallback tags)."""
+          signatures: list[Found], verifier: signing.Verifier | None,
+          expect: Expect | None = None) -> list[Check]:
+    """Every check verify makes: each kind present, its subject this digest, the provenance
+    (signed or not) binding the SBOM and the report, the report passing, the image signature,
+    the SBOM vs the lock. found: kind -> the artifacts of that kind (referrers and fallback
+    tag)."""
+    expect = expect or Expect()
     checks: list[Check] = []
     docs: dict[str, tuple[Found, Any]] = {}
     recorded: dict[str, str] = {}
@@ -210,42 +267,57 @@ def judge(image: str, digest: str, found: Mapping[str, list[Found]],
             continue
         ok_subject = []
         for a in arts:
-            subj = a.manifest.get("subject") if isinstance(a.manifest, dict) else None
-            sd = subj.get("digest") if isinstance(subj, dict) else None
-            if sd == digest:
+            sd = _subject_of(a)
+            if sd is None or sd == digest:
                 ok_subject.append(a)
             else:
                 checks.append(Check(f"{kind}.subject", "fail",
-                                    f"the {kind} at {a.where} is attached to "
-                                    f"{sd if isinstance(sd, str) else 'no image'}, "
+                                    f"the {kind} at {a.where} is attached to {sd}, "
                                     f"not {digest}"))
         if not ok_subject:
             continue
-        # several of a kind (attached again): the one the provenance records, else the newest
-        want = recorded.get(FILENAMES[kind])
-        a = next((x for x in ok_subject if x.blob_digest == want), ok_subject[-1])
+        a = _pick(kind, ok_subject, recorded, verifier)
         try:
             doc = json.loads(a.blob)
         except ValueError:
             checks.append(Check(f"{kind}.readable", "fail",
                                 f"the {kind} at {a.where} is not JSON"))
             continue
+        unbound = " (no OCI subject: the registry refused it; bound by the provenance)" \
+            if _subject_of(a) is None else ""
+        more = f"; {len(ok_subject) - 1} more attached" if len(ok_subject) > 1 else ""
         checks.append(Check(f"{kind}.attached", "pass",
-                            f"{kind} attached ({a.where}, {_short(a.blob_digest)})"))
+                            f"{kind} attached ({a.where}, {_short(a.blob_digest)}){unbound}"
+                            f"{more}"))
         docs[kind] = (a, doc)
         if kind == "provenance":
             recorded = _byproducts(_payload(a, doc))
     if "provenance" in docs:
-        checks += _judge_provenance(digest, docs, verifier)
-    if signature is not None:
-        checks.append(_judge_signature(digest, signature, verifier))
-    elif verifier is not None:
+        checks += _judge_provenance(digest, docs, verifier, expect)
+    if "report" in docs:
+        checks.append(_judge_report(docs["report"][1]))
+    if signatures:
+        checks.append(_judge_signatures(digest, signatures, verifier))
+    elif verifier is not None or expect.signed_by:
         checks.append(Check("image.signature", "fail",
                             f"no cosign signature of {image}@{_short(digest)} "
                             f"(tag {cosign_tag(digest)})"))
     if "sbom" in docs:
-        checks.append(_judge_lock(docs["sbom"][1], lock))
+        checks.append(_judge_lock(docs["sbom"][1], expect))
     return checks
+
+
+def _judge_report(report: object) -> Check:
+    s = report.get("summary") if isinstance(report, dict) else None
+    if not isinstance(s, dict):
+        return Check("report.status", "fail", "the attached report has no summary")
+    failed, passed = s.get("fail"), s.get("pass")
+    if failed or not passed:
+        return Check("report.status", "fail",
+                     f"the attached validation report does not pass ({failed or 0} failed, "
+                     f"{passed or 0} passed)")
+    return Check("report.status", "pass", f"the attached validation report passes "
+                 f"({passed} passed)")
 
 
 def _payload(a: Found, doc: Any) -> Any:
@@ -259,13 +331,21 @@ def _payload(a: Found, doc: Any) -> Any:
 
 
 def _judge_provenance(digest: str, docs: Mapping[str, tuple[Found, Any]],
-                      verifier: signing.Verifier | None) -> list[Check]:
+                      verifier: signing.Verifier | None, expect: Expect) -> list[Check]:
     a, doc = docs["provenance"]
     out: list[Check] = []
     stmt: Any = doc
+    if verifier is not None and expect.signed_by and verifier.keyid != expect.signed_by:
+        out.append(Check("provenance.signer", "fail",
+                         f"the lock says {_short(expect.signed_by)} signed it; --key is "
+                         f"{_short(verifier.keyid)}"))
     if a.layer_type == signing.DSSE_MEDIA_TYPE:
         opened = signing.open_envelope(doc, verifier)
-        if verifier is None:
+        if verifier is None and expect.signed_by:
+            out.append(Check("provenance.signature", "fail",
+                             f"the lock says {_short(expect.signed_by)} signed it: give "
+                             "--key PUBLIC.pem to check the signature"))
+        elif verifier is None:
             out.append(Check("provenance.signature", "warn",
                              "the provenance is signed; not checked: give --key PUBLIC.pem"))
         elif opened.verified:
@@ -280,9 +360,11 @@ def _judge_provenance(digest: str, docs: Mapping[str, tuple[Found, Any]],
         except ValueError:
             return [*out, Check("provenance.readable", "fail",
                                 "the provenance envelope's payload is not JSON")]
-    elif verifier is not None:
+    elif verifier is not None or expect.signed_by:
         out.append(Check("provenance.signature", "fail",
-                         "the provenance is not signed, and --key asks for a signature"))
+                         "the provenance is not signed, and "
+                         + ("--key asks for a signature" if verifier is not None else
+                            f"the lock says {_short(expect.signed_by)} signed it")))
     else:
         out.append(Check("provenance.signature", "skip",
                          "the provenance is not signed: its integrity rests on the registry's "
@@ -313,25 +395,36 @@ def _judge_provenance(digest: str, docs: Mapping[str, tuple[Found, Any]],
     return out
 
 
-def _judge_signature(digest: str, sig: Found, verifier: signing.Verifier | None) -> Check:
-    if signing.simple_signing_digest(sig.blob) != digest:
+def _judge_signatures(digest: str, sigs: list[Found],
+                      verifier: signing.Verifier | None) -> Check:
+    """cosign's signature image holds a layer per signature (other keys' too): one of them must
+    name this digest and, with a key, verify."""
+    mine = [x for x in sigs if signing.simple_signing_digest(x.blob) == digest]
+    if not mine:
         return Check("image.signature", "fail",
-                     f"the cosign signature at {sig.where} signs another image")
+                     f"the cosign signatures at {sigs[0].where} sign another image")
     if verifier is None:
         return Check("image.signature", "warn",
                      "the image has a cosign signature; not checked: give --key PUBLIC.pem")
-    layers = sig.manifest.get("layers") if isinstance(sig.manifest, dict) else None
-    sigs = [str((x.get("annotations") or {}).get(signing.COSIGN_SIGNATURE_ANNOTATION, ""))
-            for x in layers if isinstance(x, dict) and x.get("digest") == sig.blob_digest] \
-        if isinstance(layers, list) else []
-    if any(verifier.verify(sig.blob, s) for s in sigs if s):
-        return Check("image.signature", "pass",
-                     f"the image's cosign signature verifies with {verifier.keyid[:19]}")
+    for sig in mine:
+        layers = sig.manifest.get("layers") if isinstance(sig.manifest, dict) else None
+        for x in layers if isinstance(layers, list) else []:
+            ann = x.get("annotations") if isinstance(x, dict) else None
+            b64 = ann.get(signing.COSIGN_SIGNATURE_ANNOTATION) if isinstance(ann, dict) else None
+            if x.get("digest") == sig.blob_digest and isinstance(b64, str) \
+                    and verifier.verify(sig.blob, b64):
+                return Check("image.signature", "pass",
+                             f"the image's cosign signature verifies with {verifier.keyid[:19]}")
     return Check("image.signature", "fail",
-                 "the image's cosign signature does not verify with the given key")
+                 "no cosign signature of the image verifies with the given key")
 
 
-def _judge_lock(bom: object, lock: Mapping[str, str] | None) -> Check:
+def _judge_lock(bom: object, expect: Expect) -> Check:
+    lock = expect.packages
+    if lock is None and expect.named:
+        listed = ", ".join(_short(d) for d in expect.listed[:4]) or "no digest"
+        return Check("sbom.lock", "fail", f"the lock has no packages for this digest (it lists "
+                     f"{listed}): built by another lock, or not by `team build --push`")
     if lock is None:
         return Check("sbom.lock", "skip", "no lock entry for this digest: the SBOM's packages "
                      "were not compared (give --lock envbuild.lock)")

@@ -27,6 +27,8 @@ import hashlib
 import json
 import os
 import re
+import threading
+import time
 from dataclasses import field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,6 +50,8 @@ EMPTY_TYPE = "application/vnd.oci.empty.v1+json"
 EMPTY = b"{}"
 MANIFEST_TYPES = (OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST)
 TIMEOUT = 30.0
+ATTACHMENT_LIMIT = 16 << 20  # an attached document's bytes, pushed and read back
+MAX_LISTED = 16  # the attachments (and cosign layers) of one image that are read
 
 Ref = refs.ImageRef
 
@@ -232,7 +236,11 @@ class Client:
         r = self._request("GET", f"{self.base}/{repo}/blobs/{digest}", self._scope(repo))
         _check(r, f"blob {digest} in {self.host}/{repo}")
         data = r.body
-        if len(data) > limit or sha256(data) != digest:
+        if len(data) > limit:
+            raise EnvbuildError(f"blob {digest} in {self.host}/{repo} is over {limit >> 20} MiB",
+                                "envbuild reads attachments up to that size: this one was not "
+                                "pushed by envbuild")
+        if sha256(data) != digest:
             raise EnvbuildError(f"blob {digest} in {self.host}/{repo} does not match its digest",
                                 "the registry served other bytes: check for a proxy rewriting "
                                 "answers, then push the image again")
@@ -337,6 +345,48 @@ def _subject(c: Client, ref: Ref, digest: str) -> tuple[str, str, int]:
     return subject
 
 
+def _index_at(c: Client, ref: Ref, tag: str) -> object:
+    got = c.get_manifest(Ref(ref.host, ref.repo, tag), (OCI_INDEX,))
+    if got is None:
+        return None
+    try:
+        return parse_json(got[0])
+    except ValueError:
+        return None
+
+
+_FALLBACK_LOCKS: dict[tuple[str, str, str], threading.Lock] = {}
+_FALLBACK_GUARD = threading.Lock()
+
+
+def _list_in_fallback(c: Client, ref: Ref, digest: str, desc: dict[str, Any]) -> None:
+    """Add desc to the fallback tag's index. A read-modify-write, which the registry API cannot
+    make atomic: writers in this process (team build --jobs) take turns; another process (an
+    overlapping CI run) may still drop an entry between our read and write, so it is read back
+    and written again until the index lists it (a drop after that is not seen)."""
+    fallback = attachments.fallback_tag(digest)
+    with _FALLBACK_GUARD:
+        lock = _FALLBACK_LOCKS.setdefault((ref.host, ref.repo, fallback), threading.Lock())
+    with lock:
+        _list_locked(c, ref, fallback, desc)
+
+
+def _list_locked(c: Client, ref: Ref, fallback: str, desc: dict[str, Any]) -> None:
+    for attempt in range(6):
+        index = json.dumps(attachments.with_referrer(_index_at(c, ref, fallback), desc),
+                           sort_keys=True).encode()
+        _check(c.put_manifest(ref.repo, fallback, index, OCI_INDEX),
+               f"push of the referrers index to {ref.host}/{ref.repo}:{fallback}", (201,))
+        now = _index_at(c, ref, fallback)
+        listed = now.get("manifests") if isinstance(now, dict) else None
+        if isinstance(listed, list) and any(isinstance(m, dict) and
+                                            m.get("digest") == desc["digest"] for m in listed):
+            return
+        time.sleep(0.05 * (attempt + 1))
+    raise EnvbuildError(f"the referrers index {ref.host}/{ref.repo}:{fallback} kept changing "
+                        "under another writer", "run the push again")
+
+
 def _put_artifact(c: Client, ref: Ref, digest: str, subject: tuple[str, str, int],
                   manifest_for: Any, reference: str | None = None) -> tuple[str, dict[str, Any]]:
     """PUT an artifact manifest (manifest_for(subject or None)) at reference (default: its own
@@ -345,26 +395,19 @@ def _put_artifact(c: Client, ref: Ref, digest: str, subject: tuple[str, str, int
     manifest = manifest_for(subject)
     body = json.dumps(manifest, sort_keys=True).encode()
     r = c.put_manifest(ref.repo, reference or sha256(body), body, OCI_MANIFEST)
-    if r.status == 400:  # a registry that refuses `subject`: the tag alone still works
+    if r.status == 400:  # a registry that refuses `subject`: the fallback tag still lists it,
+        # and verify takes it when the provenance binds it (its statement names the image)
         manifest = manifest_for(None)
         body = json.dumps(manifest, sort_keys=True).encode()
         r = c.put_manifest(ref.repo, reference or sha256(body), body, OCI_MANIFEST)
     _check(r, f"push of an attachment to {ref.host}/{ref.repo}", (201,))
+    # the referrers tag schema: the descriptor carries the manifest's artifactType and
+    # annotations (created), as the referrers API lists them
     desc = {**attachments.descriptor(OCI_MANIFEST, sha256(body), len(body),
-                                     manifest["layers"][0].get("annotations")),
+                                     manifest.get("annotations")),
             "artifactType": manifest["artifactType"]}
     if not r.header("OCI-Subject"):
-        fallback = attachments.fallback_tag(digest)
-        got = c.get_manifest(Ref(ref.host, ref.repo, fallback), (OCI_INDEX,))
-        old: object = None
-        if got is not None:
-            try:
-                old = parse_json(got[0])
-            except ValueError:
-                old = None
-        index = json.dumps(attachments.with_referrer(old, desc), sort_keys=True).encode()
-        _check(c.put_manifest(ref.repo, fallback, index, OCI_INDEX),
-               f"push of the referrers index to {ref.host}/{ref.repo}:{fallback}", (201,))
+        _list_in_fallback(c, ref, digest, desc)
     where = f"{ref.host}/{ref.repo}" + (f":{reference}" if reference else f"@{sha256(body)}")
     return where, desc
 
@@ -376,17 +419,25 @@ def attach_report(image: str, digest: str, report: dict[str, Any]) -> str:
                        tag=report_tag(digest))
 
 
+def _bounded(blob: bytes, title: str) -> None:
+    if len(blob) > ATTACHMENT_LIMIT:
+        raise EnvbuildError(f"{title} is {len(blob) >> 20} MiB: over the {ATTACHMENT_LIMIT >> 20}"
+                            " MiB envbuild attaches (and reads back)",
+                            "an SBOM that large lists more than an image holds: report it")
+
+
 def attach_blob(image: str, digest: str, artifact_type: str, layer_type: str, blob: bytes,
                 title: str, *, tag: str | None = None) -> str:
     """Push blob as the one layer of an artifact whose subject is image@digest (by digest, or at
     tag); the artifact's reference."""
     report_tag(digest)  # a sha256 digest, or a usage error
+    _bounded(blob, title)
     ref = parse_ref(image)
     c = client(ref.host)
     subject = _subject(c, ref, digest)
     blob_digest = c.put_blob(ref.repo, blob)
     c.put_blob(ref.repo, EMPTY)
-    created = datetime.now(UTC).isoformat(timespec="seconds")
+    created = datetime.now(UTC).isoformat(timespec="microseconds")
     layer = attachments.descriptor(layer_type, blob_digest, len(blob), {attachments.TITLE: title})
 
     def manifest_for(subj: tuple[str, str, int] | None) -> dict[str, Any]:
@@ -397,92 +448,120 @@ def attach_blob(image: str, digest: str, artifact_type: str, layer_type: str, bl
     return _put_artifact(c, ref, digest, subject, manifest_for, tag)[0]
 
 
-def push_cosign_signature(image: str, digest: str, payload: bytes, signature: str) -> str:
-    """cosign's signature image at tag sha256-<hex>.sig: an OCI image whose layer is the
-    simple-signing payload, the signature in the layer's annotation."""
-    ref = parse_ref(image)
-    c = client(ref.host)
-    _subject(c, ref, digest)
-    layer_digest = c.put_blob(ref.repo, payload)
+def _append_to_cosign_image(c: Client, ref: Ref, tag: str, layer: dict[str, Any]) -> str:
+    """cosign keeps signatures (`.sig`) and attestations (`.att`) as the layers of one OCI image
+    per digest: add a layer to it (one already there stays; the same blob is not added twice)."""
+    got = c.get_manifest(Ref(ref.host, ref.repo, tag), (OCI_MANIFEST,))
+    layers: list[dict[str, Any]] = []
+    if got is not None:
+        try:
+            old = parse_json(got[0]).get("layers", [])
+            layers = [x for x in old if isinstance(x, dict)][:MAX_LISTED] \
+                if isinstance(old, list) else []
+        except (ValueError, AttributeError):
+            layers = []
+    if not any(x.get("digest") == layer["digest"] and x.get("annotations") ==
+               layer.get("annotations") for x in layers):
+        layers.append(layer)
     config = json.dumps({"architecture": "", "os": "", "config": {},
-                         "rootfs": {"type": "layers", "diff_ids": [layer_digest]}},
+                         "rootfs": {"type": "layers",
+                                    "diff_ids": [str(x.get("digest")) for x in layers]}},
                         sort_keys=True, separators=(",", ":")).encode()
     manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
                 "config": attachments.descriptor(attachments.OCI_CONFIG,
                                                  c.put_blob(ref.repo, config), len(config)),
-                "layers": [attachments.descriptor(
-                    signing.SIMPLESIGNING_MEDIA_TYPE, layer_digest, len(payload),
-                    {signing.COSIGN_SIGNATURE_ANNOTATION: signature})]}
-    tag = attachments.cosign_tag(digest)
+                "layers": layers}
     _check(c.put_manifest(ref.repo, tag, json.dumps(manifest, sort_keys=True).encode(),
-                          OCI_MANIFEST), f"push of the signature to {ref.host}/{ref.repo}",
-           (201,))
+                          OCI_MANIFEST), f"push of {tag} to {ref.host}/{ref.repo}", (201,))
     return f"{ref.host}/{ref.repo}:{tag}"
 
 
+def push_cosign_signature(image: str, digest: str, payload: bytes, signature: str) -> str:
+    """cosign's signature image at tag sha256-<hex>.sig: a layer per signature, the
+    simple-signing payload, the signature in the layer's annotation."""
+    ref = parse_ref(image)
+    c = client(ref.host)
+    _subject(c, ref, digest)
+    layer = attachments.descriptor(signing.SIMPLESIGNING_MEDIA_TYPE,
+                                   c.put_blob(ref.repo, payload), len(payload),
+                                   {signing.COSIGN_SIGNATURE_ANNOTATION: signature})
+    return _append_to_cosign_image(c, ref, attachments.cosign_tag(digest), layer)
+
+
+def push_cosign_attestation(image: str, digest: str, envelope: bytes,
+                            predicate_type: str) -> str:
+    """cosign's attestation image at tag sha256-<hex>.att (what `cosign verify-attestation`
+    reads): a layer per DSSE envelope, its predicate type annotated."""
+    ref = parse_ref(image)
+    c = client(ref.host)
+    _subject(c, ref, digest)
+    _bounded(envelope, "the attestation")
+    layer = attachments.descriptor(signing.DSSE_MEDIA_TYPE, c.put_blob(ref.repo, envelope),
+                                   len(envelope), {"predicateType": predicate_type})
+    return _append_to_cosign_image(c, ref, attachments.cosign_att_tag(digest), layer)
+
+
 def _read_artifact(c: Client, ref: Ref, reference: str, where: str
-                   ) -> attachments.Found | None:
-    """An artifact manifest (by digest or tag) and its first layer; None when absent or not an
-    artifact."""
+                   ) -> list[attachments.Found]:
+    """An artifact manifest (by digest or tag) and its layers (an envbuild artifact has one;
+    cosign's signature image one per signature, at most MAX_LISTED read); [] when absent."""
     is_digest = refs.is_digest(reference)
     got = c.get_manifest(Ref(ref.host, ref.repo, "" if is_digest else reference,
                              reference if is_digest else ""), (OCI_MANIFEST,))
     if got is None:
-        return None
+        return []
     try:
         manifest = parse_json(got[0])
-        layer = manifest["layers"][0]
-        layer_digest = str(layer["digest"])
-        layer_type = str(layer["mediaType"])
-    except (ValueError, KeyError, TypeError, IndexError):
-        return None
-    if not refs.is_digest(layer_digest):
-        return None
-    return attachments.Found(where, manifest, layer_type, c.get_blob(ref.repo, layer_digest),
-                             layer_digest)
+        layers = [(str(x["digest"]), str(x["mediaType"])) for x in manifest["layers"]]
+    except (ValueError, KeyError, TypeError):
+        return []
+    return [attachments.Found(where, manifest, layer_type,
+                              c.get_blob(ref.repo, layer_digest, ATTACHMENT_LIMIT), layer_digest)
+            for layer_digest, layer_type in layers[:MAX_LISTED] if refs.is_digest(layer_digest)]
 
 
-def fetch_attachments(image: str, digest: str
-                      ) -> tuple[dict[str, list[attachments.Found]], attachments.Found | None,
-                                 str]:
-    """Every envbuild artifact attached to image@digest, by kind (the referrers API, else the
-    fallback tag's index, plus the report's own tag), cosign's signature when there is one, and
-    how they were found (referrers | tag)."""
+def manifest_members(image: str, digest: str) -> dict[str, str] | None:
+    """platform -> digest when image@digest is an index (or manifest list); None otherwise."""
     ref = parse_ref(image)
     c = client(ref.host)
     _subject(c, ref, digest)
-    listed = c.referrers(ref.repo, digest, None)
-    via = "referrers"
-    if listed is None:
-        via = "tag"
-        got = c.get_manifest(Ref(ref.host, ref.repo, attachments.fallback_tag(digest)),
-                             (OCI_INDEX,))
-        listed = []
-        if got is not None:
-            try:
-                ms = parse_json(got[0]).get("manifests", [])
-                listed = [m for m in ms if isinstance(m, dict)] if isinstance(ms, list) else []
-            except (ValueError, AttributeError):
-                listed = []
+    return index_platforms(str(ref.with_digest(digest))) or None
+
+
+def fetch_attachments(image: str, digest: str
+                      ) -> tuple[dict[str, list[attachments.Found]], list[attachments.Found],
+                                 str]:
+    """Every envbuild artifact attached to image@digest, by kind (the referrers API and the
+    fallback tag's index, plus the report's own tag; at most MAX_LISTED), cosign's signatures,
+    and how they were found (referrers | tag | referrers+tag)."""
+    ref = parse_ref(image)
+    c = client(ref.host)
+    _subject(c, ref, digest)
+    api = c.referrers(ref.repo, digest, None)
+    index = _index_at(c, ref, attachments.fallback_tag(digest))
+    ms = index.get("manifests") if isinstance(index, dict) else None
+    tagged = [m for m in ms if isinstance(m, dict)] if isinstance(ms, list) else []
+    via = "+".join(w for w, there in (("referrers", bool(api)), ("tag", bool(tagged))) if there) \
+        or ("referrers" if api is not None else "tag")
     found: dict[str, list[attachments.Found]] = {}
     seen: set[str] = set()
-    for m in listed:
+    for m in [*(api or []), *tagged][:MAX_LISTED]:
         kind = attachments.KINDS.get(str(m.get("artifactType")))
         d = m.get("digest")
         if kind is None or not isinstance(d, str) or not refs.is_digest(d) or d in seen:
             continue
         seen.add(d)
-        art = _read_artifact(c, ref, d, f"{ref.host}/{ref.repo}@{d}")
-        if art is not None:
-            found.setdefault(kind, []).append(art)
+        found.setdefault(kind, []).extend(
+            _read_artifact(c, ref, d, f"{ref.host}/{ref.repo}@{d}")[:1])
     if not found.get("report"):
-        art = _read_artifact(c, ref, report_tag(digest),
-                             f"{ref.host}/{ref.repo}:{report_tag(digest)}")
-        if art is not None:
-            found["report"] = [art]
+        arts = _read_artifact(c, ref, report_tag(digest),
+                              f"{ref.host}/{ref.repo}:{report_tag(digest)}")[:1]
+        if arts:
+            found["report"] = arts
     sig_tag = attachments.cosign_tag(digest)
-    sig = _read_artifact(c, ref, sig_tag, f"{ref.host}/{ref.repo}:{sig_tag}")
-    return found, sig, via
+    sigs = [f for f in _read_artifact(c, ref, sig_tag, f"{ref.host}/{ref.repo}:{sig_tag}")
+            if f.layer_type == signing.SIMPLESIGNING_MEDIA_TYPE]
+    return found, sigs, via
 
 
 @record

@@ -266,6 +266,7 @@ class Built:
     error: EnvbuildError | None = None
     base_digest: str = ""
     freeze: list[str] = field(default_factory=list)
+    signed_by: str = ""  # the key id its provenance and cosign signature were signed with
     seconds: float = 0.0
 
     @property
@@ -399,6 +400,8 @@ def build(planned: list[Planned], m: Matrix, *, push: bool, jobs: int = 1, rebui
                     if base is not None else current_base_digest(p.base_image)
                 if b.result.build is not None:
                     b.freeze = freeze(b.result.build.tag)
+                if signer is not None and b.result.attached.get("signature"):
+                    b.signed_by = signer.keyid
         except EnvbuildError as exc:
             b.error = exc
         b.seconds = time.monotonic() - t0
@@ -512,6 +515,7 @@ def lock_entry(b: Built) -> dict[str, Any]:
                  if ln and not ln.startswith("#")],
         "pip": list(p.prepared.options.team_pip) + list(p.prepared.options.pip),
         "packages": b.freeze,
+        **({"signed_by": b.signed_by} if b.signed_by else {}),
         "validation": {k: x for k, x in v.items() if x is not None},
         "envbuild": __version__,
     }

@@ -98,11 +98,11 @@ def test_signed_attachments_verify(reg: str, keys: tuple[Path, Path, Path],
     assert ids == {"report.attached": "pass", "sbom.attached": "pass",
                    "provenance.attached": "pass", "provenance.signature": "pass",
                    "provenance.subject": "pass", "sbom.digest": "pass", "report.digest": "pass",
-                   "image.signature": "pass", "sbom.lock": "pass"}
+                   "image.signature": "pass", "sbom.lock": "pass", "report.status": "pass"}
     assert data["found_via"] == "tag"  # Debian's registry: the fallback tag's index
     # the text form says the same; a tag is resolved to the digest
     r = run_cli("verify", f"{image}:v1", "--key", str(pub), "--lock", str(lock))
-    assert r.returncode == 0 and "verified: 9 passed" in r.stdout, r.stdout
+    assert r.returncode == 0 and "verified: 10 passed" in r.stdout, r.stdout
     # the fallback index lists the three, and cosign's signature tag exists
     c = registry.client(reg)
     got = c.get_manifest(registry.Ref(reg, "att/signed", attachments.fallback_tag(digest)),
@@ -110,6 +110,9 @@ def test_signed_attachments_verify(reg: str, keys: tuple[Path, Path, Path],
     assert got is not None
     kinds = sorted(m["artifactType"] for m in json.loads(got[0])["manifests"])
     assert kinds == sorted(attachments.KINDS)
+    # cosign's own tags: the signature and the attestation (what cosign verify-attestation reads)
+    for tag in (attachments.cosign_tag(digest), attachments.cosign_att_tag(digest)):
+        assert c.head_manifest(registry.Ref(reg, "att/signed", tag)) is not None
     # another key: both signatures fail, by name
     rc, data = verify(f"{image}@{digest}", "--key", str(other), "--lock", str(lock))
     assert rc == 1 and set(failing(data)) == {"provenance.signature", "image.signature"}
@@ -214,3 +217,61 @@ def test_nothing_attached_and_bad_input_are_clean(reg: str, keys: tuple[Path, Pa
         r = run_cli("verify", *args)
         assert r.returncode == code and text in r.stderr, (args, r.returncode, r.stderr)
         assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) <= 2
+
+
+def test_parallel_attaches_and_a_second_signer_keep_every_entry(reg: str,
+                                                               keys: tuple[Path, Path, Path],
+                                                               tmp_path: Path) -> None:
+    """Two writers attaching to one digest at once (a parallel team build, overlapping CI runs)
+    both stay listed in the fallback index; a second key's cosign signature is added beside the
+    first, not over it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    key, pub, _ = keys
+    digest = push_tiny_image(reg, "att/race", "v1", salt="race")
+    image = f"{reg}/att/race"
+
+    def attach(i: int) -> str:
+        return registry.attach_blob(f"{image}:v1", digest, attachments.SBOM_TYPE,
+                                    attachments.SBOM_TYPE, json.dumps({"n": i}).encode(),
+                                    "sbom.cdx.json")
+
+    with ThreadPoolExecutor(4) as pool:
+        refs = list(pool.map(attach, range(8)))
+    c = registry.client(reg)
+    index = json.loads(c.get_manifest(registry.Ref(reg, "att/race",
+                                                   attachments.fallback_tag(digest)),
+                                      (attachments.OCI_INDEX,))[0])
+    listed = {m["digest"] for m in index["manifests"]}
+    assert {r.rpartition("@")[2] for r in refs} <= listed
+    # a second signer (a CI key) signs too: both signatures verify
+    other_key = tmp_path / "other.key"
+    k = ec.generate_private_key(ec.SECP256R1())
+    other_key.write_bytes(k.private_bytes(serialization.Encoding.PEM,
+                                          serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    other_pub = tmp_path / "other.pub"
+    other_pub.write_bytes(k.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    for signer in (key, other_key):
+        attach_all(f"{image}:v1", digest, json.dumps(REPORT).encode(),
+                   json.dumps(sbom(FREEZE)).encode(), provenance(image), signer_from(signer))
+    for public in (pub, other_pub):
+        rc, data = verify(f"{image}@{digest}", "--key", str(public))
+        assert rc == 0, failing(data)
+
+
+def test_a_multi_platform_image_is_verified_member_by_member(reg: str,
+                                                             tmp_path: Path) -> None:
+    amd = push_tiny_image(reg, "att/multi", "amd64", salt="amd")
+    arm = push_tiny_image(reg, "att/multi", "arm64", salt="arm")
+    index = registry.push_index(f"{reg}/att/multi:both", [("linux/amd64", amd),
+                                                           ("linux/arm64", arm)])
+    image = f"{reg}/att/multi"
+    attach_all(f"{image}:amd64", amd, json.dumps(REPORT).encode(),
+               json.dumps(sbom(FREEZE)).encode(), provenance(image))
+    rc, data = verify(f"{image}:both")
+    assert data["digest"] == index and data["platforms"] == ["linux/amd64", "linux/arm64"]
+    bad = {(c.get("platform"), c["id"]) for c in data["checks"] if c["status"] == "fail"}
+    assert rc == 1 and bad == {("linux/arm64", f"{k}.attached")
+                               for k in ("report", "sbom", "provenance")}

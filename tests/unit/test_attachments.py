@@ -67,21 +67,27 @@ def _set(signed: bool, freeze: list[str] = FREEZE, subject: str = DIGEST
             "provenance": [_found("provenance", prov[0], layer_type=prov[1])]}
 
 
+def _judge(found: dict[str, list[a.Found]], verifier: signing.Verifier | None = None,
+           lock: dict[str, str] | None = None, sigs: list[a.Found] | None = None,
+           **expect: Any) -> list[a.Check]:
+    return a.judge(NAME, DIGEST, found, sigs or [], verifier, a.Expect(lock, **expect))
+
+
 def _fails(checks: list[a.Check]) -> set[str]:
     return {c.id for c in checks if c.status == "fail"}
 
 
 def test_what_was_attached_passes() -> None:
     lock = a.lock_packages(FREEZE)
-    checks = a.judge(NAME, DIGEST, _set(True), None, VERIFIER, lock)
+    checks = _judge(_set(True), VERIFIER, lock)
     assert _fails(checks) == {"image.signature"}  # the one thing not given: the cosign sig
-    checks = a.judge(NAME, DIGEST, _set(True), None, None, lock)
+    checks = _judge(_set(True), None, lock)
     assert _fails(checks) == set()
     assert {c.id: c.status for c in checks}["provenance.signature"] == "warn"
-    unsigned = a.judge(NAME, DIGEST, _set(False), None, None, lock)
+    unsigned = _judge(_set(False), None, lock)
     assert _fails(unsigned) == set()
     assert {c.id: c.status for c in unsigned}["provenance.signature"] == "skip"
-    assert _fails(a.judge(NAME, DIGEST, _set(False), None, VERIFIER, lock)) == \
+    assert _fails(_judge(_set(False), VERIFIER, lock)) == \
         {"provenance.signature", "image.signature"}
 
 
@@ -96,7 +102,7 @@ def test_any_changed_byte_of_the_signed_provenance_is_caught(data: st.DataObject
     env["payload"] = base64.b64encode(bytes(payload)).decode()
     blob = json.dumps(env).encode()
     found["provenance"] = [_found("provenance", blob, layer_type=signing.DSSE_MEDIA_TYPE)]
-    checks = a.judge(NAME, DIGEST, found, None, VERIFIER, None)
+    checks = _judge(found, VERIFIER)
     assert "provenance.signature" in _fails(checks)
 
 
@@ -105,7 +111,7 @@ def test_any_other_document_than_the_recorded_one_is_caught(kind: str, junk: byt
     found = _set(False)
     doc = json.dumps({"changed": base64.b64encode(junk).decode()}).encode()
     found[kind] = [_found(kind, doc)]
-    fails = _fails(a.judge(NAME, DIGEST, found, None, None, None))
+    fails = _fails(_judge(found, None))
     assert f"{kind}.digest" in fails
 
 
@@ -117,12 +123,12 @@ def test_any_other_subject_is_caught(other: str) -> None:
         found = _set(False)
         f = found[kind][0]
         found[kind] = [_found(kind, f.blob, subject=other, layer_type=f.layer_type)]
-        fails = _fails(a.judge(NAME, DIGEST, found, None, None, None))
+        fails = _fails(_judge(found, None))
         assert f"{kind}.subject" in fails and f"{kind}.attached" not in \
-            {c.id for c in a.judge(NAME, DIGEST, found, None, None, None) if c.status == "pass"}
+            {c.id for c in _judge(found, None) if c.status == "pass"}
     # the statement's own subject (the OCI subject right): caught as well
     found = _set(False, subject=other)
-    assert "provenance.subject" in _fails(a.judge(NAME, DIGEST, found, None, None, None))
+    assert "provenance.subject" in _fails(_judge(found, None))
 
 
 @given(st.lists(st.tuples(st.from_regex(r"[A-Za-z][A-Za-z0-9._-]{0,20}", fullmatch=True),
@@ -134,14 +140,14 @@ def test_the_lock_comparison_names_what_differs(pkgs: list[tuple[str, str]],
     freeze = [f"{n}=={v}" for n, v in pkgs]
     found = _set(False, freeze)
     lock = a.lock_packages(freeze)
-    assert "sbom.lock" not in _fails(a.judge(NAME, DIGEST, found, None, None, lock))
+    assert "sbom.lock" not in _fails(_judge(found, None, lock))
     n, v = data.draw(st.sampled_from(pkgs))
     changed = dict(lock)
     changed[a.norm(n)] = v + "x"
-    check = next(c for c in a.judge(NAME, DIGEST, found, None, None, changed)
+    check = next(c for c in _judge(found, None, changed)
                  if c.id == "sbom.lock")
     assert check.status == "fail" and a.norm(n) in check.message
-    assert next(c for c in a.judge(NAME, DIGEST, found, None, None, None)
+    assert next(c for c in _judge(found, None)
                 if c.id == "sbom.lock").status == "skip"
 
 
@@ -149,7 +155,7 @@ def test_missing_kinds_are_each_named() -> None:
     for kind in ("report", "sbom", "provenance"):
         found = _set(False)
         del found[kind]
-        assert f"{kind}.attached" in _fails(a.judge(NAME, DIGEST, found, None, None, None))
+        assert f"{kind}.attached" in _fails(_judge(found, None))
 
 
 def test_the_cosign_signature_is_judged() -> None:
@@ -159,14 +165,14 @@ def test_the_cosign_signature_is_judged() -> None:
                          {signing.COSIGN_SIGNATURE_ANNOTATION: sig})
     good = a.Found("x", {"layers": [layer]}, signing.SIMPLESIGNING_MEDIA_TYPE, payload,
                    _sha(payload))
-    status = {c.id: c.status for c in a.judge(NAME, DIGEST, _set(True), good, VERIFIER, None)}
+    status = {c.id: c.status for c in _judge(_set(True), VERIFIER, None, [good])}
     assert status["image.signature"] == "pass"
     other = signing.simple_signing_payload(NAME, OTHER)
     wrong = a.Found("x", {"layers": [{**layer, "digest": _sha(other)}]},
                     signing.SIMPLESIGNING_MEDIA_TYPE, other, _sha(other))
-    assert "image.signature" in _fails(a.judge(NAME, DIGEST, _set(True), wrong, VERIFIER, None))
+    assert "image.signature" in _fails(_judge(_set(True), VERIFIER, None, [wrong]))
     another = signing.load_verifier(signing.load_signer(_pem(_key())).public_pem())
-    assert "image.signature" in _fails(a.judge(NAME, DIGEST, _set(True), good, another, None))
+    assert "image.signature" in _fails(_judge(_set(True), another, None, [good]))
 
 
 def test_the_fallback_index_keeps_each_referrer_once() -> None:
@@ -200,3 +206,65 @@ def test_key_kinds_and_passwords() -> None:
         signing.load_signer(enc, b"wrong")
     assert "s3cret" not in str(exc.value) and "wrong" in exc.value.message
     assert signing.load_signer(enc, b"s3cret").keyid.startswith("sha256:")
+
+
+def _with_created(f: a.Found, created: str) -> a.Found:
+    return a.Found(f.where, {**f.manifest, "annotations": {a.CREATED: created}}, f.layer_type,
+                   f.blob, f.blob_digest)
+
+
+@given(st.permutations(range(3)))
+def test_several_provenances_any_listing_order(order: list[int]) -> None:
+    """An unsigned provenance added beside the signed one (an old attach, or someone with push
+    rights) never hides the signed one from --key, whatever order the registry lists them in;
+    without --key, the newest by its created annotation is taken, never the listing order."""
+    signed, unsigned = _set(True), _set(False)
+    arts = [_with_created(signed["provenance"][0], "2026-11-29T00:00:01"),
+            _with_created(unsigned["provenance"][0], "2026-11-29T00:00:02"),
+            _with_created(unsigned["provenance"][0], "2026-11-29T00:00:00")]
+    found = {**signed, "provenance": [arts[i] for i in order]}
+    assert _fails(_judge(found, VERIFIER, sigs=None)) == {"image.signature"}
+    status = {c.id: c.status for c in _judge(found)}
+    assert status["provenance.signature"] == "skip"  # the newest is the unsigned one
+    # ... which the lock's record of a signer turns into a failure
+    assert "provenance.signature" in _fails(_judge(found, signed_by=SIGNER.keyid))
+
+
+def test_a_lock_that_records_a_signer_needs_the_key_and_a_signature() -> None:
+    fails = _fails(_judge(_set(False), signed_by=SIGNER.keyid))
+    assert fails == {"provenance.signature", "image.signature"}
+    other = signing.load_verifier(signing.load_signer(_pem(_key())).public_pem())
+    assert "provenance.signer" in _fails(_judge(_set(True), other, signed_by=SIGNER.keyid))
+
+
+def test_subjectless_artifacts_are_taken_only_when_the_provenance_binds_them() -> None:
+    """A registry that refuses `subject`: the artifacts are listed by the fallback tag alone;
+    the provenance's statement and byproducts bind them, so they pass, and others fail."""
+    found = _set(True)
+    for kind, arts in found.items():
+        m = {k: v for k, v in arts[0].manifest.items() if k != "subject"}
+        found[kind] = [a.Found(arts[0].where, m, arts[0].layer_type, arts[0].blob,
+                               arts[0].blob_digest)]
+    assert _fails(_judge(found, VERIFIER)) == {"image.signature"}
+    other = _set(True, subject=OTHER)
+    found["provenance"] = [a.Found("x", {}, other["provenance"][0].layer_type,
+                                   other["provenance"][0].blob,
+                                   other["provenance"][0].blob_digest)]
+    assert "provenance.subject" in _fails(_judge(found, VERIFIER))
+
+
+@given(st.one_of(st.none(), st.integers(0, 5)), st.one_of(st.none(), st.integers(0, 5)))
+def test_a_report_that_does_not_pass_fails_verify(failed: int | None, passed: int | None
+                                                  ) -> None:
+    found = _set(False)
+    summary = {k: v for k, v in (("fail", failed), ("pass", passed)) if v is not None}
+    blob = json.dumps({"summary": summary}).encode()
+    found["report"] = [_found("report", blob)]
+    status = {c.id: c.status for c in _judge(found)}
+    assert status["report.status"] == ("pass" if passed and not failed else "fail")
+
+
+def test_a_named_lock_without_this_digest_fails() -> None:
+    check = next(c for c in _judge(_set(False), named=True, listed=(OTHER,))
+                 if c.id == "sbom.lock")
+    assert check.status == "fail" and OTHER[:19] in check.message
