@@ -445,7 +445,7 @@ def junit_suites(report: Mapping[str, Any]) -> list[Any]:
     the cluster (all-reduce, bus bandwidth, drift, stragglers)."""
     import dataclasses
 
-    from envbuild.core.junit import Suite, validation_suite
+    from envbuild.core.junit import Suite, seconds, validation_suite
 
     out = []
     for n in report["nodes"]:
@@ -456,7 +456,6 @@ def junit_suites(report: Mapping[str, Any]) -> list[Any]:
         out.append(dataclasses.replace(suite, hostname=str(n["node"]),
                                        checks=suite.checks + ((extra,) if extra else ())))
     job = report.get("job") or {}
-    seconds = job.get("seconds") if isinstance(job, Mapping) else None
     out.append(Suite("cluster", _cluster_checks(report),
-                     seconds=float(seconds) if isinstance(seconds, (int, float)) else None))
+                     seconds=seconds(job.get("seconds")) if isinstance(job, Mapping) else None))
     return out

@@ -4,6 +4,7 @@ parses and counts what it was given."""
 
 from __future__ import annotations
 
+import math
 import os
 from collections import Counter
 from pathlib import Path
@@ -29,11 +30,14 @@ TEXT = st.one_of(st.text(max_size=40), NASTY,
                  st.tuples(st.one_of(NASTY, st.text(min_size=1, max_size=3)),
                            st.integers(10_000, 70_000)).map(lambda t: t[0] * t[1]))
 STATUS = st.one_of(st.sampled_from(junit.STATUSES), st.text(max_size=8))
+# A time a report may carry: any float (inf, -inf, nan, huge, negative, subnormal), any int.
+SECONDS = st.one_of(st.none(), st.floats(), st.sampled_from([float("inf"), -float("inf"),
+                                                             float("nan"), 1e308, -1e308]),
+                    st.integers(), st.integers(10**300, 10**400))
 CHECKS = st.builds(Check, id=TEXT, status=STATUS, title=TEXT, message=TEXT, detail=TEXT,
-                   seconds=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),
-                   classname=TEXT)
+                   seconds=SECONDS, classname=TEXT)
 SUITES = st.builds(Suite, name=TEXT, checks=st.lists(CHECKS, max_size=6).map(tuple),
-                   prefix=TEXT, seconds=st.one_of(st.none(), st.floats(0, 1e6)),
+                   prefix=TEXT, seconds=SECONDS,
                    timestamp=st.one_of(st.none(), TEXT), hostname=st.one_of(st.none(), TEXT))
 
 
@@ -80,6 +84,42 @@ def test_any_text_gives_xml_that_parses_with_the_right_counts(suites: list[Suite
     totals = {k: sum(int(el.get(k, "0")) for el in got)
               for k in ("tests", "failures", "errors", "skipped")}
     assert {k: int(root.get(k, "-1")) for k in totals} == totals
+    _assert_times(root, suites)
+
+
+def _assert_times(root: ET.Element, suites: list[Suite]) -> None:
+    """Every time is a finite number in [0, MAX_SECONDS] (absent when the record's is not); the
+    total is the sum of the suites' clamped times (clamped too), there only when every suite
+    has one."""
+    for el in root.iter():
+        if "time" in el.attrib:
+            t = float(el.get("time", ""))
+            assert math.isfinite(t) and 0 <= t <= junit.MAX_SECONDS, (el.tag, el.get("time"))
+    for el, s in zip(root.findall("testsuite"), suites, strict=True):
+        assert ("time" in el.attrib) == (junit.seconds(s.seconds) is not None)
+        for case, c in zip(el.findall("testcase"), s.checks, strict=True):
+            assert ("time" in case.attrib) == (junit.seconds(c.seconds) is not None)
+    times = [float(el.get("time", "nan")) for el in root.findall("testsuite")]
+    if suites and all(math.isfinite(t) for t in times):
+        assert float(root.get("time", "nan")) == pytest.approx(
+            min(sum(times), junit.MAX_SECONDS), rel=1e-9, abs=1e-2)
+    else:
+        assert "time" not in root.attrib
+
+
+@pytest.mark.parametrize(("given", "time"), [
+    (float("inf"), None), (-float("inf"), None), (float("nan"), None), (10**400, None),
+    (True, None), ("3", None), (-5.0, "0.000"), (1e300, "1000000000.000"), (2.5, "2.500"),
+    (7, "7.000")], ids=["inf", "-inf", "nan", "int-too-big", "bool", "text", "negative",
+                        "huge", "float", "int"])
+def test_a_time_is_finite_and_clamped(given: Any, time: str | None) -> None:
+    root = parse(to_xml([Suite("s", (Check("a.b", "pass", seconds=given),), seconds=given)],
+                        "n"))
+    assert root.get("time") == time
+    assert [el.get("time") for el in root.iter("testsuite")] == [time]
+    assert [el.get("time") for el in root.iter("testcase")] == [time]
+    assert junit.validator_check({"id": "a.b", "status": "pass", "duration_s": given}).seconds \
+        == (None if time is None else float(time))
 
 
 def test_each_status_as_junit_shows_it() -> None:
