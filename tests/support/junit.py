@@ -80,8 +80,10 @@ def assert_matches_cluster(root: ET.Element, data: Mapping[str, Any]) -> None:
                                or not n.get("report")
                                or (n["status"] == "fail" and no_failed_check))
     ar = data["allreduce"]
+    worked = (ar["status"] != "missing" and not ar["errors"] and not ar["missing_ranks"]
+              and ar["exact"] and ar["results"])  # the floor is busbw's, not the all-reduce's
     assert dict(cases(suites[-1])) == {
-        "cluster.allreduce": "pass" if ar["status"] == "pass" else "failure",
+        "cluster.allreduce": "pass" if worked else "failure",
         "cluster.busbw": KIND[ar["expectation"]["status"]] if ar["expectation"] else "skip",
         "cluster.drift": "failure" if data["drift"] else "pass",
         "cluster.stragglers": "pass"}

@@ -15,11 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envbuild.cluster.report import junit_suites
+from envbuild.cluster.report import allreduce_summary, junit_suites
 from envbuild.common.errors import EnvbuildError, EnvironmentProblem, UsageError
 from envbuild.core import junit
 from envbuild.core.junit import Check, Suite, to_xml
 from envbuild.features import junit as fj
+from tests.support.cluster import ar_line
 
 # Text a check may carry: anything, the XML-hostile on purpose, and huge.
 NASTY = st.sampled_from(["]]>", "<![CDATA[x]]>", '"', "'", "&amp;", "<a/>", "\x00", "\x1b[31m",
@@ -227,6 +228,45 @@ def test_the_cluster_report_is_a_suite_per_node_and_one_for_the_cluster() -> Non
     missing = root.find("testsuite[@name='node n3']/testcase/error")
     assert missing is not None and missing.get("message") == "never reported"
     assert [s.get("time") for s in root] == ["1.000", "1.000", None, None, "1.000", "12.500"]
+
+
+def _cluster_cases(lines: list[dict[str, Any]], world: int, **floor: Any) -> dict[str, Any]:
+    from envbuild.cluster.slurm import load_rules
+
+    ar = allreduce_summary(lines, world, rules=load_rules(), **floor)
+    report = {"nodes": [], "allreduce": ar, "drift": [], "stragglers": [], "status": "x"}
+    (suite,) = junit_suites(report)
+    return {c.id: (c.status, c.message) for c in suite.checks}
+
+
+NVLINK = {"fabric": "nvlink", "gpu": "NVIDIA H100 80GB HBM3", "gpus_per_node": 8, "nodes": 1}
+
+
+def test_a_missed_bandwidth_floor_fails_busbw_only() -> None:
+    """An exact all-reduce on every rank, below the fabric's floor: cluster.allreduce passes,
+    cluster.busbw fails saying by how much."""
+    got = _cluster_cases([ar_line(r, 8, 0.01) for r in range(8)], 8, **NVLINK)
+    assert got["cluster.allreduce"] == ("pass", "exact on 8 ranks, 2 sizes timed")
+    status, message = got["cluster.busbw"]
+    assert status == "fail" and message.startswith("11.744 GB/s busbw at 64 MiB: below the "
+                                                   "nvlink floor of 460.0 GB/s"), message
+    got = _cluster_cases([ar_line(r, 8, 0.0001) for r in range(8)], 8, **NVLINK)
+    assert got["cluster.allreduce"][0] == got["cluster.busbw"][0] == "pass"
+    assert "at or above the nvlink floor" in got["cluster.busbw"][1]
+
+
+@pytest.mark.parametrize(("lines", "says"), [
+    ([], "no rank reported an all-reduce result"),
+    ([ar_line(0, 2)], "1 of 2 ranks never reported: 1"),
+    ([ar_line(0, 2), ar_line(1, 2, exact=False)], "the reduced values were not exact on every "
+                                                  "rank"),
+    ([ar_line(0, 2), ar_line(1, 2, error="NCCL timeout")], "rank 1 (n2): NCCL timeout"),
+], ids=["none", "missing", "inexact", "error"])
+def test_an_allreduce_that_did_not_work_fails_saying_why(lines: list[dict[str, Any]],
+                                                         says: str) -> None:
+    got = _cluster_cases(lines, 2)
+    assert got["cluster.allreduce"] == ("fail", says)
+    assert got["cluster.busbw"][0] == "skip"
 
 
 # -- team check --------------------------------------------------------------------------------
