@@ -189,12 +189,13 @@ def check_cmd(file: File = None, json: Json = False, junit: Junit = None) -> Non
     else:
         for row in data["images"]:
             rep = row.get("report") or {}
-            base = ("pinned" if "base_digest_now" not in row else
+            base = ("ERROR" if row.get("base_error") else
+                    "pinned" if "base_digest_now" not in row else
                     "ok" if row["base_digest_now"] == row["base_digest"] else "CHANGED")
             say(f"{row['name']:<12} {'present' if row.get('present') else 'MISSING':<8} "
                 f"report {rep.get('status', 'none'):<5} base {base}  {row['tag']}")
         for p in data["problems"]:
-            warn(f"problem: {p}")
+            warn(f"problem: {one_line(p)}")
         if not data["problems"]:
             say("ok: every image, report and base digest in the lock is still true")
     if data["problems"]:

@@ -11,7 +11,7 @@ from xml.etree import ElementTree as ET
 
 COUNTS = ("tests", "failures", "errors", "skipped")
 # a check's status as JUnit shows it (a warning passes)
-KIND = {"pass": "pass", "warn": "pass", "fail": "failure", "skip": "skip",
+KIND = {"pass": "pass", "warn": "pass", "fail": "failure", "error": "error", "skip": "skip",
         "not_run": "not_run"}
 
 
@@ -60,7 +60,7 @@ def assert_matches_report(suite: ET.Element, report: Mapping[str, Any]) -> None:
     """The suite holds the report's checks; its counts are the report's summary."""
     assert cases(suite) == report_cases(report)
     s = report["summary"]
-    assert counts(suite) == {"tests": sum(s[k] for k in KIND), "failures": s["fail"],
+    assert counts(suite) == {"tests": sum(s.get(k, 0) for k in KIND), "failures": s["fail"],
                              "errors": 0, "skipped": s["skip"] + s["not_run"]}
 
 
@@ -96,4 +96,6 @@ def assert_matches_team(root: ET.Element, data: Mapping[str, Any]) -> None:
            for name, k in cases(s)]
     assert got == [(c["image"], c["check"], KIND[c["status"]]) for c in data["checks"]]
     failed = sum(1 for c in data["checks"] if c["status"] == "fail")
-    assert counts(root)["failures"] == failed == len(data["problems"])
+    errors = sum(1 for c in data["checks"] if c["status"] == "error")
+    assert (counts(root)["failures"], counts(root)["errors"]) == (failed, errors)
+    assert failed + errors == len(data["problems"])

@@ -4,6 +4,7 @@ parses and counts what it was given."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections import Counter
@@ -308,6 +309,43 @@ def test_team_check_records_each_check_and_derives_the_problems(
     assert skipped == ["not run: the image is gone", "not run: the image is not in a registry",
                        f"skipped: the base image reg.example/base@{base_old} is pinned by digest"]
     assert {c.get("classname") for c in root.iter("testcase")} == {"a", "b", "c"}
+
+
+def test_a_registry_error_on_the_base_is_an_error_not_a_vanished_tag(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registry answers 429 for the base tag: the base check is an <error> saying so (not
+    a failure claiming the tag vanished), and a problem, so the run still exits 1."""
+    from envbuild.engine import registry
+    from envbuild.features import team
+
+    a, base_old = ("sha256:" + c * 64 for c in "ab")
+
+    class Client:
+        def head_manifest(self, ref: Any) -> tuple[str, str, int] | None:
+            return (ref.digest, "x", 1)
+
+    def refuse(ref: str) -> str | None:
+        raise EnvironmentProblem("reg.example answered 429 Too Many Requests", "wait")
+
+    att = registry.Attached(f"reg.example/team/a@{a}", {"summary": {"pass": 3, "fail": 0}},
+                            "reg.example/team/a:sha256-x.envbuild", "referrers")
+    monkeypatch.setattr(registry, "client", lambda host: Client())
+    monkeypatch.setattr(registry, "fetch_report", lambda ref: att)
+    monkeypatch.setattr(registry, "resolve_digest", refuse)
+    lock = {"image": {"a": {"tag": "reg.example/team/a:1", "digest": a,
+                            "base_image": "reg.example/base:1", "base_digest": base_old}}}
+    data = team.check(lock, Path("envbuild.lock"))
+    base = data["checks"][-1]
+    why = ("could not ask the registry for the base image tag reg.example/base:1: "
+           "reg.example answered 429 Too Many Requests")
+    assert (base["check"], base["status"], base["message"]) == ("base", "error", why)
+    assert data["problems"] == [f"a: {why}"]
+    assert data["images"][0]["base_error"] == "reg.example answered 429 Too Many Requests"
+    assert "vanished" not in json.dumps(data)
+    root = parse(to_xml(fj.team_suites(data), "envbuild team check"))
+    assert (root.get("errors"), root.get("failures")) == ("1", "0")
+    error = root.find("testsuite/testcase[@name='base']/error")
+    assert error is not None and error.get("message") == why
 
 
 # -- the file ----------------------------------------------------------------------------------
