@@ -364,19 +364,95 @@ def test_a_junit_path_that_is_not_a_file_is_refused(tmp_path: Path, make: str) -
 
 def test_the_report_is_written_on_success_and_on_an_error_never_on_ctrl_c(
         tmp_path: Path) -> None:
+    said: list[str] = []
     out = tmp_path / "new" / "dir" / "report.xml"
-    with fj.report(fj.check_path(out), "envbuild x") as record:
+    with fj.report(fj.check_path(out), "envbuild x", said.append) as record:
         record([Suite("s", (Check("a.b", "fail"),))])
     assert parse(out.read_text()).get("failures") == "1"
-    with pytest.raises(EnvironmentProblem), fj.report(out, "envbuild x"):
+    with pytest.raises(EnvironmentProblem), fj.report(out, "envbuild x", said.append):
         raise EnvironmentProblem("no Docker engine", "start it")
     error = parse(out.read_text()).find("testsuite/testcase/error")
     assert error is not None and error.get("message") == "no Docker engine"
     assert "hint: start it" in (error.text or "")
     out.unlink()
-    with pytest.raises(KeyboardInterrupt), fj.report(out, "envbuild x"):
+    with pytest.raises(KeyboardInterrupt), fj.report(out, "envbuild x", said.append):
         raise KeyboardInterrupt
     assert not out.exists()
-    with pytest.raises(EnvbuildError), fj.report(None, "envbuild x"):
+    with pytest.raises(EnvbuildError), fj.report(None, "envbuild x", said.append):
         raise EnvbuildError("x", "y")
     assert sorted(p.name for p in out.parent.iterdir()) == []  # no temporary file left
+    assert said == []
+
+
+def test_a_symlink_is_refused_never_replaced(tmp_path: Path) -> None:
+    target = tmp_path / "real.xml"
+    target.write_text("keep")
+    for name, to in (("link.xml", target), ("dangling.xml", tmp_path / "nowhere.xml")):
+        link = tmp_path / name
+        link.symlink_to(to)
+        with pytest.raises(UsageError) as info:
+            fj.check_path(link)
+        assert info.value.message == f"--junit {link}: is a symlink (envbuild would replace " \
+            "the link with a file)"
+        assert link.is_symlink()
+    assert target.read_text() == "keep" and not (tmp_path / "nowhere.xml").exists()
+
+
+def test_a_junit_path_that_is_an_input_of_the_command_is_refused(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch
+                                                                   ) -> None:
+    monkeypatch.chdir(tmp_path)
+    lock = tmp_path / "envbuild.lock"
+    lock.write_text("format = 1\n")
+    os.link(lock, tmp_path / "hard.lock")
+    (tmp_path / "sub").mkdir()
+    for path, read in ((Path("envbuild.lock"), lock),  # relative and absolute
+                       (tmp_path / "sub" / ".." / "envbuild.lock", Path("envbuild.lock")),
+                       (tmp_path / "hard.lock", lock),  # another name, the same inode
+                       (Path("envbuild.toml"), tmp_path / "envbuild.toml")):  # not there yet
+        with pytest.raises(UsageError) as info:
+            fj.check_path(path, [Path("-"), read])
+        assert "is the command's own input" in info.value.message, path
+        assert info.value.exit_code == 2
+    assert lock.read_text() == "format = 1\n" and not (tmp_path / "envbuild.toml").exists()
+    assert fj.check_path(Path("other.xml"), [lock, Path("-")]) == Path("other.xml")
+
+
+def test_a_place_no_file_can_be_written_is_refused_before_the_run(tmp_path: Path) -> None:
+    """/proc/self/status is a 'regular' file, but no file can be made next to it."""
+    with pytest.raises(UsageError) as info:
+        fj.check_path(Path("/proc/self/status"))
+    assert info.value.message.startswith("--junit /proc/self/status: cannot create a file in "
+                                         "/proc/self: ")
+    made = tmp_path / "a" / "b" / "x.xml"
+    assert fj.check_path(made) == made and made.parent.is_dir()  # its directories made
+    assert list(made.parent.iterdir()) == []  # the probe removed
+
+
+def test_a_stale_file_is_removed_when_the_path_is_checked(tmp_path: Path) -> None:
+    old = tmp_path / "old.xml"
+    old.write_text("<testsuites/>")
+    fj.check_path(old)
+    assert not old.exists()  # an error before the run leaves no old result behind
+
+
+def test_a_write_that_fails_at_the_end_is_a_warning_not_the_run_s_error(tmp_path: Path) -> None:
+    """The path became a directory while the checks ran: the block's own outcome (no error,
+    the run's error) is kept, the write is a one-line warning."""
+    said: list[str] = []
+    out = tmp_path / "x.xml"
+    with fj.report(fj.check_path(out), "envbuild x", said.append) as record:
+        out.mkdir()
+        record([Suite("s", (Check("a.b", "pass"),))])
+    assert said == [f"warning: --junit {out}: is a directory, not a file (not written)"]
+    said.clear()
+    with pytest.raises(EnvironmentProblem) as info, fj.report(out, "envbuild x", said.append):
+        raise EnvironmentProblem("no Docker engine", "start it")
+    assert info.value.message == "no Docker engine" and len(said) == 1
+    said.clear()
+    out.rmdir()
+    (tmp_path / "x.xml").write_text("")
+    under = tmp_path / "x.xml" / "y.xml"  # under a file
+    with fj.report(under, "envbuild x", said.append) as record:
+        record([])
+    assert said == [f"warning: --junit {under}: Not a directory (not written)"]
