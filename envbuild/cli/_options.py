@@ -53,7 +53,8 @@ Json = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on std
 Junit = Annotated[Path | None, typer.Option(
     "--junit", metavar="FILE", help="Also write the checks as JUnit XML to FILE for CI (one "
     "testcase per check; a failure, an error, skipped or not run; written atomically, also when "
-    "checks fail, without changing the exit code). A directory or a special file is exit 2.")]
+    "checks fail, without changing the exit code; an old FILE is removed first). A directory, a "
+    "special file, a symlink, the command's own input or an unwritable place is exit 2.")]
 Size = Annotated[bool, typer.Option(
     "--size", help="Estimate the image size per layer (asks the package indexes and the base "
     "image's registry; what cannot be reached is reported unknown).")]

@@ -206,12 +206,12 @@ def validate(
     from envbuild.features import junit as ju
     from envbuild.features.make import attached_validation, validate_one
 
-    junit = ju.check_path(junit) if junit is not None else None
+    junit = ju.check_path(junit, [spec] if spec else []) if junit is not None else None
     if from_registry is not None:
         if host or image is not None:
             raise UsageError("--from-registry takes the image itself: give no IMAGE or --host",
                              "e.g. envbuild validate --from-registry REGISTRY/REPO:TAG")
-        with ju.report(junit, "envbuild validate") as record:
+        with ju.report(junit, "envbuild validate", warn) as record:
             att, v = attached_validation(from_registry)
             record(ju.validation_suites(att.report, from_registry))
         if json:
@@ -228,7 +228,7 @@ def validate(
         raise UsageError("give an IMAGE or --host (one of them)",
                          "e.g. envbuild validate envbuild/cpu:TAG, or envbuild validate --host")
     with _status(f"validating {image or 'this host'} (up to {timeout:.0f} s)", json or quiet), \
-            ju.report(junit, "envbuild validate") as record:
+            ju.report(junit, "envbuild validate", warn) as record:
         v = validate_one(image, spec=spec, require_gpu=require_gpu, timeout=timeout)
         record(ju.validation_suites(v.report, image or "host"))
     if json:

@@ -81,7 +81,7 @@ def validate(
     from envbuild.features import junit as ju
 
     junit = ju.check_path(junit) if junit is not None else None
-    with ju.report(junit, "envbuild cluster validate") as record:
+    with ju.report(junit, "envbuild cluster validate", warn) as record:
         report = run_validation(image, out, fabric=fabric,
                                 on_event=lambda s: warn(f"cluster: {s}"), nodes=nodes,
                                 ntasks_per_node=ntasks_per_node, gpus_per_node=gpus_per_node,
@@ -137,8 +137,8 @@ def collect(
     from envbuild.cluster.usecase import collect as collect_report
     from envbuild.features import junit as ju
 
-    junit = ju.check_path(junit) if junit is not None else None
-    with ju.report(junit, "envbuild cluster collect") as record:
+    junit = ju.check_path(junit, logs) if junit is not None else None
+    with ju.report(junit, "envbuild cluster collect", warn) as record:
         report = collect_report(logs, nodes=nodes, world_size=world_size,
                                 gpus_per_node=gpus_per_node, fabric=fabric)
         record(junit_suites(report))

@@ -189,10 +189,10 @@ def check_cmd(file: File = None, json: Json = False, junit: Junit = None) -> Non
     its tag still on the locked index, listing each platform's locked manifest). Exit 1 naming
     each problem (a moved or vanished tag with the old and new digests)."""
     from envbuild.features import junit as ju
-    from envbuild.features.team_lock import check
+    from envbuild.features.team_lock import check, inputs
 
-    junit = ju.check_path(junit) if junit is not None else None
-    with ju.report(junit, "envbuild team check") as record:
+    junit = ju.check_path(junit, inputs(file)) if junit is not None else None
+    with ju.report(junit, "envbuild team check", warn) as record:
         data = check(file)
         record(ju.team_suites(data))
     if json:
@@ -201,12 +201,13 @@ def check_cmd(file: File = None, json: Json = False, junit: Junit = None) -> Non
     else:
         for row in data["images"]:
             rep = row.get("report") or {}
-            base = ("pinned" if "base_digest_now" not in row else
+            base = ("ERROR" if row.get("base_error") else
+                    "pinned" if "base_digest_now" not in row else
                     "ok" if row["base_digest_now"] == row["base_digest"] else "CHANGED")
             say(f"{row['name']:<12} {'present' if row.get('present') else 'MISSING':<8} "
                 f"report {rep.get('status', 'none'):<5} base {base}  {row['tag']}")
         for p in data["problems"]:
-            warn(f"problem: {p}")
+            warn(f"problem: {one_line(p)}")
         if not data["problems"]:
             say("ok: every image, report and base digest in the lock is still true")
     if data["problems"]:
@@ -221,6 +222,11 @@ def ci_cmd(
     gitlab: Annotated[bool, typer.Option(
         "--gitlab", help="A GitLab CI pipeline (default --out .gitlab-ci.yml in the "
         "repository).")] = False,
+    install: Annotated[str | None, typer.Option(
+        "--install", metavar="SPEC", help="What the jobs `pip install` envbuild from (required): "
+        "a requirement ('envbuild @ git+https://github.com/ORG/envbuild@v0.1.0', "
+        "'envbuild==0.1.0' from an index that has it), an https:// or git+https:// URL, or a "
+        "wheel's path in the repository.")] = None,
     file: File = None,
     out: Annotated[Path | None, typer.Option(
         "--out", "-o", help="Where to write the pipeline (its directories are made).")] = None,
@@ -229,24 +235,40 @@ def ci_cmd(
     json: Json = False,
 ) -> None:
     """Write the team file's CI pipeline: on a pull (merge) request, `team build` without push
-    and, where a fleet.toml lies next to the team file, `envbuild plan`'s table; on the default
-    branch and nightly, `team build --push`; nightly, `team check --junit` as a test report.
-    Registry logins come from the CI secrets ENVBUILD_REGISTRY_USER and
-    ENVBUILD_REGISTRY_PASSWORD. The repository is the nearest directory above the team file
-    holding .git. Exit 2 when the file exists and differs (--force replaces it)."""
+    and, where a fleet.toml lies next to the team file, `envbuild plan` of the base branch's
+    team file against the request's; nightly, `team check --junit` of the committed lock as a
+    test report, then `team build` without push; on the default branch's pushes, `team build
+    --push` and the new lock committed back. One registry login per host, from the CI secrets
+    it prints. The repository is the nearest directory above the team file holding .git. Exit 2
+    when --install is missing or not something pip can install envbuild from, or the file
+    exists and differs (--force replaces it)."""
+    from envbuild.common.boundedio import path_text
     from envbuild.common.errors import UsageError
-    from envbuild.features.team_ci import write
+    from envbuild.features.team_ci import no_install, write
 
     if github == gitlab:
         raise UsageError("choose one of --github and --gitlab",
-                         "e.g. envbuild team ci --github")
-    p = write("github" if github else "gitlab", file, out, force)
+                         "e.g. envbuild team ci --github --install 'envbuild @ "
+                         "git+https://github.com/ORG/envbuild@v0.1.0'")
+    if install is None:
+        raise no_install()
+    p = write("github" if github else "gitlab", file, out, force, install)
     if json:
         emit_json({"provider": p.provider, "path": str(p.path), "team": p.team,
-                   "registries": list(p.registries), "changed": p.changed})
-        return
-    say(f"{'wrote' if p.changed else 'unchanged'}  {p.path} ({p.provider}) for {p.team}")
-    say(f"secrets   ENVBUILD_REGISTRY_USER, ENVBUILD_REGISTRY_PASSWORD: a login to "
-        f"{', '.join(p.registries)}")
-    if p.provider == "gitlab":
-        say("schedule  add a pipeline schedule (Build > Pipeline schedules) for the nightly jobs")
+                   "registries": list(p.registries), "logins": [x.to_json() for x in p.logins],
+                   "install": p.install, "warnings": list(p.warnings), "changed": p.changed})
+    else:
+        say(f"{'wrote' if p.changed else 'unchanged'}  {path_text(p.path)} ({p.provider}) for "
+            f"{p.team}")
+        for x in p.logins:
+            say(f"login     {x.host}: " + (
+                "the workflow's GITHUB_TOKEN (packages: write), nothing to set" if x.own else
+                f"set the {'secrets' if p.provider == 'github' else 'CI/CD variables'} "
+                f"{x.user} and {x.password}"))
+        if p.provider == "gitlab":
+            say("          (the project's own registry, $CI_REGISTRY, needs none; "
+                "ENVBUILD_GIT_TOKEN lets the pipeline commit the lock)")
+            say("schedule  add a pipeline schedule (Build > Pipeline schedules) for the nightly "
+                "jobs")
+    for w in p.warnings:
+        warn(f"warning: {one_line(w)}")

@@ -408,24 +408,42 @@ def _node_problem(n: Mapping[str, Any]) -> Any:
     return None
 
 
+def allreduce_problems(ar: Mapping[str, Any]) -> list[str]:
+    """Why the all-reduce itself did not work (errors, ranks that never reported, an inexact
+    result, nothing timed); [] when it did. The fabric's bandwidth floor is not one of them: that
+    is cluster.busbw's verdict."""
+    if ar["status"] == "missing":
+        return ["no rank reported an all-reduce result"]
+    out = list(ar["errors"])
+    if ar["missing_ranks"]:
+        out.append(f"{len(ar['missing_ranks'])} of {ar['world_size']} ranks never reported: "
+                   + ", ".join(map(str, ar["missing_ranks"])))
+    if not ar["exact"] and not ar["errors"]:  # a rank's error says why already
+        out.append("the reduced values were not exact on every rank")
+    if not ar["results"] and not out:
+        out.append("no message size was timed")
+    return out
+
+
 def _cluster_checks(report: Mapping[str, Any]) -> tuple[Any, ...]:
     from envbuild.core.junit import Check
 
     ar = report["allreduce"]
-    why = "; ".join([*ar["errors"], *(["missing ranks " + ", ".join(map(str, ar["missing_ranks"]))]
-                                      if ar["missing_ranks"] else []),
-                     *([] if ar["exact"] or not ar["results"] else ["inexact result"])])
-    ar_check = Check("cluster.allreduce", "pass" if ar["status"] == "pass" else "fail",
+    problems = allreduce_problems(ar)
+    done = (f"exact on {ar['world_size']} ranks, {len(ar['results'])} sizes timed"
+            if not problems else "")
+    ar_check = Check("cluster.allreduce", "fail" if problems else "pass",
                      f"all-reduce across {ar['world_size']} ranks ({ar['backend'] or '-'})",
-                     why or ("no rank reported" if ar["status"] == "missing" else
-                             ar["status"] if ar["status"] != "pass" else ""))
+                     "; ".join(problems) or done)
     exp = ar.get("expectation")
-    busbw = Check("cluster.busbw", "skip", "all-reduce bus bandwidth against the fabric's floor",
+    title = "all-reduce bus bandwidth against the fabric's floor"
+    busbw = Check("cluster.busbw", "skip", title,
                   "no fabric floor in matrix/cluster.toml for this shape (or no --fabric)") \
         if not exp else Check(
-            "cluster.busbw", exp["status"], "all-reduce bus bandwidth against the fabric's floor",
-            f"{exp['busbw_gbs']} GB/s busbw at {exp['bytes']} bytes; {exp['fabric']} floor "
-            f"{exp['busbw_floor_gbs']} GB/s")
+            "cluster.busbw", exp["status"], title,
+            f"{exp['busbw_gbs']} GB/s busbw at {_fmt_bytes(exp['bytes'])}: "
+            + ("below" if exp["status"] != "pass" else "at or above")
+            + f" the {exp['fabric']} floor of {exp['busbw_floor_gbs']} GB/s")
     drift_ = report["drift"]
     drift_check = Check("cluster.drift", "fail" if drift_ else "pass",
                         "every node has the majority's driver, torch, CUDA, cuDNN, NCCL, GPU",
@@ -445,7 +463,7 @@ def junit_suites(report: Mapping[str, Any]) -> list[Any]:
     the cluster (all-reduce, bus bandwidth, drift, stragglers)."""
     import dataclasses
 
-    from envbuild.core.junit import Suite, validation_suite
+    from envbuild.core.junit import Suite, seconds, validation_suite
 
     out = []
     for n in report["nodes"]:
@@ -456,7 +474,6 @@ def junit_suites(report: Mapping[str, Any]) -> list[Any]:
         out.append(dataclasses.replace(suite, hostname=str(n["node"]),
                                        checks=suite.checks + ((extra,) if extra else ())))
     job = report.get("job") or {}
-    seconds = job.get("seconds") if isinstance(job, Mapping) else None
     out.append(Suite("cluster", _cluster_checks(report),
-                     seconds=float(seconds) if isinstance(seconds, (int, float)) else None))
+                     seconds=seconds(job.get("seconds")) if isinstance(job, Mapping) else None))
     return out

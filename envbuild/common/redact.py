@@ -32,8 +32,11 @@ from envbuild.common.lazyre import lazy
 
 MASK = "***"
 # The logins envbuild's own hints show as examples: not secrets, and a hint that printed
-# https://***@host would not say where the login goes.
-PLACEHOLDERS = frozenset({"USER:TOKEN", "__token__:TOKEN", "USER:PASSWORD"})
+# https://***@host would not say where the login goes. Also the placeholder repository a hint
+# names before a VCS revision (`team ci --install 'envbuild @ git+https://github.com/ORG/
+# envbuild@v0.1.0'`): read as a login it would be masked, and the example unusable.
+PLACEHOLDERS = frozenset({"USER:TOKEN", "__token__:TOKEN", "USER:PASSWORD",
+                          "github.com/ORG/envbuild"})
 
 _SCHEME = lazy(r"[A-Za-z][A-Za-z0-9+.-]*://")
 # An image digest (`image@sha256:<hex>`): the '@' there ends no login.

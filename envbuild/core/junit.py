@@ -14,6 +14,7 @@ its Python escape (\\x1b), attributes are cut at MESSAGE_CHARS and bodies at BOD
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -23,6 +24,7 @@ from envbuild.common.record import record
 STATUSES = ("pass", "warn", "fail", "error", "skip", "not_run")
 MESSAGE_CHARS = 1000  # of a failure/skipped message attribute
 BODY_CHARS = 64 * 1024  # of a failure body or a system-out
+MAX_SECONDS = 1e9  # every time is clamped to [0, MAX_SECONDS]; inf and nan are left out
 # What XML 1.0 cannot hold: controls other than tab, LF and CR; surrogates; U+FFFE and U+FFFF.
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
@@ -82,8 +84,22 @@ def _strip(message: str, *prefixes: str) -> str:
     return message
 
 
+def seconds(s: object) -> float | None:
+    """A time as JUnit gets it: a finite number (an int or float from a report, not a bool)
+    clamped to [0, MAX_SECONDS]; None for anything else (inf, nan, text, an int too big for a
+    float)."""
+    if isinstance(s, bool) or not isinstance(s, (int, float)):
+        return None
+    try:
+        t = float(s)
+    except OverflowError:
+        return None
+    return min(max(t, 0.0), MAX_SECONDS) if math.isfinite(t) else None
+
+
 def _seconds(s: float | None) -> str | None:
-    return f"{max(s, 0.0):.3f}" if s is not None and s == s and s != float("inf") else None
+    t = seconds(s)
+    return None if t is None else f"{t:.3f}"
 
 
 def _case(suite: Suite, c: Check) -> Any:
@@ -143,9 +159,9 @@ def to_xml(suites: Sequence[Suite], name: str) -> str:
     total = counts(c for s in suites for c in s.checks)
     root = ET.Element("testsuites", {"name": xml_text(name, MESSAGE_CHARS),
                                      **{k: str(v) for k, v in total.items()}})
-    times = [s.seconds for s in suites if _seconds(s.seconds) is not None]
-    if times and len(times) == len(suites):
-        root.set("time", f"{sum(t for t in times if t is not None):.3f}")
+    times = [t for s in suites if (t := seconds(s.seconds)) is not None]
+    if times and len(times) == len(suites):  # the total of what the suites say, clamped too
+        root.set("time", f"{min(sum(times), MAX_SECONDS):.3f}")
     root.extend(_suite(s) for s in suites)
     ET.indent(root)
     return ('<?xml version="1.0" encoding="UTF-8"?>\n'
@@ -166,18 +182,16 @@ def validator_check(c: Mapping[str, Any]) -> Check:
     fix = str(c.get("remediation") or "")
     message = reason if status in ("skip", "not_run") else (detail or fix)
     more = f"fix: {fix}" if fix and status in ("warn", "fail") and fix != message else ""
-    seconds = c.get("duration_s")
     return Check(str(c.get("id", "?")), status, str(c.get("title") or ""), message, more,
-                 float(seconds) if isinstance(seconds, (int, float)) else None)
+                 seconds(c.get("duration_s")))
 
 
 def validation_suite(report: Mapping[str, Any], name: str, prefix: str = "") -> Suite:
     """The validator's report as one suite: one testcase per check, in the report's order."""
     checks = report.get("checks")
     host = report.get("host")
-    seconds = report.get("duration_s")
     return Suite(name, tuple(validator_check(c) for c in checks or () if isinstance(c, Mapping)),
-                 prefix, float(seconds) if isinstance(seconds, (int, float)) else None,
+                 prefix, seconds(report.get("duration_s")),
                  str(report["started"]) if report.get("started") else None,
                  str(host.get("hostname")) if isinstance(host, Mapping)
                  and host.get("hostname") else None)

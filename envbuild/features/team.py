@@ -621,8 +621,9 @@ CHECK_TITLES = {
 
 
 def _record(image: str, check: str, status: str, message: str = "") -> dict[str, Any]:
-    """One check of one image: {image, check, title, status (pass | fail | skip | not_run),
-    message}; a failed check's problem is "IMAGE: MESSAGE"."""
+    """One check of one image: {image, check, title, status (pass | fail | error | skip |
+    not_run), message}; a failed check's problem is "IMAGE: MESSAGE", and so is a check that
+    could not be made (error: the registry did not answer)."""
     return {"image": image, "check": check, "title": CHECK_TITLES[check.partition(".")[0]],
             "status": status, "message": message}
 
@@ -647,7 +648,8 @@ def check(lock: Mapping[str, Any], lock_path: Path) -> dict[str, Any]:
             row, found = _check_entry(name, e)
             images.append(row)
             checks += found
-    problems = [f"{c['image']}: {c['message']}" for c in checks if c["status"] == "fail"]
+    problems = [f"{c['image']}: {c['message']}" for c in checks
+                if c["status"] in ("fail", "error")]
     return {"images": images, "checks": checks, "problems": problems, "lock": str(lock_path)}
 
 
@@ -748,10 +750,15 @@ def _check_base(name: str, e: Mapping[str, Any], row: dict[str, Any]) -> dict[st
         return _record(name, "base", "skip", f"the base image {base} is pinned by digest")
     try:
         now = registry.resolve_digest(base)
-    except EnvbuildError as exc:
-        now = None
+    except EnvbuildError as exc:  # the registry did not answer (429, 5xx, down): not a verdict
         row["base_error"] = exc.message
-    row["base_digest_now"] = now
+        if old:
+            return _record(name, "base", "error",
+                           f"could not ask the registry for the base image tag {base}: "
+                           f"{exc.message}")
+        now = None
+    else:
+        row["base_digest_now"] = now
     if not old:
         return _record(name, "base", "fail", f"the lock has no digest for the base image {base}")
     if now is None:

@@ -110,6 +110,13 @@ def build(file: Path | None, only: Iterable[str] = (), *, push: bool, jobs: int 
     return TeamBuild(built, path, indexes, out)
 
 
+def inputs(file: Path | None) -> tuple[Path, Path]:
+    """The files `team check` reads: the team file and its lock (a --junit file must be
+    neither)."""
+    team = file or DEFAULT_TEAM_FILE
+    return team, lock_path(team)
+
+
 def check(file: Path | None) -> dict[str, Any]:
     """Is what the lock next to the team file pins still true in the registry? {images,
     problems}; no lock is a usage error."""

@@ -115,3 +115,52 @@ def test_cluster_collect_junit_counts_what_json_counts(tmp_path: Path) -> None:
     root = read(junit)
     assert_matches_cluster(root, data)
     assert [s.get("hostname") for s in root][:4] == ["gpu1", "gpu2", "gpu3", "gpu4"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["team", "check", "--junit", "envbuild.lock"],
+    ["team", "check", "--junit", "envbuild.toml"],
+    ["team", "check", "--file", "ml/envbuild.toml", "--junit", "ml/../ml/envbuild.lock"],
+    ["validate", "--host", "--spec", "s.json", "--junit", "s.json"],
+    ["cluster", "collect", "task.log", "--junit", "./task.log"],
+])
+def test_a_junit_file_that_is_the_command_s_input_is_refused(tmp_path: Path,
+                                                             argv: list[str]) -> None:
+    (tmp_path / "ml").mkdir()
+    files = {"envbuild.lock": "format = 1\n", "envbuild.toml": "[image.a]\n",
+             "ml/envbuild.lock": "format = 1\n", "s.json": "{}", "task.log": "{}\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    r = run_cli(*argv, cwd=tmp_path)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert r.stderr.startswith(f"error: --junit {Path(argv[-1])} is the command's own input ")
+    assert len(r.stderr.splitlines()) == 2 and r.stderr.splitlines()[1].startswith("hint: ")
+    assert {n: (tmp_path / n).read_text() for n in files} == files  # nothing replaced
+
+
+def test_a_symlink_junit_is_refused_and_left_alone(tmp_path: Path) -> None:
+    (tmp_path / "envbuild.lock").write_text("format = 1\n")
+    (tmp_path / "report.xml").symlink_to("envbuild.lock")
+    r = run_cli("team", "check", "--junit", "report.xml", cwd=tmp_path)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert r.stderr.startswith("error: --junit report.xml: is a symlink")
+    assert (tmp_path / "report.xml").is_symlink()
+    assert (tmp_path / "envbuild.lock").read_text() == "format = 1\n"
+
+
+def test_a_junit_file_that_cannot_be_written_is_refused_before_the_run(tmp_path: Path) -> None:
+    """No lock here: the run would stop on that error; the unwritable --junit comes first."""
+    r = run_cli("team", "check", "--junit", "/proc/self/status", cwd=tmp_path)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert r.stderr.startswith("error: --junit /proc/self/status: cannot create a file in "
+                               "/proc/self: ")
+    assert "no lock file" not in r.stderr
+
+
+def test_an_error_before_the_run_leaves_no_stale_junit_file(tmp_path: Path) -> None:
+    old = tmp_path / "v.xml"
+    old.write_text('<testsuites tests="1" failures="0" errors="0" skipped="0"/>')
+    r = run_cli("validate", "some/image:1", "--from-registry", "reg.example/a:1", "--junit",
+                str(old), cwd=tmp_path)
+    assert r.returncode == 2 and "--from-registry takes the image itself" in r.stderr
+    assert not old.exists()  # CI finds no report, never the last run's passing one

@@ -61,6 +61,6 @@ def test_wheel_install_finds_matrix_and_templates(tmp_path: Path) -> None:
     # the CI pipeline templates ship too (`team ci` renders one from the installed package)
     (elsewhere / "envbuild.toml").write_text('[image.cpu]\ntarget = "cpu"\n'
                                              'registry = "registry.example.com/team"\n')
-    r = envbuild("team", "ci", "--gitlab")
+    r = envbuild("team", "ci", "--gitlab", "--install", "envbuild==0.1.0")
     assert r.returncode == 0, r.stderr
     assert (elsewhere / ".gitlab-ci.yml").read_text().startswith("# Written by `envbuild team ci")

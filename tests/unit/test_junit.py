@@ -4,6 +4,8 @@ parses and counts what it was given."""
 
 from __future__ import annotations
 
+import json
+import math
 import os
 from collections import Counter
 from pathlib import Path
@@ -14,11 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envbuild.cluster.report import junit_suites
+from envbuild.cluster.report import allreduce_summary, junit_suites
 from envbuild.common.errors import EnvbuildError, EnvironmentProblem, UsageError
 from envbuild.core import junit
 from envbuild.core.junit import Check, Suite, to_xml
 from envbuild.features import junit as fj
+from tests.support.cluster import ar_line
 
 # Text a check may carry: anything, the XML-hostile on purpose, and huge.
 NASTY = st.sampled_from(["]]>", "<![CDATA[x]]>", '"', "'", "&amp;", "<a/>", "\x00", "\x1b[31m",
@@ -29,11 +32,14 @@ TEXT = st.one_of(st.text(max_size=40), NASTY,
                  st.tuples(st.one_of(NASTY, st.text(min_size=1, max_size=3)),
                            st.integers(10_000, 70_000)).map(lambda t: t[0] * t[1]))
 STATUS = st.one_of(st.sampled_from(junit.STATUSES), st.text(max_size=8))
+# A time a report may carry: any float (inf, -inf, nan, huge, negative, subnormal), any int.
+SECONDS = st.one_of(st.none(), st.floats(), st.sampled_from([float("inf"), -float("inf"),
+                                                             float("nan"), 1e308, -1e308]),
+                    st.integers(), st.integers(10**300, 10**400))
 CHECKS = st.builds(Check, id=TEXT, status=STATUS, title=TEXT, message=TEXT, detail=TEXT,
-                   seconds=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),
-                   classname=TEXT)
+                   seconds=SECONDS, classname=TEXT)
 SUITES = st.builds(Suite, name=TEXT, checks=st.lists(CHECKS, max_size=6).map(tuple),
-                   prefix=TEXT, seconds=st.one_of(st.none(), st.floats(0, 1e6)),
+                   prefix=TEXT, seconds=SECONDS,
                    timestamp=st.one_of(st.none(), TEXT), hostname=st.one_of(st.none(), TEXT))
 
 
@@ -80,6 +86,42 @@ def test_any_text_gives_xml_that_parses_with_the_right_counts(suites: list[Suite
     totals = {k: sum(int(el.get(k, "0")) for el in got)
               for k in ("tests", "failures", "errors", "skipped")}
     assert {k: int(root.get(k, "-1")) for k in totals} == totals
+    _assert_times(root, suites)
+
+
+def _assert_times(root: ET.Element, suites: list[Suite]) -> None:
+    """Every time is a finite number in [0, MAX_SECONDS] (absent when the record's is not); the
+    total is the sum of the suites' clamped times (clamped too), there only when every suite
+    has one."""
+    for el in root.iter():
+        if "time" in el.attrib:
+            t = float(el.get("time", ""))
+            assert math.isfinite(t) and 0 <= t <= junit.MAX_SECONDS, (el.tag, el.get("time"))
+    for el, s in zip(root.findall("testsuite"), suites, strict=True):
+        assert ("time" in el.attrib) == (junit.seconds(s.seconds) is not None)
+        for case, c in zip(el.findall("testcase"), s.checks, strict=True):
+            assert ("time" in case.attrib) == (junit.seconds(c.seconds) is not None)
+    times = [float(el.get("time", "nan")) for el in root.findall("testsuite")]
+    if suites and all(math.isfinite(t) for t in times):
+        assert float(root.get("time", "nan")) == pytest.approx(
+            min(sum(times), junit.MAX_SECONDS), rel=1e-9, abs=1e-2)
+    else:
+        assert "time" not in root.attrib
+
+
+@pytest.mark.parametrize(("given", "time"), [
+    (float("inf"), None), (-float("inf"), None), (float("nan"), None), (10**400, None),
+    (True, None), ("3", None), (-5.0, "0.000"), (1e300, "1000000000.000"), (2.5, "2.500"),
+    (7, "7.000")], ids=["inf", "-inf", "nan", "int-too-big", "bool", "text", "negative",
+                        "huge", "float", "int"])
+def test_a_time_is_finite_and_clamped(given: Any, time: str | None) -> None:
+    root = parse(to_xml([Suite("s", (Check("a.b", "pass", seconds=given),), seconds=given)],
+                        "n"))
+    assert root.get("time") == time
+    assert [el.get("time") for el in root.iter("testsuite")] == [time]
+    assert [el.get("time") for el in root.iter("testcase")] == [time]
+    assert junit.validator_check({"id": "a.b", "status": "pass", "duration_s": given}).seconds \
+        == (None if time is None else float(time))
 
 
 def test_each_status_as_junit_shows_it() -> None:
@@ -189,6 +231,45 @@ def test_the_cluster_report_is_a_suite_per_node_and_one_for_the_cluster() -> Non
     assert [s.get("time") for s in root] == ["1.000", "1.000", None, None, "1.000", "12.500"]
 
 
+def _cluster_cases(lines: list[dict[str, Any]], world: int, **floor: Any) -> dict[str, Any]:
+    from envbuild.cluster.slurm import load_rules
+
+    ar = allreduce_summary(lines, world, rules=load_rules(), **floor)
+    report = {"nodes": [], "allreduce": ar, "drift": [], "stragglers": [], "status": "x"}
+    (suite,) = junit_suites(report)
+    return {c.id: (c.status, c.message) for c in suite.checks}
+
+
+NVLINK = {"fabric": "nvlink", "gpu": "NVIDIA H100 80GB HBM3", "gpus_per_node": 8, "nodes": 1}
+
+
+def test_a_missed_bandwidth_floor_fails_busbw_only() -> None:
+    """An exact all-reduce on every rank, below the fabric's floor: cluster.allreduce passes,
+    cluster.busbw fails saying by how much."""
+    got = _cluster_cases([ar_line(r, 8, 0.01) for r in range(8)], 8, **NVLINK)
+    assert got["cluster.allreduce"] == ("pass", "exact on 8 ranks, 2 sizes timed")
+    status, message = got["cluster.busbw"]
+    assert status == "fail" and message.startswith("11.744 GB/s busbw at 64 MiB: below the "
+                                                   "nvlink floor of 460.0 GB/s"), message
+    got = _cluster_cases([ar_line(r, 8, 0.0001) for r in range(8)], 8, **NVLINK)
+    assert got["cluster.allreduce"][0] == got["cluster.busbw"][0] == "pass"
+    assert "at or above the nvlink floor" in got["cluster.busbw"][1]
+
+
+@pytest.mark.parametrize(("lines", "says"), [
+    ([], "no rank reported an all-reduce result"),
+    ([ar_line(0, 2)], "1 of 2 ranks never reported: 1"),
+    ([ar_line(0, 2), ar_line(1, 2, exact=False)], "the reduced values were not exact on every "
+                                                  "rank"),
+    ([ar_line(0, 2), ar_line(1, 2, error="NCCL timeout")], "rank 1 (n2): NCCL timeout"),
+], ids=["none", "missing", "inexact", "error"])
+def test_an_allreduce_that_did_not_work_fails_saying_why(lines: list[dict[str, Any]],
+                                                         says: str) -> None:
+    got = _cluster_cases(lines, 2)
+    assert got["cluster.allreduce"] == ("fail", says)
+    assert got["cluster.busbw"][0] == "skip"
+
+
 # -- team check --------------------------------------------------------------------------------
 def test_team_check_records_each_check_and_derives_the_problems(
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -230,6 +311,43 @@ def test_team_check_records_each_check_and_derives_the_problems(
     assert {c.get("classname") for c in root.iter("testcase")} == {"a", "b", "c"}
 
 
+def test_a_registry_error_on_the_base_is_an_error_not_a_vanished_tag(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registry answers 429 for the base tag: the base check is an <error> saying so (not
+    a failure claiming the tag vanished), and a problem, so the run still exits 1."""
+    from envbuild.engine import registry
+    from envbuild.features import team
+
+    a, base_old = ("sha256:" + c * 64 for c in "ab")
+
+    class Client:
+        def head_manifest(self, ref: Any) -> tuple[str, str, int] | None:
+            return (ref.digest, "x", 1)
+
+    def refuse(ref: str) -> str | None:
+        raise EnvironmentProblem("reg.example answered 429 Too Many Requests", "wait")
+
+    att = registry.Attached(f"reg.example/team/a@{a}", {"summary": {"pass": 3, "fail": 0}},
+                            "reg.example/team/a:sha256-x.envbuild", "referrers")
+    monkeypatch.setattr(registry, "client", lambda host: Client())
+    monkeypatch.setattr(registry, "fetch_report", lambda ref: att)
+    monkeypatch.setattr(registry, "resolve_digest", refuse)
+    lock = {"image": {"a": {"tag": "reg.example/team/a:1", "digest": a,
+                            "base_image": "reg.example/base:1", "base_digest": base_old}}}
+    data = team.check(lock, Path("envbuild.lock"))
+    base = data["checks"][-1]
+    why = ("could not ask the registry for the base image tag reg.example/base:1: "
+           "reg.example answered 429 Too Many Requests")
+    assert (base["check"], base["status"], base["message"]) == ("base", "error", why)
+    assert data["problems"] == [f"a: {why}"]
+    assert data["images"][0]["base_error"] == "reg.example answered 429 Too Many Requests"
+    assert "vanished" not in json.dumps(data)
+    root = parse(to_xml(fj.team_suites(data), "envbuild team check"))
+    assert (root.get("errors"), root.get("failures")) == ("1", "0")
+    error = root.find("testsuite/testcase[@name='base']/error")
+    assert error is not None and error.get("message") == why
+
+
 # -- the file ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("make", ["dir", "fifo", "device", "under_a_file", "empty"])
 def test_a_junit_path_that_is_not_a_file_is_refused(tmp_path: Path, make: str) -> None:
@@ -246,19 +364,95 @@ def test_a_junit_path_that_is_not_a_file_is_refused(tmp_path: Path, make: str) -
 
 def test_the_report_is_written_on_success_and_on_an_error_never_on_ctrl_c(
         tmp_path: Path) -> None:
+    said: list[str] = []
     out = tmp_path / "new" / "dir" / "report.xml"
-    with fj.report(fj.check_path(out), "envbuild x") as record:
+    with fj.report(fj.check_path(out), "envbuild x", said.append) as record:
         record([Suite("s", (Check("a.b", "fail"),))])
     assert parse(out.read_text()).get("failures") == "1"
-    with pytest.raises(EnvironmentProblem), fj.report(out, "envbuild x"):
+    with pytest.raises(EnvironmentProblem), fj.report(out, "envbuild x", said.append):
         raise EnvironmentProblem("no Docker engine", "start it")
     error = parse(out.read_text()).find("testsuite/testcase/error")
     assert error is not None and error.get("message") == "no Docker engine"
     assert "hint: start it" in (error.text or "")
     out.unlink()
-    with pytest.raises(KeyboardInterrupt), fj.report(out, "envbuild x"):
+    with pytest.raises(KeyboardInterrupt), fj.report(out, "envbuild x", said.append):
         raise KeyboardInterrupt
     assert not out.exists()
-    with pytest.raises(EnvbuildError), fj.report(None, "envbuild x"):
+    with pytest.raises(EnvbuildError), fj.report(None, "envbuild x", said.append):
         raise EnvbuildError("x", "y")
     assert sorted(p.name for p in out.parent.iterdir()) == []  # no temporary file left
+    assert said == []
+
+
+def test_a_symlink_is_refused_never_replaced(tmp_path: Path) -> None:
+    target = tmp_path / "real.xml"
+    target.write_text("keep")
+    for name, to in (("link.xml", target), ("dangling.xml", tmp_path / "nowhere.xml")):
+        link = tmp_path / name
+        link.symlink_to(to)
+        with pytest.raises(UsageError) as info:
+            fj.check_path(link)
+        assert info.value.message == f"--junit {link}: is a symlink (envbuild would replace " \
+            "the link with a file)"
+        assert link.is_symlink()
+    assert target.read_text() == "keep" and not (tmp_path / "nowhere.xml").exists()
+
+
+def test_a_junit_path_that_is_an_input_of_the_command_is_refused(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch
+                                                                   ) -> None:
+    monkeypatch.chdir(tmp_path)
+    lock = tmp_path / "envbuild.lock"
+    lock.write_text("format = 1\n")
+    os.link(lock, tmp_path / "hard.lock")
+    (tmp_path / "sub").mkdir()
+    for path, read in ((Path("envbuild.lock"), lock),  # relative and absolute
+                       (tmp_path / "sub" / ".." / "envbuild.lock", Path("envbuild.lock")),
+                       (tmp_path / "hard.lock", lock),  # another name, the same inode
+                       (Path("envbuild.toml"), tmp_path / "envbuild.toml")):  # not there yet
+        with pytest.raises(UsageError) as info:
+            fj.check_path(path, [Path("-"), read])
+        assert "is the command's own input" in info.value.message, path
+        assert info.value.exit_code == 2
+    assert lock.read_text() == "format = 1\n" and not (tmp_path / "envbuild.toml").exists()
+    assert fj.check_path(Path("other.xml"), [lock, Path("-")]) == Path("other.xml")
+
+
+def test_a_place_no_file_can_be_written_is_refused_before_the_run(tmp_path: Path) -> None:
+    """/proc/self/status is a 'regular' file, but no file can be made next to it."""
+    with pytest.raises(UsageError) as info:
+        fj.check_path(Path("/proc/self/status"))
+    assert info.value.message.startswith("--junit /proc/self/status: cannot create a file in "
+                                         "/proc/self: ")
+    made = tmp_path / "a" / "b" / "x.xml"
+    assert fj.check_path(made) == made and made.parent.is_dir()  # its directories made
+    assert list(made.parent.iterdir()) == []  # the probe removed
+
+
+def test_a_stale_file_is_removed_when_the_path_is_checked(tmp_path: Path) -> None:
+    old = tmp_path / "old.xml"
+    old.write_text("<testsuites/>")
+    fj.check_path(old)
+    assert not old.exists()  # an error before the run leaves no old result behind
+
+
+def test_a_write_that_fails_at_the_end_is_a_warning_not_the_run_s_error(tmp_path: Path) -> None:
+    """The path became a directory while the checks ran: the block's own outcome (no error,
+    the run's error) is kept, the write is a one-line warning."""
+    said: list[str] = []
+    out = tmp_path / "x.xml"
+    with fj.report(fj.check_path(out), "envbuild x", said.append) as record:
+        out.mkdir()
+        record([Suite("s", (Check("a.b", "pass"),))])
+    assert said == [f"warning: --junit {out}: is a directory, not a file (not written)"]
+    said.clear()
+    with pytest.raises(EnvironmentProblem) as info, fj.report(out, "envbuild x", said.append):
+        raise EnvironmentProblem("no Docker engine", "start it")
+    assert info.value.message == "no Docker engine" and len(said) == 1
+    said.clear()
+    out.rmdir()
+    (tmp_path / "x.xml").write_text("")
+    under = tmp_path / "x.xml" / "y.xml"  # under a file
+    with fj.report(under, "envbuild x", said.append) as record:
+        record([])
+    assert said == [f"warning: --junit {under}: Not a directory (not written)"]
