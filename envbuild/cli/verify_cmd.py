@@ -31,7 +31,7 @@ def verify(
         "the SBOM's Python packages must be the ones it locks for this digest.")] = None,
     json: o.Json = False,
 ) -> None:
-    from envbuild.features.attach import verify as use
+    from envbuild.features.verify import verify as use
 
     v = use(image, key, lock)
     if json:
