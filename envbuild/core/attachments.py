@@ -199,6 +199,12 @@ def _short(d: str) -> str:
     return d[:19] + "..." if len(d) > 19 else d
 
 
+def _where(a: Found) -> str:
+    """Where an artifact is, its digest cut short (the tag form kept)."""
+    name, at, ref = a.where.rpartition("@")
+    return f"{name}@{_short(ref)}" if at else a.where
+
+
 @record
 class Expect:
     """What the lock entry of the digest says must hold (None: no lock entry to compare)."""
@@ -287,7 +293,7 @@ def judge(image: str, digest: str, found: Mapping[str, list[Found]],
             if _subject_of(a) is None else ""
         more = f"; {len(ok_subject) - 1} more attached" if len(ok_subject) > 1 else ""
         checks.append(Check(f"{kind}.attached", "pass",
-                            f"{kind} attached ({a.where}, {_short(a.blob_digest)}){unbound}"
+                            f"{kind} attached ({_where(a)}){unbound}"
                             f"{more}"))
         docs[kind] = (a, doc)
         if kind == "provenance":
