@@ -31,6 +31,7 @@ TORCH_HIP = "envbuild:torch-hip"
 # and the cuda-* ones (cuda-toolkit, cuda-bindings)
 CUDA_WHEEL_PREFIXES = ("nvidia-", "cuda-")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+DIRECT_KINDS = ("archive", "vcs", "dir")
 
 
 @record
@@ -56,6 +57,9 @@ class PyDist:
     license_expression: str = ""
     license: str = ""
     classifiers: tuple[str, ...] = ()  # License :: classifiers, prefix removed
+    # installed from a direct reference (PEP 610), not an index: archive (a wheel by path: a
+    # compiled extension's), vcs, dir; '' otherwise
+    direct: str = ""
 
     @property
     def key(self) -> str:
@@ -176,10 +180,11 @@ def facts(raw: Any) -> ImageFacts:
     names: set[str] = set()
     for r in _rows(data.get("dists")):
         cls = r.get("classifiers")
+        kind = _text(r.get("direct"), 16)
         d = PyDist(_text(r.get("name")), _text(r.get("version")),
                    _text(r.get("license_expression")), _text(r.get("license")),
                    tuple(_text(c) for c in (cls if isinstance(cls, list) else [])[:20]
-                         if _text(c)))
+                         if _text(c)), kind if kind in DIRECT_KINDS else "")
         if d.name.strip() and d.key not in names:
             names.add(d.key)
             dists.append(d)

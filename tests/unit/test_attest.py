@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from envbuild.common.digest import tree_digest
 from envbuild.common.errors import EnvbuildError, UsageError
@@ -22,6 +24,7 @@ from envbuild.core import provenance, sbom
 from envbuild.core.request import Request
 from envbuild.engine import docker, image_facts
 from envbuild.engine.build import BuildResult
+from envbuild.engine.sbom_probe import MARKER
 from envbuild.engine.validate import Validation
 from envbuild.features import attest, make
 from envbuild.render.context import RenderOptions
@@ -281,14 +284,49 @@ def test_collect_runs_the_probe_isolated_without_network(monkeypatch: pytest.Mon
 
     def run(image: str, command: list[str], **kw: Any) -> docker.RunResult:
         seen.update(image=image, command=command, **kw)
-        return docker.RunResult(0, RECORDED.read_text(), False)
+        return docker.RunResult(0, f"{MARKER}\n{RECORDED.read_text()}", False)
 
     monkeypatch.setattr(docker, "run_container", run)
     assert image_facts.collect("img:1") == recorded()
-    assert seen["command"][:3] == ["/opt/venv/bin/python", "-I", "-c"]
-    assert "def main()" in seen["command"][3] and seen["command"][4] == "/opt/envbuild"
+    # the image's ENTRYPOINT replaced by the venv's Python (nvidia/cuda's prints a banner)
+    assert seen["entrypoint"] == ["/opt/venv/bin/python"]
+    assert seen["command"][:2] == ["-I", "-c"]
+    assert "def main()" in seen["command"][2] and seen["command"][3] == "/opt/envbuild"
     assert seen["network"] is False and seen["output_limit"] == image_facts.OUTPUT_LIMIT
     assert seen["labels"][docker.LABEL_ROLE] == "sbom"
+
+
+# what a base image's ENTRYPOINT (or anything else in the run) may print before the probe's
+# output: nvidia/cuda's banner, JSON-looking lines, a marker inside a line, a fake marker line
+# with junk after it (the probe's own comes last), CRLF line ends
+_PREFIX = st.lists(st.one_of(st.text(max_size=40), st.sampled_from([
+    "==========", "== CUDA ==", "CUDA Version 13.0.1", "NVIDIA Driver was not detected",
+    '{"format": 1}', "[", "{", f"x {MARKER}", f"{MARKER}", f"{MARKER} ", "\r", "\x00",
+    "Container image Copyright (c) 2016-2025, NVIDIA CORPORATION"])), max_size=8)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_PREFIX, st.sampled_from(["\n", "\r\n"]), st.booleans())
+def test_collect_reads_only_what_follows_the_last_marker(lines: list[str], end: str,
+                                                        pretty: bool) -> None:
+    text = json.dumps(recorded(), indent=1 if pretty else None)
+    out = "".join(line + end for line in lines) + f"{MARKER}{end}{text}{end}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(docker, "run_container", lambda *a, **kw: docker.RunResult(0, out, False))
+        assert image_facts.collect("img:1") == recorded()
+
+
+@pytest.mark.parametrize("out", [
+    "== CUDA ==\n" + json.dumps({"format": 1}),  # no marker: not the probe's output
+    f"{MARKER}\n",  # a marker and nothing after it
+    f"{MARKER}\n{{}}\nmore\n",  # junk after the JSON
+    f"{MARKER}x\n{{}}\n",  # not a line of its own
+])
+def test_collect_refuses_output_without_the_probes_json_after_its_marker(
+        monkeypatch: pytest.MonkeyPatch, out: str) -> None:
+    monkeypatch.setattr(docker, "run_container", lambda *a, **kw: docker.RunResult(0, out, False))
+    with pytest.raises(EnvbuildError, match="could not list"):
+        image_facts.collect("img:1")
 
 
 # -- make(): attested after validation, before the push -----------------------------------------
@@ -372,7 +410,7 @@ def test_team_build_attests_each_image_into_its_own_dir_and_keeps_the_documents(
 
     monkeypatch.setattr(make, "make", fake_make)
     monkeypatch.setattr(team, "current_base_digest", lambda ref: base_asked.append(ref) or "")
-    monkeypatch.setattr(team, "freeze", lambda _tag: [])
+    monkeypatch.setattr(team, "freeze", lambda _tag: team.Frozen())
     done = team.build([planned[0], arm], load(), push=False, out=tmp_path / "out")
     assert seen == {planned[0].tag: tmp_path / "out" / "a",
                     arm.tag: tmp_path / "out" / "a-linux-arm64"}
