@@ -111,20 +111,25 @@ def rpm() -> tuple[list[dict[str, str]] | None, str]:
 
 
 def owner(path: str) -> dict[str, str] | None:
-    """The OS package that installed `path` (the interpreter): dpkg's file lists, else rpm."""
+    """The OS package that installed `path` (the interpreter), with its architecture: dpkg's
+    file lists (NAME:ARCH.list for a Multi-Arch: same package, NAME.list, no architecture, for
+    the one package of that name), else rpm."""
     lists = sorted(glob.glob("/var/lib/dpkg/info/*.list"))[:MAX_LISTS]
     for f in lists:
         text = read(f, 8 << 20)
         if text is not None and path in text.splitlines():
-            name = os.path.basename(f)[:-5].partition(":")[0]
-            return {"manager": "dpkg", "name": cut(name)}
+            name, _, arch = os.path.basename(f)[:-5].partition(":")
+            return {"manager": "dpkg", "name": cut(name), "arch": cut(arch)}
     try:
-        r = subprocess.run(["rpm", "-qf", "--queryformat", "%{NAME}", path],
+        r = subprocess.run(["rpm", "-qf", "--queryformat", "%{NAME}\\t%{ARCH}\\n", path],
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60)
     except (OSError, subprocess.SubprocessError):
         return None
-    if r.returncode == 0 and r.stdout.strip():
-        return {"manager": "rpm", "name": cut(r.stdout.decode("utf-8", "replace").strip())}
+    first = r.stdout[:4096].decode("utf-8", "replace").strip().split("\n")[0]
+    name, _, arch = first.partition("\t")
+    if r.returncode == 0 and name.strip():
+        return {"manager": "rpm", "name": cut(name.strip()),
+                "arch": cut("" if arch.strip() == "(none)" else arch.strip())}
     return None
 
 
