@@ -26,6 +26,8 @@ from envbuild.common.errors import EnvbuildError, UsageError
 from envbuild.common.lazyre import lazy
 from envbuild.common.record import record
 from envbuild.core import platforms, refs
+from envbuild.features.lockfile import LOCK_FILE as LOCK_FILE  # the lock's home, re-exported
+from envbuild.features.lockfile import read_lock as read_lock
 from envbuild.features.teamfile import TeamFile, TeamImage
 
 if TYPE_CHECKING:
@@ -35,7 +37,6 @@ if TYPE_CHECKING:
     from envbuild.matrix import Matrix
     from envbuild.render.pipeline import Prepared
 
-LOCK_FILE = "envbuild.lock"
 LOCK_FORMAT = 1
 LAYERS = ("os", "torch", "team", "image")  # the image's layer groups, bottom up
 # One line of the lock's packages: NAME==VERSION, the name as PEP 508 spells one, the version
@@ -236,25 +237,6 @@ def dump_lock(lock: Mapping[str, Any]) -> str:
             table(f"[image.{key(name)}.platforms.{key(platform)}]",
                   entry["platforms"][platform])
     return "\n".join(lines) + "\n"
-
-
-def read_lock(path: Path) -> dict[str, Any] | None:
-    import tomllib
-
-    from envbuild.common.boundedio import load_toml
-
-    try:
-        data = load_toml(path, "lock file",
-                         hint="remove it and run `envbuild team build` to write a new one")
-    except FileNotFoundError:
-        return None
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: not a readable lock file ({exc})",
-                         "remove it and run `envbuild team build` to write a new one") from None
-    if not isinstance(data.get("image", {}), dict):
-        raise UsageError(f"{path}: [image] is not a table",
-                         "remove it and run `envbuild team build` to write a new one")
-    return data
 
 
 def write_lock(path: Path, lock: Mapping[str, Any]) -> None:
