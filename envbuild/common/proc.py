@@ -46,6 +46,11 @@ class ProcessError(EnvbuildError):
         self.result = result
 
 
+# Never in a child's environment, whatever it is given: the signing key's password
+# (envbuild.features.attach reads it and takes it out of os.environ too)
+SIGNING_PASSWORD_ENV = "ENVBUILD_SIGNING_PASSWORD"
+NEVER_INHERITED = frozenset({SIGNING_PASSWORD_ENV})
+
 _LIVE: set[subprocess.Popen[str]] = set()  # the child process groups running now, any thread
 _LIVE_LOCK = threading.Lock()
 _CANCEL = threading.Event()
@@ -93,6 +98,12 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
         proc.wait()
 
 
+def child_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    """A child's environment: `env`, else this process's, without NEVER_INHERITED."""
+    base = env if env is not None else os.environ
+    return {k: v for k, v in base.items() if k not in NEVER_INHERITED}
+
+
 def _start(argv: Sequence[str], env: Mapping[str, str] | None, cwd: str | Path | None,
            **kw: Any) -> subprocess.Popen[str]:
     """Popen in its own session, text out, registered as live until _done(); a missing or
@@ -100,8 +111,7 @@ def _start(argv: Sequence[str], env: Mapping[str, str] | None, cwd: str | Path |
     check_cancelled()
     try:
         p = subprocess.Popen(list(argv), stdout=subprocess.PIPE, text=True, errors="replace",
-                             env=dict(env) if env is not None else None, cwd=cwd,
-                             start_new_session=True, **kw)
+                             env=child_env(env), cwd=cwd, start_new_session=True, **kw)
     except FileNotFoundError as exc:
         raise ProcessError(f"{argv[0]}: command not found", f"install {argv[0]}",
                            exit_code=EXIT_CANNOT_RUN) from exc

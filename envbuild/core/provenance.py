@@ -2,7 +2,8 @@
 
 Pure: every fact is an argument (times, ids and digests included), so the same build gives the
 same statement. The subject is an argument too: a local image is named by its image id, and a
-push re-subjects the statement to the registry's manifest digest (`with_subject`)."""
+push re-subjects the statement to the registry's manifest digest
+(envbuild.core.attachments.resubject)."""
 
 from __future__ import annotations
 
@@ -100,11 +101,6 @@ def statement(subject: Subject, *, spec: Mapping[str, Any], spec_hash: str,
             },
         },
     }
-
-
-def with_subject(stmt: Mapping[str, Any], subject: Subject) -> dict[str, Any]:
-    """The same statement about another subject (the pushed image's manifest digest)."""
-    return {**stmt, "subject": [_descriptor_subject(subject)]}
 
 
 def _time(t: datetime) -> str:

@@ -31,6 +31,7 @@ TORCH_HIP = "envbuild:torch-hip"
 # and the cuda-* ones (cuda-toolkit, cuda-bindings)
 CUDA_WHEEL_PREFIXES = ("nvidia-", "cuda-")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+DIRECT_KINDS = ("archive", "vcs", "dir")
 
 
 @record
@@ -56,6 +57,9 @@ class PyDist:
     license_expression: str = ""
     license: str = ""
     classifiers: tuple[str, ...] = ()  # License :: classifiers, prefix removed
+    # installed from a direct reference (PEP 610), not an index: archive (a wheel by path: a
+    # compiled extension's), vcs, dir; '' otherwise
+    direct: str = ""
 
     @property
     def key(self) -> str:
@@ -88,6 +92,7 @@ class Interpreter:
     executable: str
     owner: str = ""  # the OS package that installed it ('' = none: a standalone CPython)
     owner_manager: str = ""  # deb | rpm
+    owner_arch: str = ""  # its architecture ('' = the one package of that name)
 
 
 @record
@@ -176,10 +181,11 @@ def facts(raw: Any) -> ImageFacts:
     names: set[str] = set()
     for r in _rows(data.get("dists")):
         cls = r.get("classifiers")
+        kind = _text(r.get("direct"), 16)
         d = PyDist(_text(r.get("name")), _text(r.get("version")),
                    _text(r.get("license_expression")), _text(r.get("license")),
                    tuple(_text(c) for c in (cls if isinstance(cls, list) else [])[:20]
-                         if _text(c)))
+                         if _text(c)), kind if kind in DIRECT_KINDS else "")
         if d.name.strip() and d.key not in names:
             names.add(d.key)
             dists.append(d)
@@ -201,7 +207,8 @@ def facts(raw: Any) -> ImageFacts:
         manager = {"dpkg": "deb", "rpm": "rpm"}.get(_text(own.get("manager")), "")
         interp = Interpreter(_text(py.get("implementation")) or "CPython",
                              _text(py.get("version")), _text(py.get("executable")),
-                             _text(own.get("name")) if manager else "", manager)
+                             _text(own.get("name")) if manager else "", manager,
+                             _text(own.get("arch")) if manager else "")
     torch = _table(data, "torch")
     return ImageFacts(
         os_id=_text(osr.get("ID"), 64), os_version=_text(osr.get("VERSION_ID"), 64),
@@ -364,6 +371,19 @@ def _dist(d: PyDist, wheel: Wheel | None, f: ImageFacts, ref: _Refs) -> Componen
                      hashes=_hashes(wheel.sha256) if wheel is not None else None)
 
 
+def _owner(packages: Mapping[tuple[str, str, str], Component],
+           i: Interpreter) -> Component | None:
+    """The interpreter's OS package: by name and architecture; a probe that named no
+    architecture (dpkg's list file of a package that is not Multi-Arch: same) matches the one
+    package of that name, and none when several have it (no guess)."""
+    if not i.owner_manager or not i.owner:
+        return None
+    if i.owner_arch:
+        return packages.get((i.owner_manager, i.owner, i.owner_arch))
+    found = [c for (m, n, _), c in packages.items() if (m, n) == (i.owner_manager, i.owner)]
+    return found[0] if len(found) == 1 else None
+
+
 def bom_json(f: ImageFacts, d: Described, *, timestamp: datetime, serial: str) -> str:
     """The CycloneDX 1.6 JSON text of the image (pure: `timestamp` and `serial`, a UUID, are
     the caller's). metadata.component is the image; its components: the base image by digest,
@@ -395,7 +415,8 @@ def bom_json(f: ImageFacts, d: Described, *, timestamp: datetime, serial: str) -
         parts.append(Component(type=ComponentType.OPERATING_SYSTEM, name=f.os_id,
                                version=_version(f.os_version), description=f.os_name or None,
                                bom_ref=ref("os")))
-    packages = {(p.manager, p.name): _os_package(p, f, ref) for p in f.packages}
+    # by manager, name and architecture: a multi-arch system has libc6:amd64 and libc6:i386
+    packages = {(p.manager, p.name, p.arch): _os_package(p, f, ref) for p in f.packages}
     interp = None
     if f.interpreter is not None:
         i = f.interpreter
@@ -412,7 +433,7 @@ def bom_json(f: ImageFacts, d: Described, *, timestamp: datetime, serial: str) -
         bom.components.add(c)
     bom.register_dependency(image, [*parts, *packages.values(), *dists])
     if interp is not None and f.interpreter is not None:
-        owner = packages.get((f.interpreter.owner_manager, f.interpreter.owner))
+        owner = _owner(packages, f.interpreter)
         if owner is not None:
             bom.register_dependency(interp, [owner])
     return str(JsonV1Dot6(bom).output_as_string(indent=2)) + "\n"

@@ -444,11 +444,14 @@ def run_container(image: str, command: list[str], *, target: str, gpus: bool, ti
                   environment: Mapping[str, str] | None = None,
                   network_host: bool = False, platform: str | None = None,
                   read_only_mounts: Mapping[str, Path] | None = None,
-                  network: bool = True, output_limit: int | None = None) -> RunResult:
+                  network: bool = True, output_limit: int | None = None,
+                  entrypoint: Sequence[str] | None = None) -> RunResult:
     """Run a labelled container to completion; it is always removed (timeout, Ctrl-C too).
     The target's registry entry says which devices it gets. `platform`: the image's, when it
     is not this host's (emulated); `read_only_mounts`: container path -> host path; `network`
-    False: none at all; `output_limit`: read at most this many bytes of its output."""
+    False: none at all; `output_limit`: read at most this many bytes of its output;
+    `entrypoint`: replaces the image's ENTRYPOINT (`command` follows it), e.g. the program
+    itself, so a base image's entrypoint script (nvidia/cuda's prints a banner) never runs."""
     import docker.types
 
     from envbuild.core import targets
@@ -456,6 +459,8 @@ def run_container(image: str, command: list[str], *, target: str, gpus: bool, ti
     entry = targets.get(target)
     c = client()
     kwargs: dict[str, Any] = {"shm_size": shm_size, "labels": dict(labels)}
+    if entrypoint is not None:
+        kwargs["entrypoint"] = list(entrypoint)
     if environment:
         kwargs["environment"] = dict(environment)
     if network_host:  # multi-node rendezvous: the ranks reach each other on the hosts' addresses

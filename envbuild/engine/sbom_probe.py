@@ -1,7 +1,12 @@
 """What an image holds, collected inside it in one run (`python -I -c SOURCE REPORT_DIR`): its OS
 packages (dpkg's status file, `rpm -qa`), the venv's Python distributions (importlib.metadata),
 the interpreter, torch's CUDA/HIP versions (torch/version.py read as text: no torch import) and
-the wheels the Dockerfile's pip installs reported (pip-report-*.json). One JSON object on stdout.
+the wheels the Dockerfile's pip installs reported (pip-report-*.json). `python -I -c SOURCE
+--dists`: the distributions alone (name, version, how installed: the team lock's packages).
+
+On stdout: the MARKER line, then one JSON object on one line. The image's ENTRYPOINT is replaced
+for the run, but anything else may print before it (a base image's banner): the host reads only
+what follows the last MARKER line.
 
 Standalone: the image's own Python runs it (3.8+), standard library only, nothing of envbuild.
 Bounded: every string, list and file read has a cap, so an odd image cannot make it print
@@ -19,6 +24,8 @@ import sys
 from typing import Any
 
 FORMAT = 1
+MARKER = "::envbuild-probe-output-7c1e5a::"  # a line of its own; JSON never holds a raw newline
+DISTS_ONLY = "--dists"
 MAX_STR = 1024  # one name, version, URL or licence
 MAX_ITEMS = 20000  # packages of one kind
 MAX_FILE = 64 << 20  # a status file or a pip report
@@ -104,20 +111,25 @@ def rpm() -> tuple[list[dict[str, str]] | None, str]:
 
 
 def owner(path: str) -> dict[str, str] | None:
-    """The OS package that installed `path` (the interpreter): dpkg's file lists, else rpm."""
+    """The OS package that installed `path` (the interpreter), with its architecture: dpkg's
+    file lists (NAME:ARCH.list for a Multi-Arch: same package, NAME.list, no architecture, for
+    the one package of that name), else rpm."""
     lists = sorted(glob.glob("/var/lib/dpkg/info/*.list"))[:MAX_LISTS]
     for f in lists:
         text = read(f, 8 << 20)
         if text is not None and path in text.splitlines():
-            name = os.path.basename(f)[:-5].partition(":")[0]
-            return {"manager": "dpkg", "name": cut(name)}
+            name, _, arch = os.path.basename(f)[:-5].partition(":")
+            return {"manager": "dpkg", "name": cut(name), "arch": cut(arch)}
     try:
-        r = subprocess.run(["rpm", "-qf", "--queryformat", "%{NAME}", path],
+        r = subprocess.run(["rpm", "-qf", "--queryformat", "%{NAME}\\t%{ARCH}\\n", path],
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60)
     except (OSError, subprocess.SubprocessError):
         return None
-    if r.returncode == 0 and r.stdout.strip():
-        return {"manager": "rpm", "name": cut(r.stdout.decode("utf-8", "replace").strip())}
+    first = r.stdout[:4096].decode("utf-8", "replace").strip().split("\n")[0]
+    name, _, arch = first.partition("\t")
+    if r.returncode == 0 and name.strip():
+        return {"manager": "rpm", "name": cut(name.strip()),
+                "arch": cut("" if arch.strip() == "(none)" else arch.strip())}
     return None
 
 
@@ -131,7 +143,27 @@ def interpreter() -> dict[str, object]:
                                      if real.startswith("/usr/bin/") else None)}
 
 
-def distributions() -> list[dict[str, object]]:
+def direct(dist: Any) -> str:
+    """How a distribution installed from a direct reference (PEP 610's direct_url.json) got
+    there: archive (a wheel or sdist by path or URL: a compiled extension's wheel), vcs, dir;
+    '' from an index or a --find-links directory. The URL itself is left out (a local path,
+    maybe a login)."""
+    try:
+        text = dist.read_text("direct_url.json")
+    except Exception:
+        return ""
+    if not text or len(text) > 1 << 16:
+        return "archive" if text else ""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return "archive"
+    if not isinstance(data, dict):
+        return "archive"
+    return "vcs" if "vcs_info" in data else "dir" if "dir_info" in data else "archive"
+
+
+def distributions(licenses: bool = True) -> list[dict[str, object]]:
     from importlib import metadata
 
     seen = set()
@@ -146,12 +178,16 @@ def distributions() -> list[dict[str, object]]:
         if not name or key in seen:
             continue  # the first on sys.path is the one imported
         seen.add(key)
-        classifiers = [cut(c[len(LICENSE_PREFIX):]) for c in (meta.get_all("Classifier") or [])
-                       if isinstance(c, str) and c.startswith(LICENSE_PREFIX)][:20]
-        out.append({"name": cut(name), "version": cut(meta.get("Version")),
-                    "license_expression": cut(meta.get("License-Expression")),
-                    "license": cut(meta.get("License"), 4096),
-                    "classifiers": classifiers})
+        row: dict[str, object] = {"name": cut(name), "version": cut(meta.get("Version")),
+                                  "direct": direct(dist)}
+        if licenses:
+            row.update({"license_expression": cut(meta.get("License-Expression")),
+                        "license": cut(meta.get("License"), 4096),
+                        "classifiers": [cut(c[len(LICENSE_PREFIX):])
+                                        for c in (meta.get_all("Classifier") or [])
+                                        if isinstance(c, str)
+                                        and c.startswith(LICENSE_PREFIX)][:20]})
+        out.append(row)
         if len(out) >= MAX_ITEMS:
             break
     return out
@@ -221,12 +257,16 @@ def pip_reports(directory: str) -> list[dict[str, object]]:
 
 
 def main() -> None:
-    report_dir = sys.argv[1] if len(sys.argv) > 1 else "/opt/envbuild"
-    packages, rpm_error = rpm()
-    facts = {"format": FORMAT, "os_release": os_release(), "dpkg": dpkg(), "rpm": packages,
-             "rpm_error": rpm_error, "python": interpreter(), "dists": distributions(),
-             "torch": torch_versions(), "pip_reports": pip_reports(report_dir),
-             "machine": platform.machine()}
+    arg = sys.argv[1] if len(sys.argv) > 1 else "/opt/envbuild"
+    if arg == DISTS_ONLY:
+        facts: dict[str, object] = {"format": FORMAT, "dists": distributions(licenses=False)}
+    else:
+        packages, rpm_error = rpm()
+        facts = {"format": FORMAT, "os_release": os_release(), "dpkg": dpkg(), "rpm": packages,
+                 "rpm_error": rpm_error, "python": interpreter(), "dists": distributions(),
+                 "torch": torch_versions(), "pip_reports": pip_reports(arg),
+                 "machine": platform.machine()}
+    sys.stdout.write("\n" + MARKER + "\n")  # on a line of its own, whatever came before
     sys.stdout.write(json.dumps(facts, separators=(",", ":")))
     sys.stdout.write("\n")
 

@@ -15,26 +15,35 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from envbuild.common.errors import UsageError
+from envbuild.common.proc import SIGNING_PASSWORD_ENV
 from envbuild.core import attachments, signing
 
-PASSWORD_ENV = "ENVBUILD_SIGNING_PASSWORD"  # the signing key's password; never logged
+PASSWORD_ENV = SIGNING_PASSWORD_ENV  # the signing key's password; never logged, never inherited
+
+
+def _key_bytes(path: Path, what: str, hint: str, flag: str) -> bytes:
+    """The key file's bytes; a missing one is a UsageError (exit 2), as every other refusal."""
+    from envbuild.common.boundedio import path_text, read_bytes
+
+    try:
+        return read_bytes(path, what, cap=signing.MAX_KEY_BYTES, hint=hint)
+    except FileNotFoundError:
+        raise UsageError(f"{flag} {path_text(path)}: no such file", hint) from None
 
 
 def load_signer(path: Path) -> signing.Signer:
-    """The signing key at path (PEM, EC P-256); its password from $ENVBUILD_SIGNING_PASSWORD."""
-    from envbuild.common.boundedio import read_bytes
-
-    pem = read_bytes(path, "signing key", cap=signing.MAX_KEY_BYTES,
-                     hint="give the PEM file of an EC P-256 private key")
-    password = os.environ.get(PASSWORD_ENV)
+    """The signing key at path (PEM, EC P-256); its password from $ENVBUILD_SIGNING_PASSWORD,
+    taken out of this process's environment once read: no child process inherits it."""
+    pem = _key_bytes(path, "signing key", "give the PEM file of an EC P-256 private key "
+                     "(--sign-key KEY.pem)", "--sign-key")
+    password = os.environ.pop(PASSWORD_ENV, None)
     return signing.load_signer(pem, password.encode() if password else None)
 
 
 def load_verifier(path: Path) -> signing.Verifier:
-    from envbuild.common.boundedio import read_bytes
-
-    return signing.load_verifier(read_bytes(path, "public key", cap=signing.MAX_KEY_BYTES,
-                                            hint="give the PEM public key of the signing key"))
+    return signing.load_verifier(_key_bytes(path, "public key", "give the PEM public key of "
+                                            "the signing key (--key PUBLIC.pem)", "--key"))
 
 
 def _blob(doc: object) -> bytes:

@@ -58,14 +58,6 @@ class Attestation:
     def report(self) -> dict[str, Any] | None:
         return dict(json.loads(self.report_text)) if self.report_text is not None else None
 
-    def for_subject(self, name: str, digest: str) -> Attestation:
-        """The same attestation with the provenance about another subject (a pushed image's
-        manifest digest): the SBOM and the report stay as they are."""
-        from envbuild.core.provenance import Subject, with_subject
-
-        return Attestation(self.sbom_text, with_subject(self.provenance, Subject(name, digest)),
-                           self.report_text, self.components)
-
     def write(self, directory: Path) -> dict[str, Path]:
         """The three files into `directory` (made if missing), each written atomically:
         {"sbom", "provenance", "validation"?} -> path. Without a report, a validation.json
@@ -163,8 +155,8 @@ def dependencies(base: BaseDigest, context_digest: str, options: RenderOptions, 
     out.append(Dependency(name="build context", digest=f"sha256:{context_digest}",
                           annotations={"excludes": ", ".join(CONTEXT_EXCLUDES) + ": each "
                                        "installed wheel is listed with its own sha256"}))
-    if wheelhouse is not None:
-        out.append(Dependency(name="wheelhouse", uri=wheelhouse.resolve().as_uri(),
+    if wheelhouse is not None:  # by its directory's name: where it is here is nobody's business
+        out.append(Dependency(name="wheelhouse", uri=wheelhouse_uri(wheelhouse),
                               annotations={"role": "the torch stack's only source "
                                            "(pip --no-index); user packages found there first"}))
     else:
@@ -189,6 +181,15 @@ def dependencies(base: BaseDigest, context_digest: str, options: RenderOptions, 
             out.append(Dependency(uri=purl, name=w.file, digest=f"sha256:{w.sha256}",
                                   download=mask_url(w.url), annotations={"step": w.step}))
     return out
+
+
+def wheelhouse_uri(wheelhouse: Path) -> str:
+    """`wheelhouse:NAME`, NAME the directory's own name (percent-encoded): no path of the
+    machine that built the image (its home directory, its user name) goes into the provenance;
+    each wheel installed from it is a dependency of its own with its sha256."""
+    from urllib.parse import quote
+
+    return "wheelhouse:" + quote(wheelhouse.resolve().name or "wheelhouse", safe="")
 
 
 def docker_purl(ref: str, platform: str | None) -> str:

@@ -23,19 +23,26 @@ from typing import TYPE_CHECKING, Any
 from envbuild import __version__
 from envbuild.common.echo import shown
 from envbuild.common.errors import EnvbuildError, UsageError
+from envbuild.common.lazyre import lazy
 from envbuild.common.record import record
 from envbuild.core import platforms, refs
+from envbuild.features.lockfile import LOCK_FILE as LOCK_FILE  # the lock's home, re-exported
+from envbuild.features.lockfile import read_lock as read_lock
 from envbuild.features.teamfile import TeamFile, TeamImage
 
 if TYPE_CHECKING:
+    from envbuild.core.sbom import PyDist
     from envbuild.core.signing import Signer
     from envbuild.features.make import Hooks, MakeResult
     from envbuild.matrix import Matrix
     from envbuild.render.pipeline import Prepared
 
-LOCK_FILE = "envbuild.lock"
 LOCK_FORMAT = 1
 LAYERS = ("os", "torch", "team", "image")  # the image's layer groups, bottom up
+# One line of the lock's packages: NAME==VERSION, the name as PEP 508 spells one, the version
+# without spaces or operators (PEP 440's characters; a legacy version too)
+PIN = lazy(r"([A-Za-z0-9](?:[A-Za-z0-9._-]{0,200}[A-Za-z0-9])?)"
+           r"==([A-Za-z0-9][A-Za-z0-9.+!_-]{0,200})")
 
 
 # -- plan -------------------------------------------------------------------------------------
@@ -232,25 +239,6 @@ def dump_lock(lock: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def read_lock(path: Path) -> dict[str, Any] | None:
-    import tomllib
-
-    from envbuild.common.boundedio import load_toml
-
-    try:
-        data = load_toml(path, "lock file",
-                         hint="remove it and run `envbuild team build` to write a new one")
-    except FileNotFoundError:
-        return None
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: not a readable lock file ({exc})",
-                         "remove it and run `envbuild team build` to write a new one") from None
-    if not isinstance(data.get("image", {}), dict):
-        raise UsageError(f"{path}: [image] is not a table",
-                         "remove it and run `envbuild team build` to write a new one")
-    return data
-
-
 def write_lock(path: Path, lock: Mapping[str, Any]) -> None:
     """Atomically: a temporary file next to it, then renamed over it."""
     from envbuild.common.files import write_atomic
@@ -265,7 +253,8 @@ class Built:
     result: MakeResult | None = None
     error: EnvbuildError | None = None
     base_digest: str = ""
-    freeze: list[str] = field(default_factory=list)
+    freeze: list[str] = field(default_factory=list)  # the lock's packages: NAME==VERSION
+    direct: list[str] = field(default_factory=list)  # the lock's direct: names
     signed_by: str = ""  # the key id its provenance and cosign signature were signed with
     seconds: float = 0.0
 
@@ -335,17 +324,43 @@ def out_dir(out: Path, p: Planned) -> Path:
     return out / (p.name + (f"-{p.platform.replace('/', '-')}" if p.platform else ""))
 
 
-def freeze(tag: str) -> list[str]:
-    """`pip freeze` of the image's venv: the exact versions (--locked rebuilds from them)."""
-    from envbuild.engine import docker
+@record
+class Frozen:
+    """What the lock records of an image's venv: every distribution installed as NAME==VERSION
+    (`packages`, sorted), and the names of those installed from a direct reference (`direct`:
+    a compiled extension's wheel by path, a VCS or URL requirement)."""
 
-    r = docker.run_container(tag, ["/opt/venv/bin/python", "-m", "pip", "freeze", "--all"],
-                             target="cpu", gpus=False, timeout=120,
-                             labels={docker.LABEL_ROLE: "freeze"})
-    if r.exit_code != 0:
-        return []
-    return sorted(line.strip() for line in r.output.splitlines()
-                  if "==" in line and not line.startswith("#"))
+    packages: tuple[str, ...] = ()
+    direct: tuple[str, ...] = ()
+
+
+def frozen(dists: Iterable[PyDist]) -> Frozen:
+    """The lock's view of the image's distributions (pure): one NAME==VERSION line each, the
+    names and versions as installed (the SBOM's), a line that would not be one left out."""
+    lines: set[str] = set()
+    direct: set[str] = set()
+    for d in dists:
+        line = f"{d.name}=={d.version}"
+        if PIN.fullmatch(line):
+            lines.add(line)
+            if d.direct:
+                direct.add(d.name)
+    return Frozen(tuple(sorted(lines)), tuple(sorted(direct)))
+
+
+def freeze(tag: str) -> Frozen:
+    """Every distribution of the image's venv at its exact version, as the SBOM lists it (the
+    image's Python reads its metadata; pip freeze printed a wheel installed by path as
+    `NAME @ file:///...`, and nvidia/cuda's entrypoint its banner): --locked rebuilds from them.
+    Empty when the image cannot say (the lock then pins nothing for it)."""
+    from envbuild.core import sbom
+    from envbuild.engine import image_facts
+
+    try:
+        raw = image_facts.installed(tag)
+    except EnvbuildError:
+        return Frozen()
+    return frozen(sbom.facts(raw).dists)
 
 
 def build_order(planned: list[Planned]) -> tuple[list[Planned], list[Planned]]:
@@ -399,7 +414,8 @@ def build(planned: list[Planned], m: Matrix, *, push: bool, jobs: int = 1, rebui
                 b.base_digest = (base.digest if base.kind != "image_id" else "") \
                     if base is not None else current_base_digest(p.base_image)
                 if b.result.build is not None:
-                    b.freeze = freeze(b.result.build.tag)
+                    fz = freeze(b.result.build.tag)
+                    b.freeze, b.direct = list(fz.packages), list(fz.direct)
                 if signer is not None and b.result.attached.get("signature"):
                     b.signed_by = signer.keyid
         except EnvbuildError as exc:
@@ -515,6 +531,7 @@ def lock_entry(b: Built) -> dict[str, Any]:
                  if ln and not ln.startswith("#")],
         "pip": list(p.prepared.options.team_pip) + list(p.prepared.options.pip),
         "packages": b.freeze,
+        **({"direct": b.direct} if b.direct else {}),
         **({"signed_by": b.signed_by} if b.signed_by else {}),
         "validation": {k: x for k, x in v.items() if x is not None},
         "envbuild": __version__,
@@ -559,7 +576,11 @@ def _name(requirement: str) -> str:
 
 def locked_image(image: TeamImage, entry: Mapping[str, Any], path: Path) -> TeamImage:
     """The image as the lock pins it: FROM base@digest, the locked torch/Python/OS and every
-    package the team file names at its locked version."""
+    package the team file names at its locked version. A package the lock lists as `direct`
+    (a compiled extension's wheel by path, a VCS or URL requirement) stays as the team file
+    names it: no index has NAME==VERSION of it, the same build installs it again."""
+    from packaging.utils import canonicalize_name
+
     from envbuild.engine import registry
 
     where = f"{path}: [image.{image.name}]"
@@ -569,15 +590,25 @@ def locked_image(image: TeamImage, entry: Mapping[str, Any], path: Path) -> Team
                          "the base image was not in a registry when it was locked; push it to "
                          "one, then `envbuild team build` again")
     pinned_base = f"{registry.parse_ref(str(entry['base_image'])).familiar}@{digest}"
-    versions = {}
-    for line in entry.get("packages", []):
-        name, _, version = str(line).partition("==")
-        versions[_name(name)] = version
+
+    def listed(key: str) -> list[Any]:  # a lock's junk (an old lock's banner lines) ignored
+        value = entry.get(key)
+        return value if isinstance(value, list) else []
+
+    versions: dict[str, str] = {}
+    for line in listed("packages"):
+        m = PIN.fullmatch(str(line))
+        if m:
+            versions[canonicalize_name(m[1])] = m[2]
+    direct = {canonicalize_name(str(n)) for n in listed("direct")}
 
     def pin(reqs: tuple[str, ...]) -> tuple[str, ...]:
         out = []
         for r in reqs:
             n = _name(r)
+            if n in direct:
+                out.append(r)
+                continue
             if n not in versions:
                 raise UsageError(f"{where}: {shown(r)} is not in the lock's packages",
                                  "the team file changed since the lock was written; run "

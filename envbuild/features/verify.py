@@ -72,7 +72,7 @@ def verify(image: str, key: Path | None = None, lock: Path | None = None) -> Ver
     from envbuild.core import refs as refs_core
     from envbuild.engine import registry
     from envbuild.features.attach import load_verifier
-    from envbuild.features.team import LOCK_FILE, read_lock
+    from envbuild.features.lockfile import LOCK_FILE, read_lock
 
     ref = registry.parse_ref(image)
     verifier = load_verifier(key) if key is not None else None

@@ -67,3 +67,25 @@ def test_cancel_all_stops_children_of_other_threads_and_every_later_start() -> N
     finally:
         proc.reset_cancel()
     assert proc.run(["true"]).ok and not proc.cancelled()
+
+
+@pytest.mark.parametrize("door", ["run", "stream"])
+@pytest.mark.parametrize("given", ["inherited", "passed"])
+def test_no_child_ever_gets_the_signing_password(door: str, given: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether this process's environment holds it or a caller's env= names it: a child's
+    environment never carries $ENVBUILD_SIGNING_PASSWORD (every other variable passes)."""
+    monkeypatch.setenv("ENVBUILD_PROC_TEST", "kept")
+    env = None
+    if given == "inherited":
+        monkeypatch.setenv(proc.SIGNING_PASSWORD_ENV, "s3cret-password")
+    else:
+        env = {"PATH": "/usr/bin:/bin", "ENVBUILD_PROC_TEST": "kept",
+               proc.SIGNING_PASSWORD_ENV: "s3cret-password"}
+    lines: list[str] = []
+    if door == "run":
+        lines = proc.run(["env"], env=env).stdout.splitlines()
+    else:
+        assert proc.stream(["env"], lines.append, env=env) == 0
+    assert "ENVBUILD_PROC_TEST=kept" in lines
+    assert not [x for x in lines if "s3cret-password" in x or proc.SIGNING_PASSWORD_ENV in x]

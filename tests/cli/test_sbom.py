@@ -11,8 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from envbuild.core import sbom
 from envbuild.engine import image_facts
+from envbuild.engine.sbom_probe import MARKER
 from tests.support import run_cli
 
 RPM = """#!/bin/sh
@@ -28,13 +31,16 @@ exit 1
 """
 
 
-def probe(tmp_path: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
-    argv = [sys.executable, *image_facts.probe_argv()[1:-1], str(tmp_path / "reports")]
+def probe(tmp_path: Path, env: dict[str, str] | None = None,
+          arg: str | None = None) -> dict[str, Any]:
+    argv = [sys.executable, *image_facts.probe_argv()[1:-1], arg or str(tmp_path / "reports")]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=120,
                        env={**os.environ, **(env or {})})
     assert p.returncode == 0, p.stderr
-    assert p.stdout.endswith("\n") and p.stdout.count("\n") == 1
-    return dict(json.loads(p.stdout))
+    # a line of its own, then one JSON line: what the host reads after the last marker
+    assert p.stdout.startswith(f"\n{MARKER}\n") and p.stdout.count("\n") == 3
+    assert image_facts.probe_output(p.stdout) == json.loads(p.stdout.split("\n")[2])
+    return dict(json.loads(p.stdout.split("\n")[2]))
 
 
 def pip_report(install: list[dict[str, Any]]) -> str:
@@ -121,3 +127,34 @@ def test_sbom_needs_an_image_built_here(tmp_path: Path) -> None:
                 "--out", str(tmp_path / "mps"))
     assert r.returncode == 2 and "native" in r.stderr, r.stderr
     assert not (tmp_path / "mps").exists() and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(("direct_url", "kind"), [
+    ('{"url": "file:///opt/envbuild/ext-wheels/ext-1.0-cp311-cp311-linux_x86_64.whl", '
+     '"archive_info": {"hashes": {"sha256": "' + "a" * 64 + '"}}}', "archive"),
+    ('{"url": "https://bob:SECRET@git.example/ext.git", "vcs_info": {"vcs": "git", '
+     '"commit_id": "' + "b" * 40 + '"}}', "vcs"),
+    ('{"url": "file:///home/alice/src/ext", "dir_info": {"editable": true}}', "dir"),
+    ("not json", "archive"), ("[1]", "archive"), ('{"url": "' + "x" * 70_000 + '"}', "archive"),
+    (None, ""),  # from an index: no direct_url.json
+])
+def test_the_probe_lists_the_distributions_and_how_each_came(tmp_path: Path,
+                                                              direct_url: str | None,
+                                                              kind: str) -> None:
+    """`--dists` (the team lock's package list): every distribution, one installed by path (a
+    compiled extension's wheel) too, and how it came, never its URL (a path, a login)."""
+    site = tmp_path / "site"
+    info = site / "ext-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ext\nVersion: 1.0\n")
+    if direct_url is not None:
+        (info / "direct_url.json").write_text(direct_url)
+    argv = [sys.executable, "-c", image_facts.probe_source(), "--dists"]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(site)})
+    assert p.returncode == 0, p.stderr
+    raw = image_facts.probe_output("== CUDA ==\n" + p.stdout)
+    assert set(raw) == {"format", "dists"}
+    ext = next(d for d in raw["dists"] if d["name"] == "ext")
+    assert ext == {"name": "ext", "version": "1.0", "direct": kind}
+    assert "SECRET" not in p.stdout and "alice" not in p.stdout and "ext-wheels" not in p.stdout

@@ -124,6 +124,63 @@ def test_the_os_python_is_there_as_its_dpkg_package_and_the_interpreter_names_it
     assert len(deps["image"]) == len(b["components"])
 
 
+_ARCHES = st.sampled_from(["amd64", "i386", "arm64", "armhf", "all", ""])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(["libc6", "libgcc-s1", "zlib1g", "python3.11-minimal",
+                                           "libstdc++6"]), _ARCHES), min_size=1, max_size=12,
+                unique=True),
+       st.sampled_from(["deb", "rpm"]))
+def test_a_multi_arch_system_lists_each_package_of_each_architecture(
+        rows: list[tuple[str, str]], manager: str) -> None:
+    """libc6:amd64 and libc6:i386 are two packages (dpkg --add-architecture; rpm's multilib):
+    one component each, with bom-refs of their own."""
+    raw = recorded()
+    raw["dpkg"] = [{"name": n, "version": "1.0", "arch": a, "source": ""} for n, a in rows] \
+        if manager == "deb" else None
+    raw["rpm"] = [{"name": n, "version": "1.0", "release": "1", "epoch": "", "arch": a,
+                   "license": ""} for n, a in rows] if manager == "rpm" else None
+    b = bom(raw)
+    listed = [c for c in b["components"] if c.get("purl", "").startswith(f"pkg:{manager}/")]
+    assert len(listed) == len(rows)
+    assert sorted((c["name"], _arch(c["purl"])) for c in listed) == sorted(rows)
+    refs = [c["bom-ref"] for c in b["components"]]
+    assert len(refs) == len(set(refs))
+
+
+def _arch(purl: str) -> str:
+    from packageurl import PackageURL
+
+    return str((PackageURL.from_string(purl).qualifiers or {}).get("arch", ""))  # type: ignore[union-attr]
+
+
+def _multiarch(owner: dict[str, str]) -> dict[str, Any]:
+    raw = recorded()
+    pkg = next(p for p in raw["dpkg"] if p["name"] == "python3.11-minimal")
+    raw["dpkg"].append({**pkg, "arch": "i386", "version": pkg["version"] + "~i386"})
+    raw["python"]["owner"] = owner
+    return raw
+
+
+@pytest.mark.parametrize(("owner", "want"), [
+    ({"manager": "dpkg", "name": "python3.11-minimal", "arch": "amd64"}, "amd64"),
+    ({"manager": "dpkg", "name": "python3.11-minimal", "arch": "i386"}, "i386"),
+    ({"manager": "dpkg", "name": "python3.11-minimal"}, None),  # which one: no guess
+    ({"manager": "dpkg", "name": "python3.11-minimal", "arch": "arm64"}, None),
+])
+def test_the_interpreter_names_its_package_of_its_architecture(owner: dict[str, str],
+                                                               want: str | None) -> None:
+    b = bom(_multiarch(owner))
+    deps = {d["ref"]: d.get("dependsOn", []) for d in b["dependencies"]}
+    by_ref = {c["bom-ref"]: c for c in b["components"]}
+    if want is None:
+        assert deps.get("interpreter", []) == []
+    else:
+        (ref,) = deps["interpreter"]
+        assert by_ref[ref]["name"] == "python3.11-minimal" and _arch(by_ref[ref]["purl"]) == want
+
+
 def test_base_image_by_digest_and_the_image_itself() -> None:
     b = bom(recorded())
     base = next(c for c in b["components"] if c["bom-ref"] == "base-image")

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from envbuild.common.errors import EnvbuildError, UsageError
-from envbuild.core import targets
+from envbuild.core import sbom, targets
 from envbuild.core.request import TARGETS
 from envbuild.features import team, teamfile
 from envbuild.matrix import Matrix
@@ -228,6 +228,97 @@ def test_locked_image_pins_base_digest_and_versions() -> None:
         team.locked_image(t.image("b"), {**entry, "base_digest": ""}, F)
 
 
+def test_a_locked_rebuild_leaves_direct_packages_as_the_team_file_names_them() -> None:
+    """A compiled extension's wheel installed by path (the lock's `direct`) has no NAME==VERSION
+    in any index: the rebuild installs it from its own file again, so it stays unpinned; junk a
+    lock may hold (an old lock's banner lines, a non-list) is ignored, never a crash."""
+    t = teamfile.parse(GOOD, F)
+    entry = {"base_image": "127.0.0.1:5000/base/debian:bookworm",
+             "base_digest": "sha256:" + "ab" * 32, "torch": "2.13.0", "python": "3.11",
+             "os": "debian12", "direct": ["BitsAndBytes"],
+             "packages": ["== CUDA ==", "==", "numpy==2.1.0", "einops==0.8.0",
+                          "bitsandbytes==0.44.1+cu130torch2.13", "x @ file:///opt/x.whl"]}
+    b = team.locked_image(t.image("b"), entry, F)
+    assert b.inputs.team_pip == ("numpy==2.1.0", "einops==0.8.0")
+    assert b.inputs.pip == ("bitsandbytes",)  # as the team file names it
+    pinned = team.locked_image(t.image("b"), {**entry, "direct": 7}, F)
+    assert pinned.inputs.pip == ("bitsandbytes==0.44.1+cu130torch2.13",)
+
+
+def _dists(rows: list[tuple[str, str, str]]) -> list[sbom.PyDist]:
+    return list(sbom.facts({"dists": [{"name": n, "version": v, "direct": d}
+                                      for n, v, d in rows]}).dists)
+
+
+def test_the_lock_lists_every_distribution_path_installed_ones_too() -> None:
+    f = team.frozen(_dists([("torch", "2.13.0+cu130", ""), ("flash_attn", "2.8.3", "archive"),
+                            ("mine", "0.1", "vcs"), ("pip", "25.2", "")]))
+    assert f.packages == ("flash_attn==2.8.3", "mine==0.1", "pip==25.2", "torch==2.13.0+cu130")
+    assert f.direct == ("flash_attn", "mine")
+    entry = team.lock_entry(_built(f))
+    assert entry["packages"] == list(f.packages) and entry["direct"] == list(f.direct)
+    assert "direct" not in team.lock_entry(_built(team.frozen(_dists([("a", "1", "")]))))
+
+
+def _built(f: team.Frozen) -> team.Built:
+    from envbuild.matrix import load
+
+    b = team.Built(team.plan(teamfile.parse(GOOD, F), load())[0])
+    b.freeze, b.direct = list(f.packages), list(f.direct)
+    return b
+
+
+# what an image's metadata may hold, and the lines of a console a run may print
+_ODD = st.one_of(st.text(max_size=30), st.sampled_from([
+    "== CUDA ==", "==", "", " ", "a b", "x @ file:///opt/x.whl", "a;b", "-e", "#", "1.0 ",
+    "NVIDIA Driver was not detected", "a==b", "é", "torch", "2.13.0+cpu", "1!2.0.post1.dev3"]))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(_ODD, _ODD, st.sampled_from(["", "archive", "vcs", "dir", "x"])),
+                max_size=8))
+def test_every_line_of_the_lock_is_a_pin_whatever_the_image_holds(
+        rows: list[tuple[str, str, str]]) -> None:
+    from packaging.requirements import Requirement
+
+    dists = _dists(rows)
+    f = team.frozen(dists)
+    for line in f.packages:
+        assert team.PIN.fullmatch(line), line
+        name, _, version = line.partition("==")
+        assert Requirement(f"{name}==1").name == name and " " not in version
+        assert any((d.name, d.version) == (name, version) for d in dists)
+    assert set(f.direct) <= {line.partition("==")[0] for line in f.packages}
+    assert not [x for x in f.packages if "CUDA" in x or x.startswith("=")]
+
+
+def test_freeze_runs_the_probe_past_the_image_entrypoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvidia/cuda's ENTRYPOINT prints its banner before the command's output: the run replaces
+    it, and what printed before the probe's marker is never read as a package."""
+    from envbuild.engine import docker
+    from envbuild.engine.sbom_probe import MARKER
+
+    seen: dict[str, object] = {}
+    out = ("\n==========\n== CUDA ==\n==========\nCUDA Version 13.0.1\n\n"
+           "WARNING: The NVIDIA Driver was not detected.\n"
+           f"\n{MARKER}\n" + json.dumps({"format": 1, "dists": [
+               {"name": "torch", "version": "2.13.0", "direct": ""},
+               {"name": "flash_attn", "version": "2.8.3", "direct": "archive"}]}) + "\n")
+
+    def run(image: str, command: list[str], **kw: object) -> docker.RunResult:
+        seen.update(image=image, command=command, **kw)
+        return docker.RunResult(0, out, False)
+
+    monkeypatch.setattr(docker, "run_container", run)
+    f = team.freeze("img:1")
+    assert f == team.Frozen(("flash_attn==2.8.3", "torch==2.13.0"), ("flash_attn",))
+    assert seen["entrypoint"] == ["/opt/venv/bin/python"] and seen["network"] is False
+    assert seen["command"][-1] == "--dists"  # type: ignore[index]
+    monkeypatch.setattr(docker, "run_container",
+                        lambda *a, **kw: docker.RunResult(1, "== CUDA ==\n", False))
+    assert team.freeze("img:1") == team.Frozen()  # nothing the image can say: nothing pinned
+
+
 def test_target_registry_is_the_one_list_of_targets() -> None:
     assert TARGETS == targets.NAMES == ("cuda", "rocm", "cpu", "mps")
     for t in targets.REGISTRY.values():
@@ -305,7 +396,7 @@ def test_build_runs_each_shared_torch_layer_first_then_the_rest_in_parallel(
 
     monkeypatch.setattr(make_mod, "make", fake_make)
     monkeypatch.setattr(team, "current_base_digest", lambda _ref: "sha256:x")
-    monkeypatch.setattr(team, "freeze", lambda _tag: [])
+    monkeypatch.setattr(team, "freeze", lambda _tag: team.Frozen())
     with pytest.raises(UsageError, match="has no registry"):
         team.build([dataclasses_replace_registry(planned[0])], matrix, push=True)
     done = team.build(planned, matrix, push=True)  # one at a time: the file's order
