@@ -162,12 +162,17 @@ def sbom_python_packages(bom: object) -> dict[str, str]:
     return out
 
 
+_PIN = re.compile(r"([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)==(\S+)")
+
+
 def lock_packages(freeze: Iterable[object]) -> dict[str, str]:
+    """name (normalized) -> version of a lock's `packages` (NAME==VERSION lines; anything else,
+    such as a banner line an older envbuild took from an image's entrypoint, left out)."""
     out: dict[str, str] = {}
     for line in freeze:
-        if isinstance(line, str) and "==" in line:
-            name, _, version = line.partition("==")
-            out[norm(name.strip())] = version.strip()
+        m = _PIN.fullmatch(line.strip()) if isinstance(line, str) else None
+        if m:
+            out[norm(m.group(1))] = m.group(2)
     return out
 
 

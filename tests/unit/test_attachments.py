@@ -268,3 +268,8 @@ def test_a_named_lock_without_this_digest_fails() -> None:
     check = next(c for c in _judge(_set(False), named=True, listed=(OTHER,))
                  if c.id == "sbom.lock")
     assert check.status == "fail" and OTHER[:19] in check.message
+
+
+def test_an_old_lock_with_banner_lines_still_compares() -> None:
+    assert a.lock_packages(["== CUDA ==", "==", "torch==2.13.0+cpu", " numpy==2.3.1 ", 7]) == \
+        {"torch": "2.13.0+cpu", "numpy": "2.3.1"}
