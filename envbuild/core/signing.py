@@ -120,9 +120,11 @@ def load_signer(pem: bytes, password: bytes | None = None) -> Signer:
                              "unset ENVBUILD_SIGNING_PASSWORD") from None
         raise UsageError("the signing key is encrypted and no password was given",
                          "set ENVBUILD_SIGNING_PASSWORD to its password") from None
-    except ValueError as exc:
-        wrong = (password and "password" in str(exc).lower()) or "decrypt" in str(exc).lower()
-        raise UsageError("the signing key's password is wrong" if wrong else
+    except ValueError:
+        # a wrong password mostly fails to decrypt; now and then it decrypts to garbage that
+        # then fails to parse: either way, with a password given, it may be either
+        raise UsageError("the signing key's password is wrong, or the file is not a PEM "
+                         "private key" if password else
                          "the signing key is not a PEM private key", _KEY_HINT) from None
     except Exception:  # cryptography raises several kinds for garbage
         raise UsageError("the signing key is not a PEM private key", _KEY_HINT) from None
