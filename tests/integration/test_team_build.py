@@ -225,7 +225,8 @@ def test_attached_reports_read_back_and_check_passes(family: Family) -> None:
 
 def test_verify_passes_on_every_pushed_image(family: Family) -> None:
     """What team build attached (report, SBOM, signed provenance, the image's cosign signature)
-    verifies with the signer's public key, and the SBOM's packages are the lock's."""
+    verifies with the signer's public key, the report passes, and the SBOM's packages are the
+    lock's."""
     for i in family.data["images"]:
         assert set(i["attached"]) == {"report", "sbom", "provenance", "signature"}
         r = run_cli("verify", f"{i['tag'].rpartition(':')[0]}@{i['digest']}", "--key",
@@ -235,8 +236,8 @@ def test_verify_passes_on_every_pushed_image(family: Family) -> None:
         checks = {c["id"]: c["status"] for c in json.loads(r.stdout)["checks"]}
         assert checks == dict.fromkeys(
             ["provenance.attached", "sbom.attached", "report.attached", "provenance.signature",
-             "provenance.subject", "sbom.digest", "report.digest", "image.signature",
-             "sbom.lock"], "pass"), checks
+             "provenance.subject", "sbom.digest", "report.digest", "report.status",
+             "image.signature", "sbom.lock"], "pass"), checks
     # the files written beside them are the attached ones: the provenance's byproducts
     a = family.data["images"][0]
     sbom = (family.dir / "envbuild-out" / a["name"] / "sbom.cdx.json").read_bytes()
