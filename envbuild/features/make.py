@@ -124,14 +124,6 @@ class MakeResult:
     def failed(self) -> bool:
         return bool(self.checked and not self.checked.passed)
 
-    @property
-    def sbom(self) -> dict[str, Any] | None:
-        return self.attestation.sbom if self.attestation is not None else None
-
-    @property
-    def provenance(self) -> dict[str, Any] | None:
-        return self.attestation.provenance if self.attestation is not None else None
-
     def to_json(self) -> dict[str, Any]:
         if self.mps_dir is not None:
             return {"spec": self.spec.to_json(), "out": str(self.mps_dir),

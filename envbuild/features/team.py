@@ -258,16 +258,6 @@ class Built:
     signed_by: str = ""  # the key id its provenance and cosign signature were signed with
     seconds: float = 0.0
 
-    @property
-    def sbom(self) -> dict[str, Any] | None:
-        """The image's CycloneDX SBOM (what an attach step pushes beside it)."""
-        return self.result.sbom if self.result is not None else None
-
-    @property
-    def provenance(self) -> dict[str, Any] | None:
-        """The image's in-toto provenance statement (subject: its local image id)."""
-        return self.result.provenance if self.result is not None else None
-
     def validation(self) -> dict[str, Any]:
         r = self.result
         if r is None or r.checked is None:
