@@ -65,7 +65,7 @@ def parse_ref(text: str) -> Ref:
             raise UsageError(f"{text[:80]!r}: {exc.bad_digest[:80]!r} is not a sha256 digest",
                              "e.g. registry.example.com/ml/cpu@sha256:<64 hex>") from None
         raise UsageError(f"{text[:80]!r} is not an image reference",
-                         "e.g. registry.example.com/ml/cpu:tag or host:5000/repo@sha256:...") \
+                         "e.g. registry.example.com/ml/cpu:tag or registry.example.com/ml/cpu@sha256:<64 hex>") \
             from None
 
 
