@@ -13,7 +13,8 @@ from envbuild.core import refs
 from tests.support import run_cli
 from tests.support.registry import free_port
 
-TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=60)
+TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",), exclude_characters="\x00"),
+               max_size=60)  # NUL cannot be in an argv
 NAMES = st.from_regex(r"[a-z0-9]{1,10}(/[a-z0-9]{1,10}){0,2}(:[a-z0-9]{1,10})?", fullmatch=True)
 
 
