@@ -89,3 +89,20 @@ def test_the_password_leaves_the_environment_once_read(tmp_path: Path, encrypted
     signer = attach.load_signer(pem)
     assert signer.keyid.startswith("sha256:")
     assert attach.PASSWORD_ENV not in os.environ
+
+
+@pytest.mark.parametrize("key", ["/dev/zero", "/etc/hostname", "{dir}", "{garbage}"])
+def test_team_build_refuses_a_bad_or_unpushed_sign_key_before_anything(tmp_path: Path,
+                                                                     key: str) -> None:
+    """Without --push there is nothing to sign; a key that is no key (a device, a text file, a
+    directory, garbage) stops the build before the team file is read: exit 2, one line."""
+    team = tmp_path / "envbuild.toml"
+    team.write_text(TEAM)
+    (tmp_path / "garbage.pem").write_bytes(os.urandom(300))
+    path = key.format(dir=tmp_path, garbage=tmp_path / "garbage.pem")
+    r = run_cli("team", "build", "--file", str(team), "--sign-key", path)
+    assert r.returncode == EXIT_USAGE and "--push" in r.stderr, r.stderr
+    r = run_cli("team", "build", "--file", str(team), "--push", "--sign-key", path)
+    assert r.returncode == EXIT_USAGE and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 2 and r.stderr.startswith("error: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["envbuild.toml", "garbage.pem"]
