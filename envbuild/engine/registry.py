@@ -65,8 +65,8 @@ def parse_ref(text: str) -> Ref:
             raise UsageError(f"{text[:80]!r}: {exc.bad_digest[:80]!r} is not a sha256 digest",
                              "e.g. registry.example.com/ml/cpu@sha256:<64 hex>") from None
         raise UsageError(f"{text[:80]!r} is not an image reference",
-                         "e.g. registry.example.com/ml/cpu:tag or registry.example.com/ml/cpu@sha256:<64 hex>") \
-            from None
+                         "e.g. registry.example.com/ml/cpu:tag or "
+                         "registry.example.com/ml/cpu@sha256:<64 hex>") from None
 
 
 def sha256(data: bytes) -> str:
