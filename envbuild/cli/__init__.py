@@ -20,9 +20,10 @@ COMMANDS: dict[str, str] = {
     "validate": "build_cmd", "make": "build_cmd", "doctor": "doctor_cmd",
     "explain": "doctor_cmd", "matrix": "matrix_cmd", "team": "team_cmd",
     "cluster": "cluster_cmd", "bundle": "bundle_cmd", "fleet": "fleet_cmd", "plan": "fleet_cmd",
-    "run": "run_cmd", "verify": "verify_cmd",
+    "run": "run_cmd", "verify": "verify_cmd", "fit": "fit_cmd",
 }
-_MODULE_ORDER = ("build_cmd", "bundle_cmd", "cluster_cmd", "doctor_cmd", "fleet_cmd", "matrix_cmd",
+_MODULE_ORDER = ("build_cmd", "bundle_cmd", "cluster_cmd", "doctor_cmd", "fit_cmd", "fleet_cmd",
+                 "matrix_cmd",
                  "render_cmd", "resolve_cmd", "run_cmd", "team_cmd", "verify_cmd")
 
 

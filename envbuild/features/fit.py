@@ -1,0 +1,325 @@
+"""`envbuild fit`: the memory one training or inference step needs, per GPU, and the cheapest
+changes that make it fit (docs/guides/fit.md).
+
+Two methods, and the report says which one answered:
+- measured: the step run under torch's fake tensors with its memory tracker
+  (envbuild/validator/memprobe.py), in the image that would run the job (`--image`) or with this
+  host's Python; a config.json is built with transformers' `from_config` where that is installed;
+- formula: envbuild/core/memory.py, from a config.json alone.
+`auto` measures where it can and falls back to the formula, saying why. Options are re-checked by
+the estimator that answered (sharding scales a measured step's states, the one change a single
+process cannot run)."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from envbuild.common import boundedio
+from envbuild.common.errors import EnvbuildError, EnvironmentProblem, UsageError
+from envbuild.common.record import record
+from envbuild.core import gpus as gpu_names
+from envbuild.core import memory
+from envbuild.core.memory import Coeffs, Estimate, GpuFit, Job
+from envbuild.core.memshape import Shape, parse_config
+from envbuild.matrix import Gpu, Matrix
+
+METHODS = ("auto", "measured", "formula")
+MEASURE_TIMEOUT = 600.0
+MAX_ENTRY_BYTES = 4 << 20  # the probe reads the same bound
+CONFIG_HINT = "give a Hugging Face config.json (Llama, Mistral or Qwen2): docs/guides/fit.md"
+ENTRY_HINT = ("name a Python file and the function in it that returns (model, inputs), "
+              "e.g. --entry train.py:build")
+# the probe's answers that a formula can stand in for (the step could not be measured there)
+FALLBACK = {"no-transformers": "transformers is not installed {where}",
+            "no-memtracker": "torch {where} has no usable memory tracker",
+            "untraceable": "the step could not run under fake tensors {where}",
+            "no-bitsandbytes": "bitsandbytes is not installed {where}",
+            "unsupported": "{message}"}
+
+
+@record
+class FitRequest:
+    job: Job
+    config: Path | None = None
+    entry: str | None = None  # FILE.py:FN
+    image: str | None = None
+    method: str = "auto"
+    gpus: tuple[str, ...] = ()
+    fleet: Path | None = None
+    facts_dir: Path | None = None  # host facts recorded by `envbuild doctor --save DIR`
+    timeout: float = MEASURE_TIMEOUT
+    matrix_dir: Path | None = None
+
+
+@record
+class Target:
+    gpu: Gpu  # the matrix row; memory_mib is the driver's figure when it came from a host
+    where: str  # "--gpu H100", "fleet group a100 (4 x 8)", "this host, GPU 0"
+
+
+@record
+class FitReport:
+    job: Job
+    estimate: Estimate
+    model: str  # what was estimated: the config's path, or the entry
+    targets: tuple[Target, ...]
+    fits: tuple[GpuFit, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return all(f.fits for f in self.fits)
+
+    def to_json(self) -> dict[str, Any]:
+        e = self.estimate
+        return {
+            "model": self.model, "method": e.method, "how": e.how, "params": e.params,
+            "trainable": e.trainable, "peak_bytes": e.peak_bytes,
+            "components": dict(e.components), "job": job_json(self.job),
+            "notes": [*e.notes, *self.notes],
+            "gpus": [{"gpu": f.gpu, "where": t.where, "memory_bytes": f.usable_bytes,
+                      "total_bytes": f.total_bytes, "needed_bytes": f.needed_bytes,
+                      "fits": f.fits, "margin_bytes": f.margin_bytes,
+                      "options": [{"change": o.change, "flags": list(o.flags),
+                                   "needed_bytes": o.needed_bytes, "margin_bytes": o.margin_bytes,
+                                   "job": job_json(o.job)} for o in f.options]}
+                     for t, f in zip(self.targets, self.fits, strict=True)],
+        }
+
+
+def job_json(job: Job) -> dict[str, Any]:
+    return {"mode": job.mode, "batch": job.batch, "seq": job.seq, "dtype": job.dtype,
+            "mixed": job.mixed, "optimizer": job.optimizer, "checkpointing": job.checkpointing,
+            "lora_rank": job.lora_rank, "shards": job.shards, "accumulate": job.accumulate}
+
+
+# -- inputs ------------------------------------------------------------------------------------
+def read_config(path: Path) -> Shape:
+    try:
+        text = boundedio.read_text(path, "config.json", hint=CONFIG_HINT)
+    except FileNotFoundError:
+        raise UsageError(f"{boundedio.path_text(path)}: no such file", CONFIG_HINT) from None
+    return parse_config(text, boundedio.path_text(path))
+
+
+def entry_file(entry: str) -> Path:
+    """FILE.py of FILE.py:FN, checked: a regular .py file of a bounded size, FN a name."""
+    path_text, sep, name = entry.rpartition(":")
+    if not sep or not path_text or not name.isidentifier() or "\x00" in entry:
+        raise UsageError(f"--entry {entry[:80]!r} is not FILE.py:FUNCTION", ENTRY_HINT)
+    path = Path(path_text)
+    if path.suffix != ".py":
+        raise UsageError(f"--entry {entry[:80]!r}: {path.name[:60]!r} is not a .py file",
+                         ENTRY_HINT)
+    try:
+        boundedio.read_bytes(path, "entry file", cap=MAX_ENTRY_BYTES, hint=ENTRY_HINT)
+    except FileNotFoundError:
+        raise UsageError(f"{boundedio.path_text(path)}: no such file", ENTRY_HINT) from None
+    return path
+
+
+def _gpu_row(m: Matrix, name: str, where: str) -> Gpu:
+    if name.casefold().startswith(("sm_", "gfx")):
+        raise UsageError(f"{where}: {name[:40]!r} is an architecture, not a GPU model",
+                         "memory differs by model: name one, e.g. --gpu H100 or --gpu 'RTX 4090' "
+                         "(`envbuild matrix show gpus`)")
+    row = next((g for vendor in ("nvidia", "amd")
+                if (g := gpu_names.lookup(m, name, vendor)) is not None), None)
+    if row is None or not (row.memory_mib or row.memory_gb):
+        known = [g.name for g in m.gpus if g.memory_mib][:5]
+        raise UsageError(f"{where}: no GPU {name[:60]!r} with a known memory size in the matrix",
+                         f"name one as nvidia-smi does, e.g. {', '.join(known)} "
+                         "(`envbuild matrix show gpus`)")
+    return row
+
+
+def targets(req: FitRequest, m: Matrix) -> tuple[list[Target], list[str]]:
+    """The GPUs to judge: --gpu, the fleet's groups, else this host's (or recorded) GPUs."""
+    out = [Target(_gpu_row(m, n, f"--gpu {n[:40]}"), f"--gpu {n}") for n in req.gpus]
+    notes: list[str] = []
+    if req.fleet is not None:
+        from envbuild.features.fleet import load_fleet
+
+        for g in load_fleet(req.fleet, m).groups:
+            per = f" x {g.gpus_per_node}" if g.gpus_per_node else ""
+            out.append(Target(_gpu_row(m, g.gpu, f"{boundedio.path_text(req.fleet)} group "
+                                                  f"{g.name}"),
+                              f"fleet group {g.name} ({g.count} node(s){per})"))
+    if not req.gpus and req.fleet is None:
+        out, notes = _host_targets(m, req.facts_dir)
+    return _unique(out), notes
+
+
+def _unique(found: list[Target]) -> list[Target]:
+    seen: dict[tuple[str, int], Target] = {}
+    for t in found:
+        seen.setdefault((t.gpu.name, t.gpu.memory_mib), t)
+    return list(seen.values())
+
+
+def _host_targets(m: Matrix, facts_dir: Path | None) -> tuple[list[Target], list[str]]:
+    from envbuild.doctor import probes
+    from envbuild.doctor import record as recorded
+    from envbuild.doctor.view import build_view
+
+    facts = recorded.load(facts_dir) if facts_dir is not None else probes.collect(torch=False)
+    v = build_view(facts, m)
+    out: list[Target] = []
+    for g in v.gpus:
+        row = gpu_names.lookup(m, g.name, "nvidia") or gpu_names.lookup(m, g.name, "amd")
+        base = row if row is not None else Gpu(name=g.name, vendor="nvidia")
+        if g.memory_mib:  # the driver's own figure beats the matrix's
+            base = replace(base, memory_mib=g.memory_mib)
+        if base.memory_mib or base.memory_gb:
+            out.append(Target(base, f"this host, GPU {g.index}"))
+    where = "the recorded host" if facts_dir is not None else "this host"
+    notes = [] if out else [f"no NVIDIA GPU found on {where}: name one with --gpu (e.g. --gpu "
+                            "H100) or give a fleet with --fleet"]
+    return out, notes
+
+
+# -- estimators --------------------------------------------------------------------------------
+class Measured:
+    """The measured estimator: one probe run per job (cached), in the image or here; sharding
+    scales the unsharded step's states (core.memory.sharded)."""
+
+    def __init__(self, req: FitRequest, shape: Shape | None, coeffs: Coeffs, rule: Any,
+                 progress: Callable[[str], None]) -> None:
+        self.req, self.shape, self.coeffs, self.rule = req, shape, coeffs, rule
+        self.progress = progress
+        self.cache: dict[Job, Estimate | None] = {}
+        self.entry = entry_file(req.entry) if req.entry else None
+
+    def probe_job(self, job: Job, config: Mapping[str, Any] | None) -> dict[str, Any]:
+        model: dict[str, Any] = ({"entry": self.req.entry} if self.req.entry
+                                 else {"config": dict(config or {})})
+        return {"format": 1, "model": model, **job_json(job), "device": "auto", "real": False,
+                "sdpa": self.rule, "min_torch": self.coeffs_min_torch()}
+
+    def coeffs_min_torch(self) -> str | None:
+        return None
+
+    def answer(self, job: Job) -> dict[str, Any]:
+        from envbuild.engine import fitprobe
+
+        probe = self.probe_job(job, self.config)
+        self.progress(f"measuring {describe_job(job)}"
+                      + (f" in {self.req.image}" if self.req.image else " here"))
+        if self.req.image:
+            return fitprobe.measure_in_image(self.req.image, probe, self.entry,
+                                             self.req.timeout)
+        return fitprobe.measure_here(probe, self.req.timeout)
+
+    config: Mapping[str, Any] | None = None
+
+    def __call__(self, job: Job) -> Estimate | None:
+        if job.shards > 1:
+            one = self(replace(job, shards=1))
+            return None if one is None else memory.sharded(one, job, self.shape, self.coeffs)
+        if job not in self.cache:
+            data = self.answer(job)
+            self.cache[job] = memory.from_answer(data, job)
+        return self.cache[job]
+
+
+def job_argv(job: Job) -> list[str]:
+    """The `envbuild fit` words of `job` (what differs from the defaults)."""
+    return (["--infer"] if job.mode == "infer" else []) + \
+        list(memory.job_flags(job, Job(mode=job.mode)))
+
+
+def command_for(req: FitRequest, job: Job, gpu: str) -> str:
+    """The `envbuild fit` command that checks `job` on `gpu` (each option printed is one)."""
+    argv = ["envbuild", "fit"]
+    if req.config is not None:
+        argv += ["--config", str(req.config)]
+    if req.entry:
+        argv += ["--entry", req.entry]
+    if req.image:
+        argv += ["--image", req.image]
+    if req.method != "auto":
+        argv += ["--method", req.method]
+    return shlex.join([*argv, *job_argv(job), "--gpu", gpu])
+
+
+def describe_job(job: Job) -> str:
+    what = (f"{job.mode} step, batch {job.batch} x {job.seq}, "
+            f"{'mixed ' if job.mixed else ''}{job.dtype}")
+    if job.mode == "train":
+        what += f", {job.optimizer}" + (", checkpointing" if job.checkpointing else "") + \
+                (f", LoRA {job.lora_rank}" if job.lora_rank else "")
+    return what
+
+
+def fit(req: FitRequest, progress: Callable[[str], None] | None = None) -> FitReport:
+    """The report of one job; UsageError for bad input, EnvbuildError when it cannot be
+    measured and no formula stands in."""
+    from envbuild import matrix
+
+    say = progress or (lambda _text: None)
+    if req.method not in METHODS:
+        raise UsageError(f"--method {req.method[:40]!r} is not one of {', '.join(METHODS)}",
+                         "auto measures where it can and falls back to the formula")
+    if (req.config is None) == (req.entry is None):
+        raise UsageError("give the model once: --config config.json or --entry FILE.py:FN",
+                         "a Hugging Face config.json, or your own code returning (model, inputs)")
+    if req.entry and req.method == "formula":
+        raise UsageError("the formula needs a config.json: your own code can only be measured",
+                         "leave out --method formula, or give --config")
+    if req.image and req.method == "formula":
+        raise UsageError("--image measures the step: it does not go with --method formula",
+                         "leave out --method formula")
+    m = matrix.load(req.matrix_dir)
+    coeffs = memory.coefficients(m.extra["memory"])
+    memory.check_job(req.job, coeffs)
+    shape, config_doc = None, None
+    if req.config is not None:
+        shape = read_config(req.config)
+        config_doc = boundedio.parse_json(boundedio.read_text(req.config, "config.json"))
+    found, host_notes = targets(req, m)
+    notes: list[str] = list(host_notes)
+    estimate_fn: Callable[[Job], Estimate | None]
+    if req.method == "formula":
+        assert shape is not None
+        estimate_fn = _formula(shape, coeffs)
+    else:
+        measured = Measured(req, shape, coeffs, memory.sdpa_rule(coeffs), say)
+        measured.config = config_doc
+        estimate_fn = measured
+        try:
+            first = measured(req.job)
+        except _Fallback as why:
+            if req.method == "measured" or shape is None:
+                raise EnvbuildError(f"the step could not be measured: {why}", why.hint) from None
+            notes.append(f"measured method unavailable ({why}): the formula answered")
+            estimate_fn = _formula(shape, coeffs)
+        else:
+            if first is None:
+                raise EnvbuildError("the step could not be measured", "see --json")
+    base = estimate_fn(req.job)
+    assert base is not None
+    fits: list[GpuFit] = []
+    for t in found:
+        verdict = memory.verdict(t.gpu, base, coeffs)
+        if not verdict.fits:
+            verdict = replace(verdict, options=memory.options(shape, req.job, t.gpu,
+                                                              estimate_fn, coeffs))
+        fits.append(verdict)
+    model = (boundedio.path_text(req.config) if req.config is not None else str(req.entry))
+    return FitReport(job=req.job, estimate=base, model=model, targets=tuple(found),
+                     fits=tuple(fits), notes=tuple(notes))
+
+
+class _Fallback(EnvbuildError):
+    pass
+
+
+def _formula(shape: Shape, coeffs: Coeffs) -> Callable[[Job], Estimate | None]:
+    return lambda job: memory.formula(shape, job, coeffs)
+
+
+__all__ = ["FitReport", "FitRequest", "Target", "fit", "EnvironmentProblem"]
