@@ -427,15 +427,19 @@ def _ladders(shape: Shape | None, job: Job, coeffs: Coeffs) -> dict[str, list[Jo
 
 
 def options(shape: Shape | None, job: Job, gpu: Gpu, estimate_fn: Callable[[Job], Estimate],
-            coeffs: Coeffs, limit: int = 3) -> tuple[Option, ...]:
+            coeffs: Coeffs, limit: int = 3, max_calls: int = 128) -> tuple[Option, ...]:
     """When `job` does not fit `gpu`: up to `limit` changes that make it fit, each re-checked with
     estimate_fn (the same estimator), fewest and cheapest changes first: each kind of change alone
     (dtype, checkpointing, micro-batch, 8-bit AdamW, LoRA, shards; inference: dtype, batch,
-    sequence, shards), then two kinds together where neither alone fits."""
+    sequence, shards), then two kinds together where neither alone fits, then the kinds piled up
+    in that order (each at its mildest step that fits, else its strongest). None when it fits.
+    At most `max_calls` jobs are estimated (a measured estimator takes seconds a call)."""
     seen: dict[Job, GpuFit] = {}
 
     def first_fit(ladder: list[Job]) -> Option | None:
         for changed in ladder:
+            if changed not in seen and len(seen) >= max_calls:
+                return None
             if changed not in seen:
                 seen[changed] = verdict(gpu, estimate_fn(changed), coeffs)
             fit = seen[changed]
@@ -445,17 +449,27 @@ def options(shape: Shape | None, job: Job, gpu: Gpu, estimate_fn: Callable[[Job]
                               margin_bytes=fit.margin_bytes)
         return None
 
+    if first_fit([job]) is not None:
+        return ()
     ladders = _ladders(shape, job, coeffs)
     alone = {kind: first_fit(ladder) for kind, ladder in ladders.items()}
     found = [o for o in alone.values() if o is not None]
     kinds = [k for k, o in alone.items() if o is None]
+    piled, pile = job, None
+    for kind in kinds if len(found) < limit else ():
+        ladder = _ladders(shape, piled, coeffs).get(kind, [])
+        if (pile := first_fit(ladder)) is not None:
+            break
+        piled = ladder[-1] if ladder else piled
     for i, first in enumerate(kinds):
         for second in kinds[i + 1:]:
             if len(found) >= limit:
-                return tuple(found)
-            for base in ladders[first]:
+                break
+            for base in ladders[first][:1] + ladders[first][-1:]:  # mildest and strongest
                 option = first_fit(_ladders(shape, base, coeffs).get(second, []))
-                if option is not None:
-                    found.append(replace(option, change=_describe(option.job, job)))
+                if option is not None and all(o.job != option.job for o in found):
+                    found.append(option)
                     break
+    if pile is not None and all(o.job != pile.job for o in found):
+        found.append(pile)
     return tuple(found[:limit])
