@@ -14,7 +14,10 @@ from envbuild.matrix.model import TABLES, Matrix, Problem, Variant, WheelPlatfor
 from envbuild.matrix.rules import semantic_check
 from envbuild.validator.rules import cuda_tag
 
-WHERE = ("pypi", "index", "both")  # [[platform]] where: PyPI, index_base/<tag>, or both
+WHERE = ("pypi", "index", "both")
+# A driver-reported total (memory_mib) against the marketing GB: seen 1.006 (T4, ECC on) to 1.073
+# (RTX 4090); outside this band the figure is for another model or mistyped.
+MIB_PER_GB = (0.95, 1.15)  # [[platform]] where: PyPI, index_base/<tag>, or both
 
 
 def _sources(m: Matrix) -> list[Problem]:
@@ -224,6 +227,10 @@ def _gpus(m: Matrix) -> list[Problem]:
             yield "an AMD GPU needs its gfx target"
         if g.vendor not in ("nvidia", "amd"):
             yield f"vendor {g.vendor!r} is not nvidia or amd"
+        if g.memory_mib and not (MIB_PER_GB[0] <= g.memory_mib * 2**20 / (g.memory_gb * 1e9 or 1)
+                                 <= MIB_PER_GB[1]):
+            yield (f"memory_mib {g.memory_mib} does not look like the {g.memory_gb} GB of "
+                   "memory_gb (a typo, or another model's figure)")
 
     return _each_row(m.gpus, "gpus.toml", "gpu", messages)
 
@@ -285,9 +292,27 @@ def _extensions(m: Matrix) -> list[Problem]:
     return p
 
 
+def _memory(m: Matrix) -> list[Problem]:
+    """memory.toml (when present): every table cites defined sources and says if verified."""
+    p: list[Problem] = []
+    for name, table in m.extra.get("memory", {}).items():
+        if not isinstance(table, dict):
+            p.append(Problem("memory.toml", name, "a top-level value; every fact is in a table"))
+            continue
+        sources = table.get("source")
+        if not isinstance(sources, list) or not sources:
+            p.append(Problem("memory.toml", f"[{name}]", "no source given"))
+        else:
+            p += [Problem("memory.toml", f"[{name}]", f"source {sid!r} is not defined in "
+                          "sources.toml") for sid in sources if sid not in m.sources]
+        if not isinstance(table.get("verified"), bool):
+            p.append(Problem("memory.toml", f"[{name}]", "verified = true|false is missing"))
+    return p
+
+
 PARTS: tuple[Callable[[Matrix], list[Problem]], ...] = (
     _sources, _order, _gpu_names, _cuda_releases, _cuda_images, _torch_releases,
-    _torch_patches, _variants, _platforms, _gpus, _rocm_oses, _oses, _extensions,
+    _torch_patches, _variants, _platforms, _gpus, _rocm_oses, _oses, _extensions, _memory,
 )
 
 

@@ -181,6 +181,7 @@ class Gpu(Row):
     cc: str = ""
     gfx: str = ""
     memory_gb: float = 0.0
+    memory_mib: int = 0  # what the driver reports (nvidia-smi's total), 0 = no source gives it
     wheels: str = ""  # "jetpack": only NVIDIA's JetPack builds of torch fit (gpus.toml header)
     cpu: str = ""  # the CPU an Arm module pairs it with ("Grace"), and the core name lscpu
     cpu_core: str = ""  # prints for that CPU ("Neoverse-V2")
@@ -415,10 +416,10 @@ LOCATIONS: dict[str, dict[str, tuple[type[Row], str]]] = {
 TABLES: tuple[tuple[str, str, type[Row], str], ...] = tuple(
     (stem, table, cls, attr)
     for stem, tables in LOCATIONS.items() for table, (cls, attr) in tables.items())
-EXTRA_FILES = ("mps", "wsl2", "peaks", "sizes")  # read whole into Matrix.extra
+EXTRA_FILES = ("mps", "wsl2", "peaks", "sizes", "memory")  # read whole into Matrix.extra
 # Files a matrix may leave out (no facts of that kind): a matrix copied before they existed, and
 # the small matrices of tests and forks, still load.
-OPTIONAL_FILES = ("extensions",)
+OPTIONAL_FILES = ("extensions", "memory")
 # Files whose tables are built on the first read (Matrix._Lazy), not at load: start-up.
 LAZY_STEMS = ("extensions",)
 # Every matrix file (by stem) a Matrix is read from.

@@ -1,0 +1,475 @@
+"""Will it fit: a training or inference step's peak memory on one GPU, by formula, and the verdict
+against a GPU's usable memory, with the cheapest changes that make it fit. Pure: the coefficients
+come in as matrix/memory.toml's document (`Matrix.extra["memory"]`), the GPU as its gpus.toml row.
+
+The formula follows the HF Llama decoder as transformers runs it (matrix/memory.toml derives each
+term from the tensors autograd saves) and is checked against torch.cuda.max_memory_allocated() on
+an H200 (tests/unit/test_memory.py). Its peak is the largest of the moments a step can peak at:
+- training, the start of backward: weights, optimizer states, every saved activation and the two
+  fp32 vocab-sized gradients of the loss (gradients are None after zero_grad(set_to_none=True),
+  unless accumulated);
+- training, the end of backward: weights, states, all gradients, one layer's activations and
+  their gradients (and the checkpointed layer inputs);
+- training, the optimizer step: weights, states, gradients and the step's temporary;
+- inference (a prefill with the KV cache): weights, the cache and all positions' logits, or the
+  cache and one layer's MLP (and math attention) transients.
+cuBLAS's workspace is added to each (max_memory_allocated counts it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import field, replace
+from typing import Any
+
+from envbuild.common.errors import MatrixError, UsageError
+from envbuild.common.record import record
+from envbuild.core.memshape import (
+    Shape,
+    layer_params,
+    linear_params,
+    lora_params,
+    param_count,
+    root_params,
+)
+from envbuild.matrix.model import Gpu
+
+COMPONENTS = ("parameters", "gradients", "optimizer", "activations", "kv_cache", "temporaries",
+              "buffers", "other")
+MODES = ("train", "infer")
+OPTIMIZERS = ("adamw", "sgd", "adamw8bit")
+MIB = 1 << 20
+# Input bounds, not facts (a step of more tokens than this is not a question `fit` answers).
+MAX_BATCH = 1 << 20
+MAX_SEQ = 1 << 24
+MAX_SHARDS = 1 << 16
+
+
+@record
+class Job:
+    mode: str = "train"  # "train" | "infer"
+    batch: int = 1
+    seq: int = 2048
+    dtype: str = "bf16"  # weights dtype: "fp32" | "bf16" | "fp16"
+    mixed: bool = False  # autocast to 16 bits with fp32 weights (mixed precision)
+    optimizer: str = "adamw"  # "adamw" | "sgd" | "adamw8bit"
+    checkpointing: bool = False  # activation checkpointing (every layer)
+    lora_rank: int = 0  # 0: full fine-tune
+    shards: int = 1  # FSDP / ZeRO-3 over this many GPUs of one kind
+    accumulate: int = 1  # gradient accumulation steps (the gradients live through backward)
+
+
+@record
+class Estimate:
+    params: int
+    trainable: int
+    peak_bytes: int  # comparable with torch.cuda.max_memory_allocated()
+    components: Mapping[str, int]  # at the peak, COMPONENTS names
+    method: str  # "formula" | "measured"
+    how: str  # one line
+    notes: tuple[str, ...] = ()
+
+
+@record
+class Option:
+    """One change to a job that makes it fit, re-checked by the same estimator."""
+
+    change: str  # "activation checkpointing", "batch 2 x accumulate 4"
+    flags: tuple[str, ...]  # the `envbuild fit` argv words that express the changed job
+    job: Job
+    needed_bytes: int
+    margin_bytes: int
+
+
+@record
+class GpuFit:
+    gpu: str
+    total_bytes: int  # what the driver reports (or memory_gb, conservatively)
+    usable_bytes: int  # total less the driver's reserve and the CUDA context
+    needed_bytes: int  # the peak with the caching allocator's headroom
+    fits: bool
+    margin_bytes: int  # usable - needed (negative: short by that much)
+    options: tuple[Option, ...] = field(default=())
+
+
+# Coefficients: Coeffs field -> (memory.toml table, key).
+_COEFFS: Mapping[str, tuple[str, str]] = {
+    "adamw_states": ("optimizer", "adamw_states"), "sgd_states": ("optimizer", "sgd_states"),
+    "adamw8bit_bytes": ("optimizer", "adamw8bit_bytes"),
+    "adamw_step_temp": ("optimizer", "adamw_step_temp"),
+    "sgd_step_temp": ("optimizer", "sgd_step_temp"),
+    "adamw8bit_step_temp": ("optimizer", "adamw8bit_step_temp"),
+    "norm_upcast_f32": ("activations", "norm_upcast_f32"),
+    "norm_cast": ("activations", "norm_cast"), "norm_out": ("activations", "norm_out"),
+    "attn_norm_readers": ("activations", "attn_norm_readers"),
+    "mlp_norm_readers": ("activations", "mlp_norm_readers"),
+    "final_norm_readers": ("activations", "final_norm_readers"),
+    "flash_h": ("activations", "flash_h"), "flash_kv": ("activations", "flash_kv"),
+    "flash_lse_f32": ("activations", "flash_lse_f32"), "math_h": ("activations", "math_h"),
+    "math_probs": ("activations", "math_probs"), "mlp_i": ("activations", "mlp_i"),
+    "checkpoint_input": ("activations", "checkpoint_input"),
+    "logprobs_f32": ("loss", "logprobs_f32"), "labels_bytes": ("loss", "labels_bytes"),
+    "backward_grads_f32": ("loss", "backward_grads_f32"),
+    "kv_cache": ("inference", "kv_cache"), "logits": ("inference", "logits"),
+    "final_hidden": ("inference", "final_hidden"),
+    "mlp_transient_i": ("inference", "mlp_transient_i"),
+    "math_transient": ("inference", "math_transient"),
+    "flash_max_head_dim": ("sdpa", "flash_max_head_dim"),
+    "weight_cast_bytes": ("mixed", "weight_cast_bytes"),
+    "lora_default_rank": ("lora", "default_rank"), "lora_adapter_bytes": ("lora", "adapter_bytes"),
+    "gathered_layers": ("shards", "gathered_layers"),
+    "workspace_bytes": ("cuda", "workspace_bytes"),
+    "workspace_handles_train": ("cuda", "workspace_handles_train"),
+    "workspace_handles_infer": ("cuda", "workspace_handles_infer"),
+    "context_bytes": ("cuda", "context_bytes"),
+    "driver_reserved_bytes": ("cuda", "driver_reserved_bytes"),
+    "dynamic_headroom": ("allocator", "dynamic_headroom"),
+    "memory_gb_fraction": ("gpu_total", "memory_gb_fraction"),
+}
+
+
+@record
+class Coeffs:
+    """matrix/memory.toml, typed (every number the formula uses; see the file for each one's
+    derivation and source)."""
+
+    dtype_bytes: Mapping[str, int]
+    flash_dtypes: tuple[str, ...]
+    efficient_takes_gqa: bool
+    shard_choices: tuple[int, ...]
+    values: Mapping[str, float]
+
+    def __getattr__(self, name: str) -> float:
+        values = self.__dict__.get("values", {})
+        if name in values:
+            return float(values[name])
+        raise AttributeError(name)
+
+
+def coefficients(doc: Mapping[str, Any]) -> Coeffs:
+    """memory.toml's document -> Coeffs; MatrixError naming the first missing or wrong value."""
+    def number(table: str, key: str) -> float:
+        value = doc.get(table, {}).get(key) if isinstance(doc.get(table), Mapping) else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise MatrixError(f"memory.toml: [{table}] {key} is missing or not a number >= 0")
+        return float(value)
+
+    values = {name: number(table, key) for name, (table, key) in _COEFFS.items()}
+    sizes = doc.get("dtype_bytes", {})
+    dtype_bytes = {k: int(v) for k, v in sizes.items()
+                   if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+    sdpa, shards = doc.get("sdpa", {}), doc.get("shards", {})
+    choices = tuple(int(n) for n in shards.get("choices", ()) if isinstance(n, int) and n > 1)
+    if "fp32" not in dtype_bytes or not choices or not isinstance(sdpa.get("flash_dtypes"), list):
+        raise MatrixError("memory.toml: [dtype_bytes] fp32, [shards] choices or [sdpa] "
+                          "flash_dtypes is missing")
+    return Coeffs(dtype_bytes=dtype_bytes, flash_dtypes=tuple(map(str, sdpa["flash_dtypes"])),
+                  efficient_takes_gqa=bool(sdpa.get("efficient_takes_gqa", False)),
+                  shard_choices=choices, values=values)
+
+
+def check_job(job: Job, c: Coeffs) -> None:
+    """UsageError (one line) for a job the formula cannot take."""
+    def bad(what: str, hint: str) -> UsageError:
+        return UsageError(what, hint)
+
+    if job.mode not in MODES:
+        raise bad(f"mode {job.mode!r} is not train or infer", "use --train or --infer")
+    if job.dtype not in c.dtype_bytes:
+        raise bad(f"dtype {job.dtype!r} is not one of {', '.join(c.dtype_bytes)}",
+                  "use --dtype fp32, bf16 or fp16")
+    if job.optimizer not in OPTIMIZERS:
+        raise bad(f"optimizer {job.optimizer!r} is not one of {', '.join(OPTIMIZERS)}",
+                  "use --optimizer adamw, sgd or adamw8bit")
+    for name, value, top in (("batch", job.batch, MAX_BATCH), ("seq", job.seq, MAX_SEQ),
+                             ("shards", job.shards, MAX_SHARDS),
+                             ("accumulate", job.accumulate, MAX_BATCH)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= top:
+            raise bad(f"{name} = {value!r} is out of range (1 to {top})",
+                      f"give --{name} a positive integer")
+    if isinstance(job.lora_rank, bool) or not isinstance(job.lora_rank, int) \
+            or not 0 <= job.lora_rank <= MAX_BATCH:
+        raise bad(f"lora rank {job.lora_rank!r} is out of range", "give --lora a rank such as 16")
+
+
+def compute_dtype(job: Job) -> str:
+    """The dtype the matmuls run in: the weights' own, or autocast's 16 bits under --mixed."""
+    return ("fp16" if job.dtype == "fp16" else "bf16") if job.mixed else job.dtype
+
+
+def attention_path(shape: Shape, dtype: str, c: Coeffs) -> str:
+    """CUDA SDPA's choice for the HF Llama call (memory.toml [sdpa]): flash | efficient | math."""
+    if dtype in c.flash_dtypes and shape.head_dim <= c.flash_max_head_dim:
+        return "flash"
+    return "math" if shape.gqa and not c.efficient_takes_gqa else "efficient"
+
+
+def _norm(readers: float, h: int, e: int, r: int, mixed: bool, c: Coeffs) -> float:
+    out = readers * e if mixed else c.norm_out * r
+    return (4 * c.norm_upcast_f32 + r * c.norm_cast + out) * h
+
+
+def _layer_tokens(shape: Shape, job: Job, e: int, r: int, path: str, c: Coeffs) -> float:
+    """Saved bytes per token of one decoder layer."""
+    h, q, kv, nh = shape.hidden, shape.q_width, shape.kv_width, shape.heads
+    if path == "math":
+        attention = e * (c.math_h * q + c.math_probs * nh * job.seq)
+    else:
+        attention = e * (c.flash_h * q + c.flash_kv * kv) + 4 * c.flash_lse_f32 * nh
+    return (_norm(c.attn_norm_readers, h, e, r, job.mixed, c) + attention
+            + _norm(c.mlp_norm_readers, h, e, r, job.mixed, c) + e * c.mlp_i * shape.intermediate)
+
+
+def _total(parts: Mapping[str, float]) -> tuple[int, dict[str, int]]:
+    comps = {k: round(parts.get(k, 0)) for k in COMPONENTS}
+    return sum(comps.values()), comps
+
+
+def _peak(candidates: list[dict[str, float]]) -> tuple[int, dict[str, int]]:
+    return max((_total(p) for p in candidates), key=lambda tc: tc[0])
+
+
+def _train(shape: Shape, job: Job, c: Coeffs, notes: list[str]) -> tuple[int, int, dict[str, int]]:
+    size = c.dtype_bytes
+    params = param_count(shape)
+    w, e = size["fp32"] if job.mixed else size[job.dtype], size[compute_dtype(job)]
+    r, n, t = w, job.shards, job.batch * job.seq
+    path = attention_path(shape, compute_dtype(job), c)
+    adapters = lora_params(shape, job.lora_rank) if job.lora_rank else 0
+    trainable = adapters or params
+    g = c.lora_adapter_bytes if adapters else w  # bytes per trainable parameter
+    weights = (params * w + adapters * c.lora_adapter_bytes) / n
+    if n > 1:
+        weights += (c.gathered_layers * layer_params(shape) + root_params(shape)) * e
+    grads = trainable * g / n
+    per_param, step = {"adamw": (c.adamw_states * g, c.adamw_step_temp * g),
+                       "sgd": (c.sgd_states * g, c.sgd_step_temp * g),
+                       "adamw8bit": (c.adamw8bit_bytes, c.adamw8bit_step_temp * g)}[job.optimizer]
+    states, step_temp = trainable * per_param / n, trainable * step / n
+    layer = t * _layer_tokens(shape, job, e, r, path, c)
+    final = (_norm(c.final_norm_readers, shape.hidden, e, r, job.mixed, c)
+             + 4 * c.logprobs_f32 * shape.vocab + c.labels_bytes)
+    inputs = t * shape.layers * c.checkpoint_input * r * shape.hidden if job.checkpointing else 0
+    saved = (inputs if job.checkpointing else shape.layers * layer) + t * final
+    if job.mixed and n == 1:
+        saved += linear_params(shape) * c.weight_cast_bytes
+    fixed = {"parameters": weights, "optimizer": states,
+             "other": c.workspace_handles_train * c.workspace_bytes}
+    start = {**fixed, "activations": saved, "gradients": grads if job.accumulate > 1 else 0,
+             "temporaries": t * 4 * c.backward_grads_f32 * shape.vocab}
+    end = {**fixed, "gradients": grads, "activations": inputs + layer, "temporaries": layer}
+    opt = {**fixed, "gradients": grads, "temporaries": step_temp}
+    peak, comps = _peak([start, end, opt])
+    notes.append(f"attention: {path}" + (" (CUDA SDPA takes neither flash nor memory-efficient "
+                                          "for this dtype with grouped K/V heads)"
+                                          if path == "math" else ""))
+    if adapters:
+        notes.append(f"LoRA rank {job.lora_rank} on every decoder Linear: {adapters:,} trainable "
+                     "fp32 parameters; activations counted as for a full fine-tune (unverified)")
+    if n > 1:
+        notes.append(f"FSDP/ZeRO-3 over {n} GPUs: weights, gradients and optimizer states / {n},"
+                     " two layers and the root gathered (unverified)")
+    return params, trainable, comps | {"_peak": peak}
+
+
+def _infer(shape: Shape, job: Job, c: Coeffs, notes: list[str]) -> tuple[int, int, dict[str, int]]:
+    size = c.dtype_bytes
+    params = param_count(shape)
+    w, e = size["fp32"] if job.mixed else size[job.dtype], size[compute_dtype(job)]
+    n, t = job.shards, job.batch * job.seq
+    path = attention_path(shape, compute_dtype(job), c)
+    fixed = {"parameters": params * w / n, "other": c.workspace_handles_infer * c.workspace_bytes,
+             "kv_cache": t * shape.layers * c.kv_cache * w * shape.kv_width / n}
+    end = {**fixed, "activations": t * e * (c.logits * shape.vocab
+                                            + c.final_hidden * shape.hidden)}
+    inside = t * (e * c.mlp_transient_i * shape.intermediate + w * shape.hidden)
+    if path == "math":
+        inside += t * e * c.math_transient * shape.heads * job.seq
+    mid = {**fixed, "activations": inside}
+    peak, comps = _peak([end, mid])
+    notes.append(f"attention: {path}; a prefill of {job.batch} x {job.seq} tokens with the KV "
+                 "cache kept, logits for every position")
+    if n > 1:
+        notes.append(f"layers split over {n} GPUs (as device_map='auto'): weights and KV cache"
+                     f" / {n}, the logits on one (unverified)")
+    return params, 0, comps | {"_peak": peak}
+
+
+def formula(shape: Shape, job: Job, coeffs: Coeffs) -> Estimate:
+    """The step's peak allocated bytes by formula (see the module docstring)."""
+    check_job(job, coeffs)
+    notes: list[str] = []
+    run = _train if job.mode == "train" else _infer
+    params, trainable, comps = run(shape, job, coeffs, notes)
+    peak = comps.pop("_peak")
+    how = (f"formula: HF {shape.model_type} decoder, {job.mode} {job.batch} x {job.seq}, "
+           f"{'mixed ' if job.mixed else ''}{compute_dtype(job)}")
+    return Estimate(params=params, trainable=trainable, peak_bytes=peak, components=comps,
+                    method="formula", how=how, notes=tuple(notes))
+
+
+def total_bytes(gpu: Gpu, coeffs: Coeffs) -> int:
+    """What the driver reports (gpus.toml memory_mib), else memory_gb taken conservatively."""
+    if gpu.memory_mib:
+        return gpu.memory_mib * MIB
+    return int(gpu.memory_gb * 10**9 * coeffs.memory_gb_fraction)
+
+
+def usable_bytes(gpu: Gpu, coeffs: Coeffs) -> int:
+    """Total less the driver's reserve and the CUDA context (never below 0)."""
+    return max(0, total_bytes(gpu, coeffs) - int(coeffs.driver_reserved_bytes)
+               - int(coeffs.context_bytes))
+
+
+def needed_bytes(estimate: Estimate, coeffs: Coeffs) -> int:
+    """The peak with the caching allocator's headroom on what comes and goes (weights and
+    optimizer states stay put)."""
+    still = estimate.components.get("parameters", 0) + estimate.components.get("optimizer", 0)
+    moving = max(0, estimate.peak_bytes - still)
+    return int(still + moving * coeffs.dynamic_headroom)
+
+
+def verdict(gpu: Gpu, estimate: Estimate, coeffs: Coeffs,
+            options: tuple[Option, ...] = ()) -> GpuFit:
+    usable, needed = usable_bytes(gpu, coeffs), needed_bytes(estimate, coeffs)
+    return GpuFit(gpu=gpu.name, total_bytes=total_bytes(gpu, coeffs), usable_bytes=usable,
+                  needed_bytes=needed, fits=0 < needed <= usable, margin_bytes=usable - needed,
+                  options=options)
+
+
+# The `envbuild fit` flags that express a Job field (the CLI parses the same words).
+def job_flags(job: Job, base: Job) -> tuple[str, ...]:
+    """The argv words that turn `base` into `job` (only the fields that differ)."""
+    words: list[str] = []
+    if job.dtype != base.dtype:
+        words += ["--dtype", job.dtype]
+    if job.mixed != base.mixed:
+        words += ["--mixed"] if job.mixed else ["--no-mixed"]
+    if job.checkpointing != base.checkpointing:
+        words += ["--checkpointing"] if job.checkpointing else ["--no-checkpointing"]
+    if job.batch != base.batch:
+        words += ["--batch", str(job.batch)]
+    if job.accumulate != base.accumulate:
+        words += ["--accumulate", str(job.accumulate)]
+    if job.seq != base.seq:
+        words += ["--seq", str(job.seq)]
+    if job.optimizer != base.optimizer:
+        words += ["--optimizer", job.optimizer]
+    if job.lora_rank != base.lora_rank:
+        words += ["--lora", str(job.lora_rank)]
+    if job.shards != base.shards:
+        words += ["--shards", str(job.shards)]
+    return tuple(words)
+
+
+def _describe(job: Job, base: Job) -> str:
+    parts: list[str] = []
+    if job.mixed and not base.mixed:
+        parts.append("bf16 mixed precision")
+    elif job.dtype != base.dtype:
+        parts.append(f"{job.dtype} weights")
+    if job.checkpointing and not base.checkpointing:
+        parts.append("activation checkpointing")
+    if job.batch != base.batch:
+        parts.append(f"batch {job.batch} x accumulate {job.accumulate}" if job.mode == "train"
+                     else f"batch {job.batch} ({base.batch // job.batch} runs)")
+    if job.seq != base.seq:
+        parts.append(f"sequence {job.seq}")
+    if job.optimizer != base.optimizer:
+        parts.append("8-bit AdamW (bitsandbytes)")
+    if job.lora_rank != base.lora_rank:
+        parts.append(f"LoRA rank {job.lora_rank}")
+    if job.shards != base.shards:
+        parts.append(f"{'FSDP/ZeRO-3' if job.mode == 'train' else 'layers split'} over "
+                     f"{job.shards} GPUs")
+    return " + ".join(parts)
+
+
+def _smaller_batches(job: Job) -> list[Job]:
+    """Micro-batches that keep the global batch (training) or split it into runs (inference),
+    largest first."""
+    out, b = [], job.batch
+    while b > 1:
+        b //= 2
+        if job.batch % b == 0:
+            out.append(replace(job, batch=b, accumulate=job.accumulate * (job.batch // b)))
+    return out
+
+
+def _shorter(job: Job) -> list[Job]:
+    out, s = [], job.seq
+    while s > 1:
+        s //= 2
+        out.append(replace(job, seq=s))
+    return out
+
+
+def _ladders(shape: Shape | None, job: Job, coeffs: Coeffs) -> dict[str, list[Job]]:
+    """Each kind of change as a ladder of jobs, cheapest kind first (KINDS); on a ladder, the
+    mildest first (the first that fits is the one offered)."""
+    steps: dict[str, list[Job]] = {}
+    if job.dtype == "fp32" and not job.mixed:
+        steps["dtype"] = ([replace(job, mixed=True)] if job.mode == "train"
+                          else [replace(job, dtype="bf16")])
+    if job.mode == "train":
+        if not job.checkpointing:
+            steps["checkpointing"] = [replace(job, checkpointing=True)]
+        steps["batch"] = _smaller_batches(job)
+        if job.optimizer == "adamw":
+            steps["optimizer"] = [replace(job, optimizer="adamw8bit")]
+        if shape is not None and not job.lora_rank:
+            steps["lora"] = [replace(job, lora_rank=int(coeffs.lora_default_rank))]
+    else:
+        steps["batch"] = _smaller_batches(job)
+        steps["seq"] = _shorter(job)
+    steps["shards"] = [replace(job, shards=n) for n in coeffs.shard_choices if n > job.shards]
+    return {k: v for k, v in steps.items() if v}
+
+
+def options(shape: Shape | None, job: Job, gpu: Gpu, estimate_fn: Callable[[Job], Estimate],
+            coeffs: Coeffs, limit: int = 3, max_calls: int = 128) -> tuple[Option, ...]:
+    """When `job` does not fit `gpu`: up to `limit` changes that make it fit, each re-checked with
+    estimate_fn (the same estimator), fewest and cheapest changes first: each kind of change alone
+    (dtype, checkpointing, micro-batch, 8-bit AdamW, LoRA, shards; inference: dtype, batch,
+    sequence, shards), then two kinds together where neither alone fits, then the kinds piled up
+    in that order (each at its mildest step that fits, else its strongest). None when it fits.
+    At most `max_calls` jobs are estimated (a measured estimator takes seconds a call)."""
+    seen: dict[Job, GpuFit] = {}
+
+    def first_fit(ladder: list[Job]) -> Option | None:
+        for changed in ladder:
+            if changed not in seen and len(seen) >= max_calls:
+                return None
+            if changed not in seen:
+                seen[changed] = verdict(gpu, estimate_fn(changed), coeffs)
+            fit = seen[changed]
+            if fit.fits:
+                return Option(change=_describe(changed, job), flags=job_flags(changed, job),
+                              job=changed, needed_bytes=fit.needed_bytes,
+                              margin_bytes=fit.margin_bytes)
+        return None
+
+    if first_fit([job]) is not None:
+        return ()
+    ladders = _ladders(shape, job, coeffs)
+    alone = {kind: first_fit(ladder) for kind, ladder in ladders.items()}
+    found = [o for o in alone.values() if o is not None]
+    kinds = [k for k, o in alone.items() if o is None]
+    piled, pile = job, None
+    for kind in kinds if len(found) < limit else ():
+        ladder = _ladders(shape, piled, coeffs).get(kind, [])
+        if (pile := first_fit(ladder)) is not None:
+            break
+        piled = ladder[-1] if ladder else piled
+    for i, first in enumerate(kinds):
+        for second in kinds[i + 1:]:
+            if len(found) >= limit:
+                break
+            for base in ladders[first][:1] + ladders[first][-1:]:  # mildest and strongest
+                option = first_fit(_ladders(shape, base, coeffs).get(second, []))
+                if option is not None and all(o.job != option.job for o in found):
+                    found.append(option)
+                    break
+    if pile is not None and all(o.job != pile.job for o in found):
+        found.append(pile)
+    return tuple(found[:limit])

@@ -1,0 +1,327 @@
+"""Will it fit, the pure core: config.json -> Shape and exact parameter counts against published
+ones, the formula against the H200's torch.cuda.max_memory_allocated(), verdicts on sourced GPU
+memory sizes, and the options each re-checked."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from envbuild.common.errors import MatrixError, UsageError
+from envbuild.core.memory import (
+    COMPONENTS,
+    Coeffs,
+    Estimate,
+    Job,
+    coefficients,
+    formula,
+    options,
+    usable_bytes,
+    verdict,
+)
+from envbuild.core.memshape import Shape, param_count, parse_config, shape_of
+from envbuild.matrix import Matrix
+from envbuild.matrix.crosscheck import cross_check
+from envbuild.matrix.model import Gpu
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = ROOT / "tests/fixtures/fit/configs"
+PROBE = ROOT / "tests/fixtures/hosts/h200-driver580-torch2.11-cu130-2026-11-28/memory-probe.jsonl"
+GB = 10**9
+
+PUBLISHED = {  # tests/fixtures/fit/configs/README.md says where each count comes from
+    "llama-2-7b.json": 6_738_415_616,
+    "meta-llama-3-8b.json": 8_030_261_248,
+    "mistral-7b-v0.1.json": 7_241_732_096,
+    "qwen2-7b.json": 7_615_616_512,
+    "qwen2-0.5b.json": 494_032_768,
+    "tinyllama-1.1b.json": 1_100_048_384,
+    "llama-3.2-1b.json": 1_235_814_400,
+}
+
+# memprobe.py's LLAMA_160M and TINYLLAMA_1B (LlamaConfig defaults otherwise), and each llama
+# case's job: fp32 weights with autocast is `mixed`.
+_LLAMA = {"model_type": "llama", "max_position_embeddings": 4096, "tie_word_embeddings": False}
+LLAMA_160M = {**_LLAMA, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+              "num_key_value_heads": 4, "intermediate_size": 2048, "vocab_size": 32000}
+TINYLLAMA_1B = {**_LLAMA, "hidden_size": 2048, "num_hidden_layers": 22,
+                "num_attention_heads": 32, "num_key_value_heads": 4, "intermediate_size": 5632,
+                "vocab_size": 32000}
+CASES = {
+    "llama160m-fp32-b8s1024": (LLAMA_160M, Job(batch=8, seq=1024, dtype="fp32")),
+    "llama160m-amp-bf16-b8s1024": (LLAMA_160M, Job(batch=8, seq=1024, dtype="fp32", mixed=True)),
+    "llama160m-bf16-b16s2048": (LLAMA_160M, Job(batch=16, seq=2048)),
+    "llama160m-bf16-ckpt-b16s2048": (LLAMA_160M, Job(batch=16, seq=2048, checkpointing=True)),
+    "llama1b-bf16-b4s2048": (TINYLLAMA_1B, Job(batch=4, seq=2048)),
+    "llama1b-bf16-ckpt-b4s2048": (TINYLLAMA_1B, Job(batch=4, seq=2048, checkpointing=True)),
+    "llama1b-bf16-infer-b8s2048": (TINYLLAMA_1B, Job(mode="infer", batch=8, seq=2048)),
+}
+
+
+@pytest.fixture(scope="module")
+def coeffs(matrix: Matrix) -> Coeffs:
+    return coefficients(matrix.extra["memory"])
+
+
+def _config(name: str) -> Shape:
+    return parse_config((CONFIGS / name).read_text(), name)
+
+
+def _gpu(matrix: Matrix, name: str) -> Gpu:
+    gpu = next((g for g in matrix.gpus if g.name == name), None)
+    assert gpu is not None, name
+    return gpu
+
+
+def _recorded() -> dict[str, dict[str, Any]]:
+    rows = [json.loads(line) for line in PROBE.read_text().splitlines() if line.strip()]
+    return {r["case"]: r for r in rows if r["case"].startswith("llama")}
+
+
+# --- shapes and counts ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_parameter_counts_are_the_published_ones(name: str) -> None:
+    assert param_count(_config(name)) == PUBLISHED[name]
+
+
+def test_the_families_read_their_own_keys() -> None:
+    qwen = _config("qwen2-0.5b.json")
+    assert (qwen.qkv_bias, qwen.o_bias, qwen.tied) == (True, False, True)
+    llama = _config("llama-2-7b.json")
+    assert (llama.kv_heads, llama.gqa, llama.head_dim) == (32, False, 128)
+    assert _config("llama-3.2-1b.json").head_dim == 64
+    # a biased Llama counts q, k, v, o and MLP biases; Mistral has no bias key to read
+    doc = json.loads((CONFIGS / "tinyllama-1.1b.json").read_text())
+    plain = param_count(shape_of(doc, "x"))
+    biased = param_count(shape_of({**doc, "attention_bias": True, "mlp_bias": True}, "x"))
+    h, kv, i, layers = 2048, 4 * 64, 5632, 22
+    assert biased - plain == layers * ((h + 2 * kv + h) + (2 * i + h))
+    mistral = json.loads((CONFIGS / "mistral-7b-v0.1.json").read_text())
+    assert param_count(shape_of({**mistral, "attention_bias": True}, "x")) == \
+        PUBLISHED["mistral-7b-v0.1.json"]
+
+
+def test_the_measured_models_count_what_torch_counted() -> None:
+    recorded = _recorded()
+    for case, (config, _job) in CASES.items():
+        assert param_count(shape_of(config, case)) == recorded[case]["real_cuda"]["params"]
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("", "not valid JSON"),
+    ("[1, 2]", "a JSON object, not list"),
+    ('{"model_type": "gpt2", "n_embd": 768}', "model_type 'gpt2' is not one"),
+    ('{"hidden_size": 8}', "model_type missing"),
+    ('{"model_type": "llama", "hidden_size": 8}', "num_attention_heads is missing"),
+    ('{"model_type": "mistral", "num_local_experts": 8, "hidden_size": 8}', "mixture-of-experts"),
+    ('{"model_type": "llama", "hidden_size": -8, "num_attention_heads": 1}', "out of range"),
+    ('{"model_type": "llama", "hidden_size": 1e400, "num_attention_heads": 1}', "not float"),
+    ('{"model_type": "llama", "hidden_size": true, "num_attention_heads": 1}', "not bool"),
+    ('{"model_type": "llama", "hidden_size": 99999999999999999999999, '
+     '"num_attention_heads": 1}', "out of range"),
+    ('{"model_type": "llama", "hidden_size": 12, "num_attention_heads": 5}', "not a multiple"),
+    ('{"model_type": "llama", "hidden_size": 12, "num_attention_heads": 4, '
+     '"num_key_value_heads": 3}', "does not divide"),
+    ('{"model_type": "llama", "tie_word_embeddings": "yes", "hidden_size": 8, '
+     '"num_attention_heads": 2, "intermediate_size": 8, "num_hidden_layers": 1, '
+     '"vocab_size": 8}', "must be true or false"),
+    ("[" * 5000 + "]" * 5000, "not valid JSON"),
+])
+def test_bad_configs_are_one_line_usage_errors(text: str, says: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        parse_config(text, "config.json")
+    assert says in caught.value.message and "\n" not in caught.value.message
+    assert caught.value.hint and caught.value.exit_code == 2
+
+
+_SCALARS = (st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
+            | st.floats(allow_nan=True) | st.text(max_size=12))
+_JSON = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=12)
+_KEYS = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+         "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
+         "tie_word_embeddings", "attention_bias", "mlp_bias", "max_position_embeddings",
+         "torch_dtype", "num_local_experts")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(base=st.sampled_from(sorted(PUBLISHED)),
+       changes=st.dictionaries(st.sampled_from(_KEYS), _JSON, max_size=4),
+       drop=st.sets(st.sampled_from(_KEYS), max_size=3), whole=_JSON)
+def test_any_config_is_a_shape_or_a_usage_error(base: str, changes: dict[str, Any],
+                                               drop: set[str], whole: Any) -> None:
+    doc = json.loads((CONFIGS / base).read_text())
+    doc.update(changes)
+    for key in drop:
+        doc.pop(key, None)
+    for text in (json.dumps(doc), json.dumps(whole)):
+        try:
+            shape = parse_config(text, "config.json")
+        except UsageError as exc:
+            assert "\n" not in exc.message
+            continue
+        assert param_count(shape) > 0 and shape.heads % shape.kv_heads == 0
+
+
+# --- the formula against the H200 ----------------------------------------------------------------
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_formula_agrees_with_the_h200(case: str, coeffs: Coeffs) -> None:
+    config, job = CASES[case]
+    real = _recorded()[case]["real_cuda"]["peak_allocated"]
+    est = formula(shape_of(config, case), job, coeffs)
+    assert est.method == "formula" and set(est.components) == set(COMPONENTS)
+    assert sum(est.components.values()) == est.peak_bytes
+    assert 0.9 <= est.peak_bytes / real <= 1.1, (case, est.peak_bytes / real)
+
+
+def test_fp32_gqa_takes_math_attention(coeffs: Coeffs) -> None:
+    config, job = CASES["llama160m-fp32-b8s1024"]
+    shape = shape_of(config, "x")
+    assert any("attention: math" in n for n in formula(shape, job, coeffs).notes)
+    mha = shape_of({**config, "num_key_value_heads": 12}, "x")
+    assert any("attention: efficient" in n for n in formula(mha, job, coeffs).notes)
+    assert any("attention: flash" in n
+               for n in formula(shape, dataclasses.replace(job, dtype="bf16"), coeffs).notes)
+
+
+_JOBS = st.builds(Job, mode=st.sampled_from(("train", "infer")),
+                  batch=st.integers(1, 64), seq=st.integers(1, 8192),
+                  dtype=st.sampled_from(("fp32", "bf16", "fp16")), mixed=st.booleans(),
+                  optimizer=st.sampled_from(("adamw", "sgd", "adamw8bit")),
+                  checkpointing=st.booleans(), lora_rank=st.sampled_from((0, 8, 16)),
+                  shards=st.sampled_from((1, 2, 8)), accumulate=st.sampled_from((1, 4)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(name=st.sampled_from(sorted(PUBLISHED)), job=_JOBS, more=st.integers(1, 4096))
+def test_formula_grows_with_batch_and_sequence(name: str, job: Job, more: int,
+                                               coeffs: Coeffs) -> None:
+    shape = _config(name)
+    est = formula(shape, job, coeffs)
+    assert est.peak_bytes > 0 and all(v >= 0 for v in est.components.values())
+    for bigger in (dataclasses.replace(job, batch=job.batch + more),
+                   dataclasses.replace(job, seq=job.seq + more)):
+        assert formula(shape, bigger, coeffs).peak_bytes >= est.peak_bytes
+
+
+@pytest.mark.parametrize("job", [Job(mode="eval"), Job(batch=0), Job(seq=-1), Job(dtype="fp8"),
+                                 Job(optimizer="adam"), Job(shards=0), Job(lora_rank=-1)])
+def test_bad_jobs_are_usage_errors(job: Job, coeffs: Coeffs) -> None:
+    with pytest.raises(UsageError):
+        formula(_config("tinyllama-1.1b.json"), job, coeffs)
+
+
+def test_missing_coefficients_are_a_matrix_error(matrix: Matrix) -> None:
+    doc = {k: dict(v) for k, v in matrix.extra["memory"].items()}
+    del doc["loss"]["logprobs_f32"]
+    with pytest.raises(MatrixError, match=r"\[loss\] logprobs_f32"):
+        coefficients(doc)
+
+
+# --- GPUs and verdicts ---------------------------------------------------------------------------
+
+def test_usable_memory_is_the_drivers_total_less_reserve_and_context(matrix: Matrix,
+                                                                    coeffs: Coeffs) -> None:
+    h200 = _gpu(matrix, "H200")
+    assert h200.memory_mib == 143771  # tests/fixtures/hosts/.../nvidia-smi.txt
+    usable = usable_bytes(h200, coeffs)
+    # torch saw 150,109,880,320 bytes total there (the driver's reserve already off) and the
+    # context took 648,871,936 of them
+    assert abs(usable - (150_109_880_320 - 648_871_936)) < 2**20
+    no_mib = dataclasses.replace(h200, memory_mib=0)
+    assert usable_bytes(no_mib, coeffs) < usable  # memory_gb alone is taken on the safe side
+    assert usable_bytes(dataclasses.replace(h200, memory_mib=0, memory_gb=0.0), coeffs) == 0
+
+
+def test_sourced_totals_sit_beside_memory_gb(matrix: Matrix) -> None:
+    sized = [g for g in matrix.gpus if g.memory_mib]
+    assert {"H100", "H200", "A100", "RTX 4090", "RTX 4080", "T4"} <= {g.name for g in sized}
+    bad = dataclasses.replace(matrix, gpus=tuple(
+        dataclasses.replace(g, memory_mib=8192) if g.name == "H100" else g for g in matrix.gpus))
+    assert any("memory_mib 8192" in p.message for p in cross_check(bad))
+
+
+def _estimator(shape: Shape, coeffs: Coeffs) -> Any:
+    return lambda job: formula(shape, job, coeffs)
+
+
+def test_an_8b_full_fine_tune_needs_sharding_on_80gb(matrix: Matrix, coeffs: Coeffs) -> None:
+    shape = _config("meta-llama-3-8b.json")
+    job = Job(batch=1, seq=2048, dtype="fp32", mixed=True)
+    est = formula(shape, job, coeffs)
+    assert est.components["parameters"] + est.components["gradients"] \
+        + est.components["optimizer"] >= 16 * est.params  # ZeRO's 16 bytes per parameter
+    for name in ("H100", "A100"):
+        gpu = _gpu(matrix, name)
+        fit = verdict(gpu, est, coeffs)
+        assert not fit.fits and fit.margin_bytes < 0
+        offered = options(shape, job, gpu, _estimator(shape, coeffs), coeffs)
+        shards = [o for o in offered if o.job.shards > 1]
+        assert shards and shards[0].flags[-2] == "--shards"
+
+
+def test_8b_bf16_inference_fits_24gb_not_16gb(matrix: Matrix, coeffs: Coeffs) -> None:
+    shape = _config("meta-llama-3-8b.json")
+    est = formula(shape, Job(mode="infer", batch=1, seq=4096), coeffs)
+    assert verdict(_gpu(matrix, "RTX 4090"), est, coeffs).fits
+    for small in ("RTX 4080", "T4", "V100"):
+        assert not verdict(_gpu(matrix, small), est, coeffs).fits
+
+
+def test_options_keep_the_global_batch_and_say_it(matrix: Matrix, coeffs: Coeffs) -> None:
+    shape = _config("tinyllama-1.1b.json")
+    job = Job(batch=8, seq=2048)
+    gpu = _gpu(matrix, "RTX 4090")
+    assert not verdict(gpu, formula(shape, job, coeffs), coeffs).fits
+    offered = options(shape, job, gpu, _estimator(shape, coeffs), coeffs, limit=6)
+    assert offered[0].change == "activation checkpointing"
+    assert offered[0].flags == ("--checkpointing",)
+    batch = next(o for o in offered if o.job.batch < 8)
+    assert batch.job.batch * batch.job.accumulate == 8
+    assert batch.change == f"batch {batch.job.batch} x accumulate {batch.job.accumulate}"
+    assert batch.flags == ("--batch", str(batch.job.batch), "--accumulate",
+                           str(batch.job.accumulate))
+    # the accumulated gradients live through backward: never cheaper than without them
+    acc = dataclasses.replace(batch.job, accumulate=1)
+    assert formula(shape, batch.job, coeffs).peak_bytes >= formula(shape, acc, coeffs).peak_bytes
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(sorted(PUBLISHED)), job=_JOBS,
+       gpu=st.sampled_from(("T4", "RTX 4090", "A100 40GB", "H100")))
+def test_options_that_say_fit_really_fit(name: str, job: Job, gpu: str, matrix: Matrix,
+                                         coeffs: Coeffs) -> None:
+    shape, row = _config(name), _gpu(matrix, gpu)
+    calls: list[Job] = []
+
+    def estimate(changed: Job) -> Estimate:
+        calls.append(changed)
+        return formula(shape, changed, coeffs)
+
+    offered = options(shape, job, row, estimate, coeffs)
+    assert len(offered) <= 3
+    for option in offered:
+        assert option.job in calls  # checked by the estimator it was given
+        fit = verdict(row, formula(shape, option.job, coeffs), coeffs)
+        assert fit.fits and fit.needed_bytes == option.needed_bytes
+        assert option.flags and all(isinstance(w, str) for w in option.flags)
+
+
+def test_no_options_when_it_fits_and_piled_changes_when_no_pair_does(matrix: Matrix,
+                                                                     coeffs: Coeffs) -> None:
+    shape, gpu = _config("tinyllama-1.1b.json"), _gpu(matrix, "RTX 4090")
+    small = Job(batch=1, seq=512, checkpointing=True)
+    assert verdict(gpu, formula(shape, small, coeffs), coeffs).fits
+    assert options(shape, small, gpu, _estimator(shape, coeffs), coeffs) == ()
+    heavy = Job(batch=8, seq=2048, dtype="fp32")  # fp32 GQA: math attention, 159 GB of activations
+    offered = options(shape, heavy, gpu, _estimator(shape, coeffs), coeffs)
+    assert offered and offered[-1].job.mixed and offered[-1].job.checkpointing
+    assert offered[-1].flags[:2] == ("--mixed", "--checkpointing")
