@@ -426,24 +426,27 @@ def _ladders(shape: Shape | None, job: Job, coeffs: Coeffs) -> dict[str, list[Jo
     return {k: v for k, v in steps.items() if v}
 
 
-def options(shape: Shape | None, job: Job, gpu: Gpu, estimate_fn: Callable[[Job], Estimate],
+def options(shape: Shape | None, job: Job, gpu: Gpu,
+            estimate_fn: Callable[[Job], Estimate | None],
             coeffs: Coeffs, limit: int = 3, max_calls: int = 128) -> tuple[Option, ...]:
     """When `job` does not fit `gpu`: up to `limit` changes that make it fit, each re-checked with
     estimate_fn (the same estimator), fewest and cheapest changes first: each kind of change alone
     (dtype, checkpointing, micro-batch, 8-bit AdamW, LoRA, shards; inference: dtype, batch,
     sequence, shards), then two kinds together where neither alone fits, then the kinds piled up
     in that order (each at its mildest step that fits, else its strongest). None when it fits.
-    At most `max_calls` jobs are estimated (a measured estimator takes seconds a call)."""
-    seen: dict[Job, GpuFit] = {}
+    At most `max_calls` jobs are estimated (a measured estimator takes seconds a call); a job
+    estimate_fn answers None for (a change it cannot make) is passed over."""
+    seen: dict[Job, GpuFit | None] = {}
 
     def first_fit(ladder: list[Job]) -> Option | None:
         for changed in ladder:
             if changed not in seen and len(seen) >= max_calls:
                 return None
             if changed not in seen:
-                seen[changed] = verdict(gpu, estimate_fn(changed), coeffs)
+                estimate = estimate_fn(changed)
+                seen[changed] = None if estimate is None else verdict(gpu, estimate, coeffs)
             fit = seen[changed]
-            if fit.fits:
+            if fit is not None and fit.fits:
                 return Option(change=_describe(changed, job), flags=job_flags(changed, job),
                               job=changed, needed_bytes=fit.needed_bytes,
                               margin_bytes=fit.margin_bytes)
