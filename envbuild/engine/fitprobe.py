@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuild.common import proc
-from envbuild.common.boundedio import TooDeep
+from envbuild.common.boundedio import TooDeep, path_text, regular_file
 from envbuild.common.errors import EXIT_CANNOT_RUN, EnvbuildError, UsageError
 from envbuild.engine import docker
 from envbuild.engine.image_facts import probe_output
@@ -46,6 +46,19 @@ def entry_function(job: Mapping[str, Any]) -> str:
     return name
 
 
+def entry_file(path: Path) -> Path:
+    """`path`, absolute, when it is a regular file; UsageError otherwise (a FIFO, a directory,
+    a missing file)."""
+    hint = "give the Python file that defines the entry function"
+    try:
+        regular_file(path, "entry file", hint)
+    except FileNotFoundError:
+        raise UsageError(f"{path_text(path)}: no such file", hint) from None
+    except ValueError:  # a NUL in the path
+        raise UsageError(f"{path_text(path)}: not a file name", hint) from None
+    return path.absolute()
+
+
 def in_container(job: Mapping[str, Any], entry: Path | None) -> tuple[dict[str, Any],
                                                                       dict[str, Path]]:
     """The job as the container sees it, and its read-only mounts: the entry file's directory at
@@ -53,8 +66,10 @@ def in_container(job: Mapping[str, Any], entry: Path | None) -> tuple[dict[str, 
     out = dict(job)
     if entry is None:
         return out, {}
-    out["model"] = {"entry": f"{ENTRY_DIR}/{entry.name}:{entry_function(job)}"}
-    return out, {ENTRY_DIR: entry.resolve().parent}
+    fn = entry_function(job)
+    path = entry_file(entry).resolve()
+    out["model"] = {"entry": f"{ENTRY_DIR}/{path.name}:{fn}"}
+    return out, {ENTRY_DIR: path.parent}
 
 
 def measure_in_image(ref: str, job: Mapping[str, Any], entry: Path | None, timeout: float, *,
@@ -88,8 +103,8 @@ def measure_here(job: Mapping[str, Any], timeout: float) -> dict[str, Any]:
     job = dict(job)
     model = job.get("model")
     if isinstance(model, Mapping) and isinstance(model.get("entry"), str):
-        path = model["entry"].rpartition(":")[0]
-        job["model"] = {"entry": f"{Path(path).absolute()}:{entry_function(job)}"}
+        fn = entry_function(job)
+        job["model"] = {"entry": f"{entry_file(Path(model['entry'].rpartition(':')[0]))}:{fn}"}
     tail = _Tail(OUTPUT_LIMIT)
     try:
         code = proc.stream(probe_argv(sys.executable, job), tail.add, timeout=timeout)

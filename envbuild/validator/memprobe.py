@@ -451,8 +451,11 @@ def optimizer(torch: Any, job: dict[str, Any], params: list[Any], cuda_like: boo
 
 
 def kv_bytes(torch: Any, out: Any) -> int:
-    """The bytes of an output's KV cache (transformers' Cache object or legacy tuples)."""
-    cache = getattr(out, "past_key_values", None)
+    """The bytes of an output's KV cache (transformers' Cache object or legacy tuples; under
+    "cache", or "past_key_values" before transformers 5 renamed it)."""
+    cache = None
+    if isinstance(out, dict):  # a ModelOutput; its old attribute name warns when read
+        cache = out["cache"] if "cache" in out else out.get("past_key_values")
     tensors: list[Any] = []
     for layer in getattr(cache, "layers", None) or []:
         tensors += [getattr(layer, "keys", None), getattr(layer, "values", None)]
@@ -483,30 +486,12 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
     with emulated_attention(torch, rule, counts):
         fn = entry_function(job["model"]["entry"]) if "entry" in job["model"] else None
         with fake_mode:
-            with torch.device(dev), default_dtype(torch, weights):
-                if fn is not None:
-                    model, inputs = entry_model(torch, fn)
-                else:
-                    model = config_model(job)
-                    inputs = (torch.randint(0, int(model.config.vocab_size),
-                                            (job["batch"], job["seq"])),)
-            if fn is not None and job["checkpointing"]:
-                if not hasattr(model, "gradient_checkpointing_enable"):
-                    raise Refused("unsupported", "checkpointing needs a model with "
-                                  "gradient_checkpointing_enable() (transformers'); use "
-                                  "torch.utils.checkpoint in the model itself instead")
-                model.gradient_checkpointing_enable(
-                    gradient_checkpointing_kwargs={"use_reentrant": False})
-            adapted = 0
-            if job["lora_rank"]:
-                with torch.device(dev):
-                    adapted = add_lora(torch, model, job["lora_rank"])
-            model.train(train)
+            model, inputs, adapted = build(torch, job, dev, weights, fn)
             params = list(model.parameters())
             trainable = [p for p in params if p.requires_grad]
-            opt = optimizer(torch, job, trainable, gpu or rule is not None) if train else None
             if train and not trainable:
                 raise Refused("unsupported", "the model has no trainable parameter")
+            opt = optimizer(torch, job, trainable, gpu or rule is not None) if train else None
             autocast = (torch.autocast(dev.type, dtype=torch.bfloat16) if job["mixed"]
                         else contextlib.nullcontext())
             tracker = tracker_cls()
@@ -529,17 +514,9 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
                               ) from None
             except Exception as exc:
                 raise Refused("untraceable", f"the step failed: {said(exc)}") from None
-    per: dict[str, int] = next((v for k, v in snap.items() if torch.device(k).type == dev.type),
+    per: dict[Any, Any] = next((v for k, v in snap.items() if torch.device(k).type == dev.type),
                                {})
-    components = {name: 0 for name in ORDER}
-    for key, value in per.items():
-        if key != "Total":
-            components[COMPONENTS.get(key, "other")] += int(value)
-    if kv:
-        kv = min(kv, components["activations"])
-        components["activations"] -= kv
-        components["kv_cache"] = kv
-    peak = int(per.get("Total", sum(components.values())))
+    components, peak = components_of(per, kv)
     answer: dict[str, Any] = {
         "format": FORMAT, "params": sum(p.numel() for p in params),
         "trainable": sum(p.numel() for p in trainable), "peak_bytes": peak,
@@ -554,6 +531,49 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
         answer["rss_growth"] = max(0, _maxrss() - rss0)
     answer["seconds"] = round(time.perf_counter() - start, 3)
     return answer
+
+
+def build(torch: Any, job: dict[str, Any], dev: Any, weights: Any,
+          fn: Callable[[], Any] | None) -> tuple[Any, tuple[Any, ...], int]:
+    """The model and its inputs on `dev` (`weights` the default dtype while they are made),
+    checkpointing and LoRA applied, in train or eval mode; and how many layers LoRA adapted."""
+    with torch.device(dev), default_dtype(torch, weights):
+        if fn is not None:
+            model, inputs = entry_model(torch, fn)
+        else:
+            model = config_model(job)
+            inputs = (torch.randint(0, int(model.config.vocab_size),
+                                    (job["batch"], job["seq"])),)
+    if fn is not None and job["checkpointing"]:
+        if not hasattr(model, "gradient_checkpointing_enable"):
+            raise Refused("unsupported", "checkpointing needs a model with "
+                          "gradient_checkpointing_enable() (transformers'); use "
+                          "torch.utils.checkpoint in the model itself instead")
+        model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": False})
+    adapted = 0
+    if job["lora_rank"]:
+        with torch.device(dev):
+            adapted = add_lora(torch, model, job["lora_rank"])
+    model.train(job["mode"] == "train")
+    return model, inputs, adapted
+
+
+def components_of(per: dict[Any, Any], kv: int) -> tuple[dict[str, int], int]:
+    """MemTracker's peak snapshot of one device in COMPONENTS' names (the KV cache taken out
+    of the activations it is counted in), and the peak."""
+    components = {name: 0 for name in ORDER}
+    for key, value in per.items():
+        name = str(getattr(key, "value", key))  # a _MemRefType (a str enum), or "Total"
+        if name != "Total":
+            components[COMPONENTS.get(name, "other")] += int(value)
+    if kv:
+        kv = min(kv, components["activations"])
+        components["activations"] -= kv
+        components["kv_cache"] = kv
+    total = next((int(v) for k, v in per.items() if str(getattr(k, "value", k)) == "Total"),
+                 sum(components.values()))
+    return components, total
 
 
 def one_step(torch: Any, model: Any, inputs: tuple[Any, ...], config: bool, train: bool,

@@ -6,13 +6,14 @@ prints never reaches the answer; a probe that dies or hangs is one EnvbuildError
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from envbuild.common.errors import EnvbuildError
+from envbuild.common.errors import EnvbuildError, UsageError
 from envbuild.engine import fitprobe
 from tests.support import FIXTURES
 
@@ -28,7 +29,7 @@ def job(fn: str = "tiny", **kw: Any) -> dict[str, Any]:
 
 
 def test_fake_and_real_agree_within_10_percent() -> None:
-    """An fp32 AdamW step of about 1.3 GB: the fake peak, the real one by MemTracker on real
+    """An fp32 AdamW step of about 1.1 GB: the fake peak, the real one by MemTracker on real
     tensors, and the real process's RSS growth."""
     fake = fitprobe.measure_here(job("wide"), timeout=300)
     real = fitprobe.measure_here(job("wide", real=True), timeout=300)
@@ -77,9 +78,20 @@ def test_a_probe_that_dies_or_hangs_is_one_error(tmp_path: Path) -> None:
     assert "did not finish within 3 s" in hung.value.message
 
 
-def test_an_entry_without_a_function_is_a_usage_error() -> None:
-    with pytest.raises(EnvbuildError, match=r"FILE\.py:FUNCTION"):
-        fitprobe.measure_here({**job(), "model": {"entry": str(ENTRY)}}, timeout=60)
+def test_an_entry_that_is_no_file_or_names_no_function_is_a_usage_error(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo.py"
+    os.mkfifo(fifo)
+    for spec, says in ((str(ENTRY), "FILE.py:FUNCTION"), (f"{ENTRY}:1x", "FILE.py:FUNCTION"),
+                       (f"{tmp_path}/none.py:fn", "no such file"),
+                       (f"{fifo}:fn", "a FIFO (named pipe), not a regular file"),
+                       (f"{tmp_path}:fn", "a directory"), ("/a\x00b.py:fn", "not a file name")):
+        with pytest.raises(UsageError) as here:
+            fitprobe.measure_here({**job(), "model": {"entry": spec}}, timeout=60)
+        assert says in here.value.message, (spec, here.value.message)
+        path = Path(spec.rpartition(":")[0] or spec)
+        with pytest.raises(UsageError) as inside:
+            fitprobe.in_container({**job(), "model": {"entry": spec}}, path)
+        assert says in inside.value.message, (spec, inside.value.message)
 
 
 def test_the_container_job_points_at_the_mount() -> None:
