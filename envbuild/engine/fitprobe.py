@@ -31,8 +31,14 @@ def probe_source() -> str:
 
 def probe_argv(python: str, job: Mapping[str, Any]) -> list[str]:
     """The probe's command line: `python` isolated (-I: no PYTHONPATH, no user site), the
-    probe's source, the job as one JSON argument."""
-    return [python, "-I", "-c", probe_source(), json.dumps(job, separators=(",", ":"))]
+    probe's source, the job as one JSON argument (UsageError when it is longer than one
+    argument may be: a config.json of over 128 KiB)."""
+    text = json.dumps(job, separators=(",", ":"))
+    if len(text.encode()) > memprobe.MAX_JOB:
+        raise UsageError(f"the job is {len(text.encode()) >> 10} KiB as JSON; the probe takes "
+                         f"at most {memprobe.MAX_JOB >> 10} KiB",
+                         "give a config.json without its large tables (id2label and the like)")
+    return [python, "-I", "-c", probe_source(), text]
 
 
 def entry_function(job: Mapping[str, Any]) -> str:

@@ -55,7 +55,8 @@ from typing import Any
 
 FORMAT = 1
 MARKER = "::envbuild-memprobe-output-5d0c2b::"  # a line of its own; JSON never holds a newline
-MAX_JOB = 1 << 20  # characters of JOB_JSON
+MAX_ARG = 128 << 10  # one argv string on Linux (MAX_ARG_STRLEN): this source and the job each
+MAX_JOB = MAX_ARG - 1  # characters of JOB_JSON
 MAX_SOURCE = 4 << 20  # bytes of the entry file
 MAX_MSG = 400
 MAX_INPUTS = 64

@@ -15,6 +15,7 @@ import pytest
 
 from envbuild.common.errors import EnvbuildError, UsageError
 from envbuild.engine import fitprobe
+from envbuild.validator import memprobe
 from tests.support import FIXTURES
 
 torch = pytest.importorskip("torch")
@@ -102,3 +103,12 @@ def test_the_container_job_points_at_the_mount() -> None:
                                                                        {})
     argv = fitprobe.probe_argv(sys.executable, inside)
     assert argv[1:3] == ["-I", "-c"] and json.loads(argv[4]) == inside
+
+
+def test_the_source_and_the_job_each_fit_one_argument() -> None:
+    """Linux takes at most 128 KiB in one argv string: the probe's source is one, the job
+    another."""
+    assert len(fitprobe.probe_source().encode()) < memprobe.MAX_ARG // 2
+    big = {**job(), "model": {"config": {"model_type": "llama", "id2label": "x" * 140_000}}}
+    with pytest.raises(UsageError, match="at most 127 KiB"):
+        fitprobe.probe_argv(sys.executable, big)
