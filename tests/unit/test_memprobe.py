@@ -243,6 +243,15 @@ def test_generated_bad_jobs_are_job_errors_before_torch_runs(key: str, value: ob
     assert isinstance(model.get("entry"), str) or isinstance(model.get("config"), dict)
 
 
+@settings(max_examples=200, deadline=None)
+@given(spec=st.text(alphabet=":/.\\\x00\n\r\t é0123456789_-*?~$", max_size=40))
+def test_generated_hostile_entry_specs_are_one_line_entry_errors(spec: str) -> None:
+    """Only these characters: a generated spec never names a real module file to run."""
+    r = ask(model={"entry": spec})
+    assert r["error"] == "entry", r
+    assert "\n" not in r["message"] and len(r["message"]) <= memprobe.MAX_MSG
+
+
 @pytest.mark.parametrize("text", ["", "[]", "{", "{\"format\": 2}", "1" * (memprobe.MAX_JOB + 1),
                                   "[" * 100_000, json.dumps(job(batch=0)),
                                   json.dumps(job(batch=True)), json.dumps(job(model={}))])
