@@ -179,24 +179,38 @@ def stream(
 ) -> int:
     """Run argv, calling on_line for every line of its merged output; return the exit code.
 
-    Ctrl-C (KeyboardInterrupt) stops the child's whole process group and re-raises.
+    Ctrl-C (KeyboardInterrupt) stops the child's whole process group and re-raises. The time
+    limit holds for a child that prints nothing too (a timer stops its group).
     """
     deadline = time.monotonic() + timeout
     proc = _start(argv, env, cwd, stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT, bufsize=1)
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        _kill_group(proc)
+
+    timer = threading.Timer(timeout, expire)
+    timer.daemon = True
+    timer.start()
+    hung = ProcessError(f"{argv[0]} did not finish within {timeout:.0f} s",
+                        "the command hung; check that the service it talks to answers",
+                        exit_code=EXIT_CANNOT_RUN)
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
             on_line(line.rstrip("\n"))
             if time.monotonic() > deadline:
                 _kill_group(proc)
-                raise ProcessError(f"{argv[0]} did not finish within {timeout:.0f} s",
-                                   "the command hung; check that the service it talks to "
-                                   "answers", exit_code=EXIT_CANNOT_RUN)
+                raise hung
         code = proc.wait()
+        if expired.is_set():
+            raise hung
         check_cancelled()  # stopped by cancel_all(): an interrupt, not a failed command
         return code
     except BaseException:
         _kill_group(proc)
         raise
     finally:
+        timer.cancel()
         _done(proc)

@@ -30,14 +30,15 @@ def probe_argv(arg: str = REPORT_DIR) -> list[str]:
     return [f"{VENV}/bin/python", "-I", "-c", probe_source(), arg]
 
 
-def probe_output(text: str) -> Any:
-    """The JSON value after the output's last MARKER line (whatever printed before it, a
+def probe_output(text: str, marker: str = MARKER) -> Any:
+    """The JSON value after the output's last `marker` line (whatever printed before it, a
     banner, is skipped; the text is the run's, read bounded); ValueError when there is no
-    marker line or what follows is not JSON, TooDeep when it nests too deep."""
+    marker line or what follows is not JSON, TooDeep when it nests too deep. `marker`: the
+    probe's own (the SBOM probe's by default; envbuild/validator/memprobe.py has another)."""
     at = -1
-    for mark in (f"\n{MARKER}\n", f"\n{MARKER}\r\n"):
+    for mark in (f"\n{marker}\n", f"\n{marker}\r\n"):
         at = max(at, text.rfind(mark))
-    if at < 0 and text.startswith((f"{MARKER}\n", f"{MARKER}\r\n")):
+    if at < 0 and text.startswith((f"{marker}\n", f"{marker}\r\n")):
         at = 0  # the first line (no newline before it)
     elif at >= 0:
         at += 1

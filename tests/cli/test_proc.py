@@ -22,6 +22,20 @@ def test_run_and_stream() -> None:
 
 
 @pytest.mark.parametrize("door", ["run", "stream"])
+def test_a_silent_child_is_stopped_at_the_time_limit(door: str) -> None:
+    """stream checked its deadline only when a line came: a child that printed nothing ran on
+    (fit's memory probe, hung in a model's code, ran its whole minute past a 3 s limit)."""
+    start = time.monotonic()
+    with pytest.raises(ProcessError) as exc:
+        if door == "run":
+            proc.run(["sh", "-c", "sleep 30"], timeout=1)
+        else:
+            proc.stream(["sh", "-c", "echo up; sleep 30"], lambda line: None, timeout=1)
+    assert "did not finish within 1 s" in exc.value.message
+    assert time.monotonic() - start < 10
+
+
+@pytest.mark.parametrize("door", ["run", "stream"])
 def test_missing_and_forbidden_programs(door: str, tmp_path: Path) -> None:
     script = tmp_path / "tool"
     script.write_text("#!/bin/sh\n")
