@@ -13,7 +13,7 @@ from envbuild.cli._app import app, emit_json, say, warn
 from envbuild.common.errors import EXIT_FAILED
 
 if TYPE_CHECKING:
-    from envbuild.features.fit import FitReport
+    from envbuild.features.fit import FitReport, FitRequest
 
 BAR = 32  # characters of the longest bar
 
@@ -75,9 +75,10 @@ def fit(
 ) -> None:
     """0 every GPU fits (or none was named and this host has none), 1 a GPU does not, 2 bad
     input, 3 it could not be measured (no engine, the probe failed and no formula stands in)."""
+    from envbuild.core.memory import Job
     from envbuild.features import fit as use
 
-    job = use.Job(mode="infer" if infer else "train", batch=batch, seq=seq, dtype=dtype,
+    job = Job(mode="infer" if infer else "train", batch=batch, seq=seq, dtype=dtype,
                   mixed=mixed, optimizer=optimizer, checkpointing=checkpointing,
                   lora_rank=lora, shards=shards, accumulate=accumulate)
     req = use.FitRequest(job=job, config=config, entry=entry, image=image, method=method,
@@ -96,7 +97,7 @@ def _gb(n: int) -> str:
     return f"{n / 1e9:,.1f} GB"
 
 
-def _print(r: FitReport, req: object) -> None:
+def _print(r: FitReport, req: FitRequest) -> None:
     from envbuild.features import fit as use
 
     e = r.estimate

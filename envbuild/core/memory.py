@@ -33,6 +33,7 @@ from envbuild.core.memshape import (
     root_params,
 )
 from envbuild.matrix.model import Gpu
+from envbuild.validator import memprobe
 
 COMPONENTS = ("parameters", "gradients", "optimizer", "activations", "kv_cache", "temporaries",
               "buffers", "other")
@@ -114,7 +115,6 @@ _COEFFS: Mapping[str, tuple[str, str]] = {
     "final_hidden": ("inference", "final_hidden"),
     "mlp_transient_i": ("inference", "mlp_transient_i"),
     "math_transient": ("inference", "math_transient"),
-    "flash_max_head_dim": ("sdpa", "flash_max_head_dim"),
     "weight_cast_bytes": ("mixed", "weight_cast_bytes"),
     "lora_default_rank": ("lora", "default_rank"), "lora_adapter_bytes": ("lora", "adapter_bytes"),
     "gathered_layers": ("shards", "gathered_layers"),
@@ -123,7 +123,7 @@ _COEFFS: Mapping[str, tuple[str, str]] = {
     "workspace_handles_infer": ("cuda", "workspace_handles_infer"),
     "context_bytes": ("cuda", "context_bytes"),
     "driver_reserved_bytes": ("cuda", "driver_reserved_bytes"),
-    "dynamic_headroom": ("allocator", "dynamic_headroom"),
+    "peak_headroom": ("allocator", "peak_headroom"),
     "memory_gb_fraction": ("gpu_total", "memory_gb_fraction"),
 }
 
@@ -134,8 +134,7 @@ class Coeffs:
     derivation and source)."""
 
     dtype_bytes: Mapping[str, int]
-    flash_dtypes: tuple[str, ...]
-    efficient_takes_gqa: bool
+    sdpa_backends: tuple[Mapping[str, Any], ...]  # the probe's rule (memprobe.sdpa_rule)
     shard_choices: tuple[int, ...]
     values: Mapping[str, float]
 
@@ -160,11 +159,14 @@ def coefficients(doc: Mapping[str, Any]) -> Coeffs:
                    if isinstance(v, int) and not isinstance(v, bool) and v > 0}
     sdpa, shards = doc.get("sdpa", {}), doc.get("shards", {})
     choices = tuple(int(n) for n in shards.get("choices", ()) if isinstance(n, int) and n > 1)
-    if "fp32" not in dtype_bytes or not choices or not isinstance(sdpa.get("flash_dtypes"), list):
-        raise MatrixError("memory.toml: [dtype_bytes] fp32, [shards] choices or [sdpa] "
-                          "flash_dtypes is missing")
-    return Coeffs(dtype_bytes=dtype_bytes, flash_dtypes=tuple(map(str, sdpa["flash_dtypes"])),
-                  efficient_takes_gqa=bool(sdpa.get("efficient_takes_gqa", False)),
+    if "fp32" not in dtype_bytes or not choices:
+        raise MatrixError("memory.toml: [dtype_bytes] fp32 or [shards] choices is missing")
+    try:
+        rule = memprobe.sdpa_rule({"backends": sdpa.get("backends")
+                                   if isinstance(sdpa, Mapping) else None})
+    except memprobe.Refused as exc:
+        raise MatrixError(f"memory.toml: [sdpa] backends: {exc.message}") from None
+    return Coeffs(dtype_bytes=dtype_bytes, sdpa_backends=tuple(rule or ()),
                   shard_choices=choices, values=values)
 
 
@@ -193,15 +195,20 @@ def check_job(job: Job, c: Coeffs) -> None:
 
 
 def compute_dtype(job: Job) -> str:
-    """The dtype the matmuls run in: the weights' own, or autocast's 16 bits under --mixed."""
-    return ("fp16" if job.dtype == "fp16" else "bf16") if job.mixed else job.dtype
+    """The dtype the matmuls run in: the weights' own, or autocast's bf16 under --mixed."""
+    return "bf16" if job.mixed else job.dtype
 
 
 def attention_path(shape: Shape, dtype: str, c: Coeffs) -> str:
     """CUDA SDPA's choice for the HF Llama call (memory.toml [sdpa]): flash | efficient | math."""
-    if dtype in c.flash_dtypes and shape.head_dim <= c.flash_max_head_dim:
-        return "flash"
-    return "math" if shape.gqa and not c.efficient_takes_gqa else "efficient"
+    path = memprobe.cuda_backend([dict(b) for b in c.sdpa_backends], dtype, shape.head_dim,
+                                 mask=False, gqa=shape.gqa, dropout=False)
+    return "flash" if path == "flash" else "math" if path == "math" else "efficient"
+
+
+def sdpa_rule(c: Coeffs) -> dict[str, Any]:
+    """The rule as the probe takes it in its job (the CUDA choice to emulate on a CPU)."""
+    return {"backends": [dict(b) for b in c.sdpa_backends]}
 
 
 def _norm(readers: float, h: int, e: int, r: int, mixed: bool, c: Coeffs) -> float:
@@ -302,7 +309,7 @@ def formula(shape: Shape, job: Job, coeffs: Coeffs) -> Estimate:
     run = _train if job.mode == "train" else _infer
     params, trainable, comps = run(shape, job, coeffs, notes)
     peak = comps.pop("_peak")
-    how = (f"formula: HF {shape.model_type} decoder, {job.mode} {job.batch} x {job.seq}, "
+    how = (f"HF {shape.model_type} decoder, {job.mode} {job.batch} x {job.seq}, "
            f"{'mixed ' if job.mixed else ''}{compute_dtype(job)}")
     return Estimate(params=params, trainable=trainable, peak_bytes=peak, components=comps,
                     method="formula", how=how, notes=tuple(notes))
@@ -322,11 +329,8 @@ def usable_bytes(gpu: Gpu, coeffs: Coeffs) -> int:
 
 
 def needed_bytes(estimate: Estimate, coeffs: Coeffs) -> int:
-    """The peak with the caching allocator's headroom on what comes and goes (weights and
-    optimizer states stay put)."""
-    still = estimate.components.get("parameters", 0) + estimate.components.get("optimizer", 0)
-    moving = max(0, estimate.peak_bytes - still)
-    return int(still + moving * coeffs.dynamic_headroom)
+    """The allocated peak with the caching allocator's headroom (memory.toml [allocator])."""
+    return int(estimate.peak_bytes * coeffs.peak_headroom)
 
 
 def verdict(gpu: Gpu, estimate: Estimate, coeffs: Coeffs,
@@ -476,3 +480,71 @@ def options(shape: Shape | None, job: Job, gpu: Gpu,
     if pile is not None and all(o.job != pile.job for o in found):
         found.append(pile)
     return tuple(found[:limit])
+
+
+# -- the measured method's answers ---------------------------------------------------------------
+MAX_BYTES = 1 << 60  # no step needs an exabyte: a larger figure is a broken answer
+FALLBACK_CODES = ("no-transformers", "no-memtracker", "untraceable", "no-bitsandbytes",
+                  "unsupported")  # where the formula may stand in (the probe could not measure)
+
+
+class ProbeError(Exception):
+    """The probe answered an error (`code`, one line), or something that is not an answer."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+def _count(data: Mapping[str, Any], key: str) -> int:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_BYTES:
+        raise ProbeError("answer", f"the probe's {key!r} is not a count")
+    return value
+
+
+def from_answer(data: object, job: Job) -> Estimate:
+    """The probe's answer (untrusted JSON, envbuild/validator/memprobe.py) as an Estimate;
+    ProbeError for an error answer or a malformed one."""
+    if not isinstance(data, Mapping):
+        raise ProbeError("answer", "the probe printed no answer object")
+    if "error" in data:
+        code, message = data.get("error"), data.get("message")
+        raise ProbeError(str(code)[:40] if isinstance(code, str) else "answer",
+                         message[:400] if isinstance(message, str) else "no message")
+    comps = data.get("components")
+    if not isinstance(comps, Mapping):
+        raise ProbeError("answer", "the probe's components are not an object")
+    components = {name: _count(comps, name) for name in COMPONENTS if name in comps}
+    how, torch = data.get("how"), data.get("torch")
+    where = f"torch {torch[:64]}" if isinstance(torch, str) else "torch ?"
+    return Estimate(params=_count(data, "params"), trainable=_count(data, "trainable"),
+                    peak_bytes=_count(data, "peak_bytes"), components=components,
+                    method="measured",
+                    how=(how[:300] if isinstance(how, str) else "fake-tensor step") + f" ({where})")
+
+
+def sharded(one: Estimate, job: Job, shape: Shape | None, c: Coeffs) -> Estimate:
+    """A measured single-GPU step spread over job.shards GPUs (FSDP / ZeRO-3): weights,
+    gradients and optimizer states divided, the layers in use gathered (the formula's rule); the
+    activations stay per GPU. The one change a single fake-tensor process cannot run."""
+    n = job.shards
+    comps = dict(one.components)
+    saved = 0
+    for name in ("parameters", "gradients", "optimizer"):
+        part = comps.get(name, 0)
+        saved += part - part // n
+        comps[name] = part // n
+    notes = [f"FSDP/ZeRO-3 over {n} GPUs: the measured weights, gradients and optimizer states "
+             f"/ {n} (unverified)"]
+    gathered = 0
+    if shape is not None:
+        gathered = int((c.gathered_layers * layer_params(shape) + root_params(shape))
+                       * c.dtype_bytes[compute_dtype(job)])
+        comps["parameters"] = comps.get("parameters", 0) + gathered
+        notes.append("two layers and the root gathered, as the formula counts them")
+    else:
+        notes.append("the layers FSDP gathers are not counted: envbuild does not know your "
+                     "model's layers")
+    return replace(one, peak_bytes=max(0, one.peak_bytes - saved + gathered), components=comps,
+                   how=one.how, notes=(*one.notes, *notes))

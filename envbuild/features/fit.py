@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuild.common import boundedio
-from envbuild.common.errors import EnvbuildError, EnvironmentProblem, UsageError
+from envbuild.common.errors import EXIT_CANNOT_RUN, EnvbuildError, UsageError
 from envbuild.common.record import record
 from envbuild.core import gpus as gpu_names
 from envbuild.core import memory
@@ -33,14 +33,6 @@ MAX_ENTRY_BYTES = 4 << 20  # the probe reads the same bound
 CONFIG_HINT = "give a Hugging Face config.json (Llama, Mistral or Qwen2): docs/guides/fit.md"
 ENTRY_HINT = ("name a Python file and the function in it that returns (model, inputs), "
               "e.g. --entry train.py:build")
-# the probe's answers that a formula can stand in for (the step could not be measured there)
-FALLBACK = {"no-transformers": "transformers is not installed {where}",
-            "no-memtracker": "torch {where} has no usable memory tracker",
-            "untraceable": "the step could not run under fake tensors {where}",
-            "no-bitsandbytes": "bitsandbytes is not installed {where}",
-            "unsupported": "{message}"}
-
-
 @record
 class FitRequest:
     job: Job
@@ -198,10 +190,7 @@ class Measured:
         model: dict[str, Any] = ({"entry": self.req.entry} if self.req.entry
                                  else {"config": dict(config or {})})
         return {"format": 1, "model": model, **job_json(job), "device": "auto", "real": False,
-                "sdpa": self.rule, "min_torch": self.coeffs_min_torch()}
-
-    def coeffs_min_torch(self) -> str | None:
-        return None
+                "sdpa": self.rule, "min_torch": None}
 
     def answer(self, job: Job) -> dict[str, Any]:
         from envbuild.engine import fitprobe
@@ -217,12 +206,22 @@ class Measured:
     config: Mapping[str, Any] | None = None
 
     def __call__(self, job: Job) -> Estimate | None:
+        """The job's estimate; None for a change this estimator cannot make (an entry's own
+        inputs fix its batch and sequence; a probe without bitsandbytes cannot run 8-bit AdamW).
+        ProbeError for the asked job itself (the caller falls back or fails)."""
+        asked = self.req.job
         if job.shards > 1:
             one = self(replace(job, shards=1))
             return None if one is None else memory.sharded(one, job, self.shape, self.coeffs)
+        if self.req.entry and (job.batch, job.seq) != (asked.batch, asked.seq):
+            return None
         if job not in self.cache:
-            data = self.answer(job)
-            self.cache[job] = memory.from_answer(data, job)
+            try:
+                self.cache[job] = memory.from_answer(self.answer(job), job)
+            except memory.ProbeError as exc:
+                if job == asked or exc.code not in memory.FALLBACK_CODES:
+                    raise
+                self.cache[job] = None
         return self.cache[job]
 
 
@@ -291,15 +290,19 @@ def fit(req: FitRequest, progress: Callable[[str], None] | None = None) -> FitRe
         measured.config = config_doc
         estimate_fn = measured
         try:
-            first = measured(req.job)
-        except _Fallback as why:
-            if req.method == "measured" or shape is None:
-                raise EnvbuildError(f"the step could not be measured: {why}", why.hint) from None
-            notes.append(f"measured method unavailable ({why}): the formula answered")
+            measured(req.job)
+        except memory.ProbeError as exc:
+            if exc.code == "entry":
+                raise UsageError(f"--entry {str(req.entry)[:80]!r}: {exc.message}",
+                                 ENTRY_HINT) from None
+            if exc.code not in memory.FALLBACK_CODES or req.method == "measured" \
+                    or shape is None:
+                raise EnvbuildError(f"the step could not be measured: {exc.message}",
+                                    "measure in an image with torch >= 2.5 (--image), or give a "
+                                    "config.json for the formula (--method formula)",
+                                    exit_code=EXIT_CANNOT_RUN) from None
+            notes.append(f"not measured ({exc.message}): the formula answered")
             estimate_fn = _formula(shape, coeffs)
-        else:
-            if first is None:
-                raise EnvbuildError("the step could not be measured", "see --json")
     base = estimate_fn(req.job)
     assert base is not None
     fits: list[GpuFit] = []
@@ -314,12 +317,7 @@ def fit(req: FitRequest, progress: Callable[[str], None] | None = None) -> FitRe
                      fits=tuple(fits), notes=tuple(notes))
 
 
-class _Fallback(EnvbuildError):
-    pass
-
-
 def _formula(shape: Shape, coeffs: Coeffs) -> Callable[[Job], Estimate | None]:
     return lambda job: memory.formula(shape, job, coeffs)
 
 
-__all__ = ["FitReport", "FitRequest", "Target", "fit", "EnvironmentProblem"]
