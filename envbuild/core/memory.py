@@ -18,6 +18,7 @@ cuBLAS's workspace is added to each (max_memory_allocated counts it).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import field, replace
 from typing import Any
@@ -135,6 +136,7 @@ class Coeffs:
 
     dtype_bytes: Mapping[str, int]
     sdpa_backends: tuple[Mapping[str, Any], ...]  # the probe's rule (memprobe.sdpa_rule)
+    min_torch: str  # the first torch whose MemTracker the measured method uses ([probe])
     shard_choices: tuple[int, ...]
     values: Mapping[str, float]
 
@@ -166,7 +168,11 @@ def coefficients(doc: Mapping[str, Any]) -> Coeffs:
                                    if isinstance(sdpa, Mapping) else None})
     except memprobe.Refused as exc:
         raise MatrixError(f"memory.toml: [sdpa] backends: {exc.message}") from None
-    return Coeffs(dtype_bytes=dtype_bytes, sdpa_backends=tuple(rule or ()),
+    probe = doc.get("probe", {})
+    min_torch = probe.get("min_torch") if isinstance(probe, Mapping) else None
+    if not isinstance(min_torch, str) or not re.fullmatch(r"\d+\.\d+(\.\d+)?", min_torch):
+        raise MatrixError("memory.toml: [probe] min_torch is missing or not a version")
+    return Coeffs(dtype_bytes=dtype_bytes, sdpa_backends=tuple(rule or ()), min_torch=min_torch,
                   shard_choices=choices, values=values)
 
 

@@ -190,7 +190,7 @@ class Measured:
         model: dict[str, Any] = ({"entry": self.req.entry} if self.req.entry
                                  else {"config": dict(config or {})})
         return {"format": 1, "model": model, **job_json(job), "device": "auto", "real": False,
-                "sdpa": self.rule, "min_torch": None}
+                "sdpa": self.rule, "min_torch": self.coeffs.min_torch}
 
     def answer(self, job: Job) -> dict[str, Any]:
         from envbuild.engine import fitprobe
