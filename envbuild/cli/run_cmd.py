@@ -35,6 +35,9 @@ NoGpu = Annotated[bool, typer.Option("--no-gpu", help="Start a GPU image without
 Check = Annotated[bool, typer.Option(
     "--check", "--dry-run", help="Only print the preflight and the docker command; start "
     "nothing (exit 1 when the image cannot run here).")]
+Fit = Annotated[Path | None, typer.Option(
+    "--fit", metavar="REPORT.json", help="Warn before the start when the job `envbuild fit "
+    "--json` reported (saved to REPORT.json) would not fit this host's GPUs.")]
 Facts = Annotated[Path | None, typer.Option(
     "--facts", metavar="DIR", help="With --check: judge host facts recorded by `envbuild "
     "doctor --save DIR` instead of this host.")]
@@ -48,7 +51,8 @@ def run(
     command: Annotated[list[str] | None, typer.Argument(
         metavar="[-- CMD ...]", help="The command (default: the image's).")] = None,
     volume: Volume = None, env: Env = None, shm_size: ShmSize = None, ipc: Ipc = None,
-    no_gpu: NoGpu = False, check: Check = False, facts: Facts = None, json: o.Json = False,
+    no_gpu: NoGpu = False, check: Check = False, facts: Facts = None, fit: Fit = None,
+    json: o.Json = False,
     matrix_dir: Annotated[Path | None, typer.Option("--matrix", hidden=True)] = None,
 ) -> None:
     """0..255: the command's exit code once it started; before that envbuild's own (1 the image
@@ -70,7 +74,8 @@ def run(
         command=tuple(cmd[1:] if cmd[:1] == ["--"] else cmd), shm_size=_size(shm_size),
         ipc_host=ipc == "host",
         mounts=tuple(use.parse_mount(x) for x in volume or ()),
-        env=tuple(use.parse_env(x, os.environ) for x in env or ()), no_gpu=no_gpu)
+        env=tuple(use.parse_env(x, os.environ) for x in env or ()), no_gpu=no_gpu,
+        fit=use.read_fit(fit, matrix_dir) if fit is not None else None)
     ctx = use.Context(facts_dir=facts, matrix_dir=matrix_dir)
     pre, m, view = use.check(image, req, ctx, run_id="" if check else os.urandom(6).hex())
     _preflight(pre, json, to_stdout=check)

@@ -16,7 +16,7 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuild.common import boundedio
 from envbuild.common.errors import EXIT_CANNOT_RUN, EnvbuildError, UsageError
@@ -26,6 +26,9 @@ from envbuild.core import memory
 from envbuild.core.memory import Coeffs, Estimate, GpuFit, Job
 from envbuild.core.memshape import Shape, parse_config
 from envbuild.matrix import Gpu, Matrix
+
+if TYPE_CHECKING:
+    from envbuild.doctor.view import View
 
 METHODS = ("auto", "measured", "formula")
 MEASURE_TIMEOUT = 600.0
@@ -61,6 +64,9 @@ class FitReport:
     targets: tuple[Target, ...]
     fits: tuple[GpuFit, ...]
     notes: tuple[str, ...] = ()
+    config: str | None = None  # how the model was given (`envbuild run --fit` re-checks with it)
+    entry: str | None = None
+    image: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -69,7 +75,8 @@ class FitReport:
     def to_json(self) -> dict[str, Any]:
         e = self.estimate
         return {
-            "model": self.model, "method": e.method, "how": e.how, "params": e.params,
+            "model": self.model, "config": self.config, "entry": self.entry, "image": self.image,
+            "method": e.method, "how": e.how, "params": e.params,
             "trainable": e.trainable, "peak_bytes": e.peak_bytes,
             "components": dict(e.components), "job": job_json(self.job),
             "notes": [*e.notes, *self.notes],
@@ -153,21 +160,28 @@ def _unique(found: list[Target]) -> list[Target]:
     return list(seen.values())
 
 
-def _host_targets(m: Matrix, facts_dir: Path | None) -> tuple[list[Target], list[str]]:
-    from envbuild.doctor import probes
-    from envbuild.doctor import record as recorded
-    from envbuild.doctor.view import build_view
-
-    facts = recorded.load(facts_dir) if facts_dir is not None else probes.collect(torch=False)
-    v = build_view(facts, m)
-    out: list[Target] = []
+def view_gpus(v: View, m: Matrix) -> list[tuple[int, Gpu, bool]]:
+    """A host's GPUs whose memory is known: (index, the matrix row with the driver's memory
+    figure, whether the matrix knows the model, so `--gpu ITS_NAME` resolves)."""
+    out: list[tuple[int, Gpu, bool]] = []
     for g in v.gpus:
         row = gpu_names.lookup(m, g.name, "nvidia") or gpu_names.lookup(m, g.name, "amd")
         base = row if row is not None else Gpu(name=g.name, vendor="nvidia")
         if g.memory_mib:  # the driver's own figure beats the matrix's
             base = replace(base, memory_mib=g.memory_mib)
         if base.memory_mib or base.memory_gb:
-            out.append(Target(base, f"this host, GPU {g.index}"))
+            out.append((g.index, base, row is not None))
+    return out
+
+
+def _host_targets(m: Matrix, facts_dir: Path | None) -> tuple[list[Target], list[str]]:
+    from envbuild.doctor import probes
+    from envbuild.doctor import record as recorded
+    from envbuild.doctor.view import build_view
+
+    facts = recorded.load(facts_dir) if facts_dir is not None else probes.collect(torch=False)
+    out = [Target(gpu, f"this host, GPU {index}")
+           for index, gpu, _ in view_gpus(build_view(facts, m), m)]
     where = "the recorded host" if facts_dir is not None else "this host"
     notes = [] if out else [f"no NVIDIA GPU found on {where}: name one with --gpu (e.g. --gpu "
                             "H100) or give a fleet with --fleet"]
@@ -231,8 +245,9 @@ def job_argv(job: Job) -> list[str]:
         list(memory.job_flags(job, Job(mode=job.mode)))
 
 
-def command_for(req: FitRequest, job: Job, gpu: str) -> str:
-    """The `envbuild fit` command that checks `job` on `gpu` (each option printed is one)."""
+def command_for(req: FitRequest, job: Job, gpu: str | None) -> str:
+    """The `envbuild fit` command that checks `job` on `gpu` (each option printed is one; None:
+    on the GPUs of the host it runs on)."""
     argv = ["envbuild", "fit"]
     if req.config is not None:
         argv += ["--config", str(req.config)]
@@ -242,7 +257,7 @@ def command_for(req: FitRequest, job: Job, gpu: str) -> str:
         argv += ["--image", req.image]
     if req.method != "auto":
         argv += ["--method", req.method]
-    return shlex.join([*argv, *job_argv(job), "--gpu", gpu])
+    return shlex.join([*argv, *job_argv(job), *(["--gpu", gpu] if gpu else [])])
 
 
 def describe_job(job: Job) -> str:
@@ -314,7 +329,9 @@ def fit(req: FitRequest, progress: Callable[[str], None] | None = None) -> FitRe
         fits.append(verdict)
     model = (boundedio.path_text(req.config) if req.config is not None else str(req.entry))
     return FitReport(job=req.job, estimate=base, model=model, targets=tuple(found),
-                     fits=tuple(fits), notes=tuple(notes))
+                     fits=tuple(fits), notes=tuple(notes),
+                     config=str(req.config) if req.config is not None else None,
+                     entry=req.entry, image=req.image)
 
 
 def _formula(shape: Shape, coeffs: Coeffs) -> Callable[[Job], Estimate | None]:

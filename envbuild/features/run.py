@@ -6,6 +6,7 @@ Nothing here prints: the caller gets events and records."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -21,7 +22,9 @@ from envbuild.common.errors import EnvbuildError, EnvironmentProblem, UsageError
 from envbuild.common.record import record
 from envbuild.common.sizes import docker_size, size_bytes
 from envbuild.common.versions import branch_of, minor_of
-from envbuild.core import compat, platforms, refs, targets
+from envbuild.core import compat, memory, platforms, refs, targets
+from envbuild.core.memory import Estimate, Job
+from envbuild.core.memshape import Shape
 from envbuild.core.spec import Spec, from_json
 from envbuild.doctor import checks_env, checks_host, model, parse
 from envbuild.doctor.model import Finding, HostFacts, Severity
@@ -32,7 +35,8 @@ from envbuild.validator import rules
 if TYPE_CHECKING:
     from envbuild.core.compat import HostRules
     from envbuild.core.request import Request
-    from envbuild.matrix import Matrix
+    from envbuild.features.fit import FitRequest
+    from envbuild.matrix import Gpu, Matrix
 
 SPEC_LABEL = "io.envbuild.spec"
 DEFAULT_PLATFORM = "linux/amd64"
@@ -152,6 +156,102 @@ def parse_env(text: str, environ: Mapping[str, str]) -> tuple[str, str]:
 
 
 @record
+class FitClaim:
+    """A job's memory as `envbuild fit --json` reported it (REPORT.json, checked): what `run
+    --fit` judges this host's GPUs against."""
+
+    report: str  # the file, as messages name it
+    job: Job
+    estimate: Estimate
+    config: str | None = None  # the config.json fit read (the formula's options re-check it)
+    entry: str | None = None
+    image: str | None = None
+    shape: Shape | None = None  # that config, re-read here (a formula report's only)
+
+    def request(self) -> FitRequest:
+        """The `envbuild fit` request that makes the same report (for its commands)."""
+        from envbuild.features.fit import FitRequest
+
+        method = "formula" if self.estimate.method == "formula" else "auto"
+        return FitRequest(job=self.job, config=Path(self.config) if self.config else None,
+                          entry=self.entry, image=self.image, method=method)
+
+
+FIT_HINT = "save it with `envbuild fit ... --json > REPORT.json` (docs/guides/run.md)"
+_JOB_FIELDS: Mapping[str, type] = {
+    "mode": str, "batch": int, "seq": int, "dtype": str, "mixed": bool, "optimizer": str,
+    "checkpointing": bool, "lora_rank": int, "shards": int, "accumulate": int}
+
+
+def read_fit(path: Path, matrix_dir: Path | None = None) -> FitClaim:
+    """REPORT.json (untrusted: read bounded, every field checked); a one-line UsageError for a
+    file that is not `envbuild fit --json`'s report."""
+    from envbuild import matrix
+    from envbuild.common import boundedio
+
+    name = boundedio.path_text(path)
+
+    def bad(what: str) -> UsageError:
+        return UsageError(f"--fit {name}: {what}", FIT_HINT)
+
+    try:
+        data = boundedio.load_json(path, "fit report", hint=FIT_HINT)
+    except FileNotFoundError:
+        raise bad("no such file") from None
+    except ValueError as exc:
+        raise bad(f"not JSON ({escaped(str(exc))[:80]})") from None
+    except UsageError as exc:  # not a regular file, too big, too deep, not UTF-8
+        raise bad(exc.message.removeprefix(f"{name}: ")) from None
+    if not isinstance(data, dict):
+        raise bad("not a JSON object")
+    counts = {}
+    for key in ("params", "trainable", "peak_bytes"):
+        value = data.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) \
+                or not 0 <= value < memory.MAX_BYTES:
+            raise bad(f"{key} is not a byte or parameter count")
+        counts[key] = value
+    if counts["peak_bytes"] == 0:
+        raise bad("peak_bytes is 0")
+    method = data.get("method")
+    if method not in ("formula", "measured"):
+        raise bad("method is not formula or measured")
+    comps = data.get("components", {})
+    if not isinstance(comps, dict) or not all(
+            k in memory.COMPONENTS and isinstance(v, int) and not isinstance(v, bool)
+            and 0 <= v < memory.MAX_BYTES for k, v in comps.items()):
+        raise bad("components is not an object of byte counts")
+    job_doc = data.get("job")
+    if not isinstance(job_doc, dict) or set(job_doc) - set(_JOB_FIELDS):
+        raise bad("job is not an object of the job's fields")
+    for key, kind in _JOB_FIELDS.items():
+        value = job_doc.get(key)
+        if value is not None and (type(value) is not kind):
+            raise bad(f"job.{key} is not {'a ' + kind.__name__ if kind is not int else 'a number'}")
+    job = Job(**{k: v for k, v in job_doc.items() if v is not None})
+    try:
+        memory.check_job(job, memory.coefficients(matrix.load(matrix_dir).extra["memory"]))
+    except UsageError as exc:
+        raise bad(f"job: {exc.message}") from None
+    text = {}
+    for key in ("model", "how", "config", "entry", "image"):
+        value = data.get(key)
+        if value is not None and not (isinstance(value, str) and len(value) <= 4096):
+            raise bad(f"{key} is not a text")
+        text[key] = value
+    estimate = Estimate(params=counts["params"], trainable=counts["trainable"],
+                        peak_bytes=counts["peak_bytes"], components=dict(comps), method=method,
+                        how=escaped(text["how"] or "")[:300])
+    shape = None
+    if method == "formula" and text["config"]:
+        from envbuild.features.fit import read_config
+
+        with contextlib.suppress(EnvbuildError, OSError, ValueError):
+            shape = read_config(Path(text["config"]))
+    return FitClaim(name, job, estimate, text["config"], text["entry"], text["image"], shape)
+
+
+@record
 class RunRequest:
     """What the user asked of the container (flags envbuild does not choose)."""
 
@@ -161,6 +261,7 @@ class RunRequest:
     shm_size: str | None = None  # --shm-size: the user's, kept as given
     ipc_host: bool = False  # --ipc host
     no_gpu: bool = False  # --no-gpu: start a GPU image without its GPUs
+    fit: FitClaim | None = None  # --fit REPORT.json: the job's memory, as `envbuild fit` said
 
 
 @record
@@ -228,10 +329,73 @@ def preflight(image: ImageFacts, facts: HostFacts, m: Matrix, host: HostRules,
         _podman_only(v, host, o, plan, gpu_image and entry.gpu_request)
     if v.wsl:
         _doctor(o, lambda scratch: checks_host.check_wsl(v, m, scratch))
+    if req.fit is not None:
+        _fit(req.fit, v, m, o, gpu_image and bool(entry.gpu_request))
     pre = Preflight(image, tuple(o.items), tuple(added), plan)
     if any(f.id in NEAREST_FOR and f.severity is ERROR for f in pre.findings):
         pre = replace(pre, nearest=nearest_variant(spec, v, m)[0])
     return pre
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:,.1f} GB"
+
+
+def _fit(claim: FitClaim, v: View, m: Matrix, o: Out, gpus_passed: bool) -> None:
+    """--fit: the job's memory (fit's report) against each kind of GPU here, by fit's own rule
+    (core.memory.verdict: the allocated peak with the allocator's headroom against the driver's
+    total less its reserve and the CUDA context). Too big is a warning, never a refusal: the
+    job, not the image, is what does not fit."""
+    from envbuild.features.fit import command_for, view_gpus
+
+    coeffs = memory.coefficients(m.extra["memory"])
+    need = memory.needed_bytes(claim.estimate, coeffs)
+    said = f"the job declared with --fit ({claim.report}) needs {_gb(need)} per GPU"
+    found = view_gpus(v, m) if gpus_passed else []
+    if not found:
+        why = ("the container starts without GPUs" if not gpus_passed else
+               "this host has no NVIDIA GPU whose memory is known")
+        o.add("fit.unjudged", WARN if gpus_passed else INFO, f"{said}; {why}: not judged",
+              f"judge it against a GPU by name: `{command_for(claim.request(), claim.job, None)} "
+              "--gpu NAME`" if gpus_passed else "")
+        return
+    smi_names = {g.index: g.name for g in v.gpus}  # as nvidia-smi names them
+    kinds: dict[tuple[str, int], tuple[list[int], Gpu, bool]] = {}
+    for index, gpu, known in found:
+        kinds.setdefault((gpu.name, gpu.memory_mib), ([], gpu, known))[0].append(index)
+    for indices, gpu, known in kinds.values():
+        fit = memory.verdict(gpu, claim.estimate, coeffs)
+        where = f"GPU {', '.join(map(str, indices))} {smi_names.get(indices[0], gpu.name)}"
+        if fit.fits:
+            o.add("fit.fits", OK, f"{said}; {where} has {_gb(fit.usable_bytes)} usable "
+                  f"(margin {_gb(fit.margin_bytes)})")
+        else:
+            o.add("fit.too_big", WARN, f"{said}; {where} has {_gb(fit.usable_bytes)} usable: "
+                  "'CUDA out of memory' is likely", _fit_fix(claim, gpu, known, coeffs))
+    if claim.job.shards > len(found):
+        o.add("fit.shards", WARN, f"the job declared with --fit is sharded over "
+              f"{claim.job.shards} GPUs; this host has {len(found)}",
+              f"check it over {len(found)}: `"
+              + command_for(claim.request(), replace(claim.job, shards=len(found)),
+                            found[0][1].name if found[0][2] else None) + "`")
+
+
+def _fit_fix(claim: FitClaim, gpu: Gpu, known: bool, coeffs: memory.Coeffs) -> str:
+    """The cheapest change `envbuild fit` finds for this GPU (a formula report whose config
+    still reads), as the fit command that checks it; else the fit command for this GPU, which
+    lists them."""
+    from envbuild.features.fit import command_for
+
+    req, name = claim.request(), gpu.name if known else None
+    if claim.shape is not None:
+        shape = claim.shape
+        found = memory.options(shape, claim.job, gpu,
+                               lambda job: memory.formula(shape, job, coeffs), coeffs, limit=1)
+        if found:
+            return (f"{found[0].change} (needs {_gb(found[0].needed_bytes)}): check it with "
+                    f"`{command_for(req, found[0].job, name)}`")
+    where = "" if known else " on this host"
+    return f"`{command_for(req, claim.job, name)}`{where} lists the cheapest changes that fit"
 
 
 def _doctor(o: Out, check: Callable[[Out], None], least: Severity = INFO) -> None:

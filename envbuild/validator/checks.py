@@ -6,7 +6,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import compile_smoke, dist, extensions, facts, host, mps, numerics, perf, training
+from . import (
+    compile_smoke,
+    dist,
+    extensions,
+    facts,
+    host,
+    memory_check,
+    mps,
+    numerics,
+    perf,
+    training,
+)
 from .context import Options, TorchContext
 from .facts import device_judge, spec_judge
 from .judges import Outcome, spec
@@ -132,6 +143,8 @@ CHECKS: tuple[CheckDef, ...] = (
          "device memory bandwidth vs peak"),
     _row("perf.h2d", "torch", 60, perf.t_perf_h2d, "",
          "pinned host-to-device bandwidth vs expectation"),
+    _row("memory.estimate", "torch", 180, memory_check.t_memory_estimate, "",
+         "`envbuild fit`'s measured peak of a reference step vs max_memory_allocated()"),
 )
 CHECK_IDS = tuple(c.id for c in CHECKS)
 _BY_ID = {c.id: c for c in CHECKS}

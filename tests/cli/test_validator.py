@@ -107,6 +107,11 @@ def test_host_run_device_checks_skip_with_reason(host_run: tuple[int, dict[str, 
         assert checks[cid]["status"] == "skip"
         assert checks[cid]["reason"] == "no GPU visible (torch.cuda.is_available() is False)"
     assert checks["image.no_driver_userspace"]["status"] == "skip"
+    memory = checks["memory.estimate"]  # says what it could not check
+    assert memory["status"] == "skip"
+    assert memory["reason"] == ("no GPU visible (torch.cuda.is_available() is False): fit's "
+                                "figure for a reference training step was not compared with "
+                                "torch.cuda.max_memory_allocated()")
 
 
 def test_report_schema(host_run: tuple[int, dict[str, Any], str]) -> None:

@@ -80,7 +80,7 @@ FACTS = ("expect.python", "expect.torch_version", "expect.flavor", "expect.cuda_
          "cuda.require", "cuda.triton", "compile.smoke", "libs.origin",
          "image.no_driver_userspace")
 GPU_ONLY = ("device.count", "device.properties", "device.arch_coverage", "device.kernel",
-            "perf.matmul", "perf.mem_bw", "perf.h2d")
+            "perf.matmul", "perf.mem_bw", "perf.h2d", "memory.estimate")
 
 
 def docker(*args: str, check: bool = True,

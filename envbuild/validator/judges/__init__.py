@@ -3,9 +3,10 @@ Outcome, so every verdict is tested without a GPU (stdlib only).
 
 One module per subject: results (Outcome, check rows, summary, exit code, GPU-less runs), spec
 (the spec's promises against recorded facts), numerics, driver (driver userspace in the image),
-wsl2, macos (a native macOS / MPS environment), perf, toolchain (compile.smoke), libs (where
-the loaded GPU libraries come from) and gpuless (a CUDA image proved from its files). This
-package's face is every judge and verdict the checks and the supervisor use.
+wsl2, macos (a native macOS / MPS environment), perf, memory (fit's estimate against the real
+peak), toolchain (compile.smoke), libs (where the loaded GPU libraries come from) and gpuless (a
+CUDA image proved from its files). This package's face is every judge and verdict the checks
+and the supervisor use.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ from .macos import (
     macos_version,
     older_than,
     rosetta_signs,
+)
+from .memory import (
+    MEMORY_TOLERANCE,
+    judge_memory_estimate,
+    memory_probe_refused,
 )
 from .numerics import (
     LOSS_FACTOR,
@@ -148,6 +154,7 @@ __all__ = [
     "GPU_ONLY_CHECKS",
     "GPU_REMEDIATION",
     "LOSS_FACTOR",
+    "MEMORY_TOLERANCE",
     "MPS_PARITY_TOLERANCES",
     "NO_GPU_REASON",
     "NO_MPS_REASON",
@@ -189,6 +196,7 @@ __all__ = [
     "judge_flavor",
     "judge_macos_native",
     "judge_macos_version",
+    "judge_memory_estimate",
     "judge_mps_backend",
     "judge_mps_limits",
     "judge_mps_parity",
@@ -212,6 +220,7 @@ __all__ = [
     "make_check",
     "match_gpu",
     "matrix_row",
+    "memory_probe_refused",
     "no_gpu_outcome",
     "not_run_emulated",
     "older_than",

@@ -126,7 +126,7 @@ def version_verdict(package: str, expected: str | None, actual: str | None,
 
 # Checks whose subject is the GPU itself: on a host without one they are not run, never passed.
 GPU_ONLY_CHECKS = ("device.count", "device.properties", "device.arch_coverage", "device.kernel",
-                   "perf.matmul", "perf.mem_bw", "perf.h2d")
+                   "perf.matmul", "perf.mem_bw", "perf.h2d", "memory.estimate")
 # Checks that run on the CPU when no GPU is there: their GPU path is not run.
 CPU_FALLBACK_CHECKS = ("numerics.matmul", "numerics.conv2d", "numerics.autocast", "train.smoke",
                        "train.dataloader", "train.checkpoint", "compile.smoke", "dist.allreduce")
@@ -137,7 +137,7 @@ CPU_FALLBACK_CHECKS = ("numerics.matmul", "numerics.conv2d", "numerics.autocast"
 # (versions, arch list, cuDNN, NCCL, libraries and their origin, a CPU matmul) is still checked.
 EMULATION_NOT_RUN = ("numerics.conv2d", "numerics.autocast", "train.smoke", "train.dataloader",
                      "train.checkpoint", "compile.smoke", "dist.allreduce", "perf.matmul",
-                     "perf.mem_bw", "perf.h2d")
+                     "perf.mem_bw", "perf.h2d", "memory.estimate")
 
 
 def not_run_emulated(check_id: str, title: str, how: str) -> dict[str, Any]:
