@@ -6,9 +6,9 @@ envbuild/engine/sbom_probe.py). Whatever the model's code prints goes to stderr 
 The exit status is 0 whenever that line was printed, an error included.
 
 JOB_JSON: {"format": 1, "model": {"entry": "/dir/file.py:FN"} | {"config": {HF config.json}},
-"mode": "train"|"infer", "batch", "seq", "dtype": "fp32"|"bf16"|"fp16", "mixed", "optimizer":
-"adamw"|"sgd"|"adamw8bit", "checkpointing", "lora_rank", "device": "auto"|"cpu", "real",
-"sdpa": RULE|null, "min_torch": "X.Y"|null}.
+"mode": "train"|"infer", "batch", "seq", "accumulate", "dtype": "fp32"|"bf16"|"fp16", "mixed",
+"optimizer": "adamw"|"sgd"|"adamw8bit", "checkpointing", "lora_rank", "device": "auto"|"cpu",
+"real", "sdpa": RULE|null, "min_torch": "X.Y"|null}.
 - entry: FN() -> (model, inputs), built on the device under the fake mode (and `dtype` as the
   default dtype); the step is `model(*inputs)`, reduced to a scalar with `.float().mean()` when it
   is not one (a `.loss` or the first tensor of a tuple or ModelOutput first), `backward()`, the
@@ -166,6 +166,7 @@ def parse_job(text: str) -> dict[str, Any]:
         "lora_rank": _int(job, "lora_rank", 0, 0, MAX_RANK),
         "device": _choice(job, "device", "auto", ("auto", "cpu")),
         "real": _bool(job, "real"), "sdpa": sdpa_rule(job.get("sdpa")),
+        "accumulate": _int(job, "accumulate", 1, 1, MAX_BATCH),
     }
 
 
@@ -504,7 +505,8 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
             try:
                 with frozen_parameters_tracked(torch), tracker:
                     for i in range(2 if train else 1):
-                        out = one_step(torch, model, inputs, fn is None, train, opt, autocast)
+                        out = one_step(torch, model, inputs, fn is None, train, opt, autocast,
+                                       min(job["accumulate"], 2), tracker.reset_mod_stats)
                         if i == 0:
                             tracker.reset_mod_stats()
                     snap = tracker.get_tracker_snapshot("peak")
@@ -578,15 +580,23 @@ def components_of(per: dict[Any, Any], kv: int) -> tuple[dict[str, int], int]:
 
 
 def one_step(torch: Any, model: Any, inputs: tuple[Any, ...], config: bool, train: bool,
-             opt: Any, autocast: Any) -> Any:
+             opt: Any, autocast: Any, micro: int = 1,
+             between: Callable[[], None] = lambda: None) -> Any:
+    """One step; training: `micro` forward/backward passes before the optimizer's step (with
+    gradient accumulation the second pass runs with the first's gradients alive, and every later
+    one is alike, so two stand for any number; `between` runs between two passes: the tracker
+    takes one forward per module between its resets)."""
     if not train:
         with torch.no_grad(), autocast:
             return (model(input_ids=inputs[0], use_cache=True) if config
                     else model(*inputs))
-    with autocast:  # the outputs (the logits) go before backward, as in `model(...).loss`
-        loss = scalar(torch, model(input_ids=inputs[0], labels=inputs[0]) if config
-                      else model(*inputs))
-    loss.backward()
+    for i in range(micro):
+        if i:
+            between()
+        with autocast:  # the outputs (the logits) go before backward, as in `model(...).loss`
+            loss = scalar(torch, model(input_ids=inputs[0], labels=inputs[0]) if config
+                          else model(*inputs))
+        loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
     return None

@@ -298,3 +298,13 @@ def test_the_fp32_llama_reproduces_the_h200s_figure() -> None:
     assert r["params"] == case["real_cuda"]["params"] and r["attention"] == {"math": 24}
     assert abs(r["peak_bytes"] / case["fake_cuda"]["peak"] - 1) < 0.01
     assert abs(r["peak_bytes"] / case["real_cuda"]["peak_allocated"] - 1) < 0.02
+
+
+def test_gradient_accumulation_keeps_the_gradients_through_the_next_pass() -> None:
+    """With --accumulate the second forward/backward runs while the first's gradients live: at
+    the peak the gradients are there with the activations of a pass (a plain step's peak, at
+    the optimizer's step of this tiny model, has no activations)."""
+    one, two = ask(), ask(accumulate=8)
+    assert "error" not in one and "error" not in two, (one, two)
+    assert two["components"]["gradients"] == 198_912 * 4
+    assert two["peak_bytes"] > one["peak_bytes"]
