@@ -321,17 +321,46 @@ def fit(req: FitRequest, progress: Callable[[str], None] | None = None) -> FitRe
     base = estimate_fn(req.job)
     assert base is not None
     fits: list[GpuFit] = []
+    probe = estimate_fn if isinstance(estimate_fn, Measured) else None
     for t in found:
         verdict = memory.verdict(t.gpu, base, coeffs)
         if not verdict.fits:
-            verdict = replace(verdict, options=memory.options(shape, req.job, t.gpu,
-                                                              estimate_fn, coeffs))
+            verdict = replace(verdict, options=_options(shape, req.job, t.gpu, estimate_fn,
+                                                        probe, coeffs))
         fits.append(verdict)
     model = (boundedio.path_text(req.config) if req.config is not None else str(req.entry))
     return FitReport(job=req.job, estimate=base, model=model, targets=tuple(found),
                      fits=tuple(fits), notes=tuple(notes),
                      config=str(req.config) if req.config is not None else None,
                      entry=req.entry, image=req.image)
+
+
+OPTIONS = 3  # changes offered per GPU
+MEASURED_CALLS = 16  # probe runs one GPU's options may take (seconds each)
+
+
+def _options(shape: Shape | None, job: Job, gpu: Gpu,
+             estimate_fn: Callable[[Job], Estimate | None], measured: Measured | None,
+             coeffs: Coeffs) -> tuple[memory.Option, ...]:
+    """The cheapest changes that make `job` fit `gpu`, each re-checked by the estimator that
+    answered. A measured step with a config is searched with the formula (instant) and only the
+    changes it finds are measured, so a few probe runs answer instead of a hundred; those the
+    measurement does not confirm are dropped."""
+    if measured is None or shape is None:
+        return memory.options(shape, job, gpu, estimate_fn, coeffs, limit=OPTIONS,
+                              max_calls=MEASURED_CALLS if measured is not None else 128)
+    found = memory.options(shape, job, gpu, _formula(shape, coeffs), coeffs, limit=OPTIONS + 2)
+    out: list[memory.Option] = []
+    for option in found:
+        estimate = measured(option.job)
+        if estimate is None:
+            continue
+        v = memory.verdict(gpu, estimate, coeffs)
+        if v.fits:
+            out.append(replace(option, needed_bytes=v.needed_bytes, margin_bytes=v.margin_bytes))
+        if len(out) == OPTIONS:
+            break
+    return tuple(out)
 
 
 def _formula(shape: Shape, coeffs: Coeffs) -> Callable[[Job], Estimate | None]:
