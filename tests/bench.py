@@ -73,6 +73,9 @@ _NON_BUILDING = (
     ("team plan, two images (work: render + engine)", None, False),
     ("render --cuda 12.2 --out <tmp> (work: writes)", None, False),
     ("doctor --json (work: probes the host)", ["doctor", "--json"], False),
+    ("fit --config 8B --infer --method formula", ["fit", "--config", "tests/fixtures/fit/configs/"
+                                                  "meta-llama-3-8b.json", "--infer", "--gpu",
+                                                  "RTX 4090", "--method", "formula"], False),
 )
 
 
@@ -132,6 +135,45 @@ def bench_startup(runs: int) -> None:
          "if m in sys.modules))"],
         capture_output=True, text=True, cwd=ROOT, check=True, env=env)
     print("heavy modules imported by resolve:", probe.stdout.rsplit("HEAVY", 1)[1].strip())
+
+
+FIT_SMALL = ["fit", "--config", "tests/fixtures/fit/llama-125m-gqa.json", "--batch", "8", "--seq",
+             "1024", "--dtype", "fp32", "--gpu", "H100", "--json"]
+
+
+def bench_fit(runs: int) -> None:
+    """`envbuild fit`: the formula's whole process, the measured method on the 125M Llama
+    (one fake-tensor probe process with this interpreter: torch and transformers imported, the
+    model built from its config, two fake training steps), and what the formula imports."""
+    print("== fit (docs/guides/fit.md)")
+    report("envbuild fit, formula, 8B config", timed(
+        [PY, "-m", "envbuild", "fit", "--config",
+         "tests/fixtures/fit/configs/meta-llama-3-8b.json", "--infer", "--gpu", "RTX 4090",
+         "--method", "formula"], runs))
+    walls, peaks = [], []
+    for _ in range(max(1, runs // 5)):
+        t = time.perf_counter()
+        p = subprocess.run([PY, "-m", "envbuild", *FIT_SMALL, "--method", "measured"],
+                           capture_output=True, text=True, cwd=ROOT)
+        walls.append(time.perf_counter() - t)
+        if p.returncode not in (0, 1):
+            print(f"  measured: exit {p.returncode}: {p.stderr.strip()[-300:]} (not timed)")
+            return
+        peaks.append(json.loads(p.stdout)["peak_bytes"])
+    report("envbuild fit, measured, Llama 125M 8x1024 fp32", walls)
+    formula = json.loads(subprocess.run([PY, "-m", "envbuild", *FIT_SMALL, "--method",
+                                         "formula"], capture_output=True, text=True, cwd=ROOT
+                                        ).stdout)["peak_bytes"]
+    print(f"  peak: measured {peaks[-1] / 2**30:.2f} GiB, formula {formula / 2**30:.2f} GiB "
+          "(the H200's real step: 14.77 GiB)")
+    probe = subprocess.run(
+        [PY, "-c", "import sys; from envbuild.cli import run; run(['fit', '--config', "
+         "'tests/fixtures/fit/configs/meta-llama-3-8b.json', '--infer', '--gpu', 'H100', "
+         "'--method', 'formula', '--json']); print('\\nHEAVY', sorted(m for m in ('torch', "
+         "'transformers', 'docker', 'requests', 'jinja2', 'rich') if m in sys.modules))"],
+        capture_output=True, text=True, cwd=ROOT, check=True)
+    print("heavy modules imported by fit --method formula:",
+          probe.stdout.rsplit("HEAVY", 1)[1].strip())
 
 
 def bench_render_all(runs: int) -> None:
@@ -512,6 +554,9 @@ def main() -> None:
     if "--only" in sys.argv and sys.argv[sys.argv.index("--only") + 1:][:1] == ["team"]:
         bench_team()
         return
+    if "--only" in sys.argv and sys.argv[sys.argv.index("--only") + 1:][:1] == ["fit"]:
+        bench_fit(5 if quick else 10)
+        return
     if "--only" in sys.argv and sys.argv[sys.argv.index("--only") + 1:][:1] == ["startup"]:
         bench_startup(5 if quick else 20)
         return
@@ -527,6 +572,7 @@ def main() -> None:
     bench_startup(5 if quick else 20)
     bench_render_all(1 if quick else 3)
     bench_explain(3 if quick else 5)
+    bench_fit(5 if quick else 10)
     if "--no-docker" not in sys.argv and shutil.which("dockerd"):
         bench_docker()
         bench_cuda()

@@ -13,7 +13,7 @@ from envbuild.cli._app import app, emit_json, say, warn
 from envbuild.common.errors import EXIT_FAILED
 
 if TYPE_CHECKING:
-    from envbuild.features.fit import FitReport, FitRequest
+    from envbuild.features.fit import FitReport
 
 BAR = 32  # characters of the longest bar
 
@@ -88,7 +88,7 @@ def fit(
     if json:
         emit_json(report.to_json())
     else:
-        _print(report, req)
+        _print(report)
     if not report.ok:
         raise typer.Exit(EXIT_FAILED)
 
@@ -97,11 +97,12 @@ def _gb(n: int) -> str:
     return f"{n / 1e9:,.1f} GB"
 
 
-def _print(r: FitReport, req: FitRequest) -> None:
+def _print(r: FitReport) -> None:
     from envbuild.features import fit as use
 
     e = r.estimate
-    trainable = f" ({e.trainable:,} trainable)" if e.trainable != e.params else ""
+    trainable = (f" ({e.trainable:,} trainable)"
+                 if r.job.mode == "train" and e.trainable != e.params else "")
     say(f"model      {r.model}: {e.params:,} parameters{trainable}")
     say(f"step       {use.describe_job(r.job)}")
     say(f"method     {e.method}: {e.how}")
@@ -124,6 +125,6 @@ def _print(r: FitReport, req: FitRequest) -> None:
         for opt in f.options:
             say(f"  to fit: {opt.change}: needs {_gb(opt.needed_bytes)} "
                 f"(margin {_gb(opt.margin_bytes)})")
-            say(f"          {use.command_for(req, opt.job, t.gpu.name)}")
+            say(f"          {r.option_command(opt.job, t)}")
         if not f.fits and not f.options:
             say("  no single change envbuild knows makes it fit this GPU")

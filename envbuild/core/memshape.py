@@ -81,7 +81,10 @@ def _int(doc: Mapping[str, Any], key: str, where: str, default: int | None = Non
     if isinstance(value, bool) or not isinstance(value, int):
         raise _bad(where, f"{key} must be an integer, not {type(value).__name__}")
     if not 0 < value <= _LIMITS[key]:
-        raise _bad(where, f"{key} = {value} is out of range (1 to {_LIMITS[key]})")
+        digits = str(value)  # a JSON number may have thousands of digits: the line stays short
+        size = len(digits.lstrip("-"))
+        shown = digits if len(digits) <= 24 else f"{digits[:12]}... ({size} digits)"
+        raise _bad(where, f"{key} = {shown} is out of range (1 to {_LIMITS[key]})")
     return value
 
 

@@ -54,6 +54,10 @@ class FitRequest:
 class Target:
     gpu: Gpu  # the matrix row; memory_mib is the driver's figure when it came from a host
     where: str  # "--gpu H100", "fleet group a100 (4 x 8)", "this host, GPU 0"
+    # The `envbuild fit` words that judge this GPU again: --gpu NAME for a matrix row, else the
+    # host's own source (--facts DIR, or nothing for this host): a GPU the matrix does not know,
+    # or knows with another size than its driver reports, is named by where it was found.
+    argv: tuple[str, ...] = ()
 
 
 @record
@@ -67,6 +71,11 @@ class FitReport:
     config: str | None = None  # how the model was given (`envbuild run --fit` re-checks with it)
     entry: str | None = None
     image: str | None = None
+    command: tuple[str, ...] = ()  # the `envbuild fit` words naming the model and the method
+
+    def option_command(self, job: Job, target: Target) -> str:
+        """The `envbuild fit` command that checks `job` on `target` (each option printed)."""
+        return shlex.join([*self.command, *job_argv(job), *target.argv])
 
     @property
     def ok(self) -> bool:
@@ -85,7 +94,9 @@ class FitReport:
                       "fits": f.fits, "margin_bytes": f.margin_bytes,
                       "options": [{"change": o.change, "flags": list(o.flags),
                                    "needed_bytes": o.needed_bytes, "margin_bytes": o.margin_bytes,
-                                   "job": job_json(o.job)} for o in f.options]}
+                                   "job": job_json(o.job),
+                                   "command": self.option_command(o.job, t)}
+                                  for o in f.options]}
                      for t, f in zip(self.targets, self.fits, strict=True)],
         }
 
@@ -138,16 +149,17 @@ def _gpu_row(m: Matrix, name: str, where: str) -> Gpu:
 
 def targets(req: FitRequest, m: Matrix) -> tuple[list[Target], list[str]]:
     """The GPUs to judge: --gpu, the fleet's groups, else this host's (or recorded) GPUs."""
-    out = [Target(_gpu_row(m, n, f"--gpu {n[:40]}"), f"--gpu {n}") for n in req.gpus]
+    out = [Target(row, f"--gpu {n}", ("--gpu", row.name))
+           for n in req.gpus for row in [_gpu_row(m, n, f"--gpu {n[:40]}")]]
     notes: list[str] = []
     if req.fleet is not None:
         from envbuild.features.fleet import load_fleet
 
         for g in load_fleet(req.fleet, m).groups:
             per = f" x {g.gpus_per_node}" if g.gpus_per_node else ""
-            out.append(Target(_gpu_row(m, g.gpu, f"{boundedio.path_text(req.fleet)} group "
-                                                  f"{g.name}"),
-                              f"fleet group {g.name} ({g.count} node(s){per})"))
+            row = _gpu_row(m, g.gpu, f"{boundedio.path_text(req.fleet)} group {g.name}")
+            out.append(Target(row, f"fleet group {g.name} ({g.count} node(s){per})",
+                              ("--gpu", row.name)))
     if not req.gpus and req.fleet is None:
         out, notes = _host_targets(m, req.facts_dir)
     return _unique(out), notes
@@ -162,7 +174,8 @@ def _unique(found: list[Target]) -> list[Target]:
 
 def view_gpus(v: View, m: Matrix) -> list[tuple[int, Gpu, bool]]:
     """A host's GPUs whose memory is known: (index, the matrix row with the driver's memory
-    figure, whether the matrix knows the model, so `--gpu ITS_NAME` resolves)."""
+    figure, whether `--gpu ITS_NAME` judges the same GPU: the matrix knows the model and sizes
+    it as the driver does)."""
     out: list[tuple[int, Gpu, bool]] = []
     for g in v.gpus:
         row = gpu_names.lookup(m, g.name, "nvidia") or gpu_names.lookup(m, g.name, "amd")
@@ -170,7 +183,7 @@ def view_gpus(v: View, m: Matrix) -> list[tuple[int, Gpu, bool]]:
         if g.memory_mib:  # the driver's own figure beats the matrix's
             base = replace(base, memory_mib=g.memory_mib)
         if base.memory_mib or base.memory_gb:
-            out.append((g.index, base, row is not None))
+            out.append((g.index, base, row is not None and row == base))
     return out
 
 
@@ -180,8 +193,9 @@ def _host_targets(m: Matrix, facts_dir: Path | None) -> tuple[list[Target], list
     from envbuild.doctor.view import build_view
 
     facts = recorded.load(facts_dir) if facts_dir is not None else probes.collect(torch=False)
-    out = [Target(gpu, f"this host, GPU {index}")
-           for index, gpu, _ in view_gpus(build_view(facts, m), m)]
+    again = ("--facts", str(facts_dir)) if facts_dir is not None else ()
+    out = [Target(gpu, f"this host, GPU {index}", ("--gpu", gpu.name) if known else again)
+           for index, gpu, known in view_gpus(build_view(facts, m), m)]
     where = "the recorded host" if facts_dir is not None else "this host"
     notes = [] if out else [f"no NVIDIA GPU found on {where}: name one with --gpu (e.g. --gpu "
                             "H100) or give a fleet with --fleet"]
@@ -198,10 +212,10 @@ class Measured:
         self.req, self.shape, self.coeffs, self.rule = req, shape, coeffs, rule
         self.progress = progress
         self.cache: dict[Job, Estimate | None] = {}
-        self.entry = entry_file(req.entry) if req.entry else None
+        self.entry = entry_file(req.entry) if req.entry is not None else None
 
     def probe_job(self, job: Job, config: Mapping[str, Any] | None) -> dict[str, Any]:
-        model: dict[str, Any] = ({"entry": self.req.entry} if self.req.entry
+        model: dict[str, Any] = ({"entry": self.req.entry} if self.req.entry is not None
                                  else {"config": dict(config or {})})
         return {"format": 1, "model": model, **job_json(job), "device": "auto", "real": False,
                 "sdpa": self.rule, "min_torch": self.coeffs.min_torch}
@@ -227,16 +241,28 @@ class Measured:
         if job.shards > 1:
             one = self(replace(job, shards=1))
             return None if one is None else memory.sharded(one, job, self.shape, self.coeffs)
-        if self.req.entry and (job.batch, job.seq) != (asked.batch, asked.seq):
+        if self.req.entry is not None and (job.batch, job.seq) != (asked.batch, asked.seq):
             return None
         if job not in self.cache:
             try:
-                self.cache[job] = memory.from_answer(self.answer(job), job)
+                self.cache[job] = with_workspace(memory.from_answer(self.answer(job), job),
+                                                 job, self.coeffs)
             except memory.ProbeError as exc:
                 if job == asked or exc.code not in memory.FALLBACK_CODES:
                     raise
                 self.cache[job] = None
         return self.cache[job]
+
+
+def with_workspace(fake: Estimate, job: Job, c: Coeffs) -> Estimate:
+    """A fake-tensor step's peak plus cuBLAS's workspace, which max_memory_allocated counts and
+    no fake tensor holds (memory.toml [cuda]: the H200's real training peaks were 64-74 MiB over
+    the fake ones, the prefill 35 MiB), as the formula counts it."""
+    handles = c.workspace_handles_train if job.mode == "train" else c.workspace_handles_infer
+    extra = int(handles * c.workspace_bytes)
+    comps = {**fake.components, "other": fake.components.get("other", 0) + extra}
+    return replace(fake, peak_bytes=fake.peak_bytes + extra, components=comps,
+                   how=f"{fake.how}; + cuBLAS workspace {extra >> 20} MiB")
 
 
 def job_argv(job: Job) -> list[str]:
@@ -245,19 +271,24 @@ def job_argv(job: Job) -> list[str]:
         list(memory.job_flags(job, Job(mode=job.mode)))
 
 
-def command_for(req: FitRequest, job: Job, gpu: str | None) -> str:
-    """The `envbuild fit` command that checks `job` on `gpu` (each option printed is one; None:
-    on the GPUs of the host it runs on)."""
+def command_words(req: FitRequest) -> tuple[str, ...]:
+    """`envbuild fit` and the words naming the model, the image and the method of `req`."""
     argv = ["envbuild", "fit"]
     if req.config is not None:
         argv += ["--config", str(req.config)]
-    if req.entry:
+    if req.entry is not None:
         argv += ["--entry", req.entry]
     if req.image:
         argv += ["--image", req.image]
     if req.method != "auto":
         argv += ["--method", req.method]
-    return shlex.join([*argv, *job_argv(job), *(["--gpu", gpu] if gpu else [])])
+    return tuple(argv)
+
+
+def command_for(req: FitRequest, job: Job, gpu: str | None) -> str:
+    """The `envbuild fit` command that checks `job` on `gpu` (None: on the GPUs of the host it
+    runs on)."""
+    return shlex.join([*command_words(req), *job_argv(job), *(["--gpu", gpu] if gpu else [])])
 
 
 def describe_job(job: Job) -> str:
@@ -281,9 +312,12 @@ def fit(req: FitRequest, progress: Callable[[str], None] | None = None) -> FitRe
     if (req.config is None) == (req.entry is None):
         raise UsageError("give the model once: --config config.json or --entry FILE.py:FN",
                          "a Hugging Face config.json, or your own code returning (model, inputs)")
-    if req.entry and req.method == "formula":
+    if req.entry is not None and req.method == "formula":
         raise UsageError("the formula needs a config.json: your own code can only be measured",
                          "leave out --method formula, or give --config")
+    if req.image is not None and not req.image.strip():
+        raise UsageError("--image '' names no image", "give a local image's TAG, or leave "
+                         "--image out to measure with this host's Python")
     if req.image and req.method == "formula":
         raise UsageError("--image measures the step: it does not go with --method formula",
                          "leave out --method formula")
@@ -332,7 +366,7 @@ def fit(req: FitRequest, progress: Callable[[str], None] | None = None) -> FitRe
     return FitReport(job=req.job, estimate=base, model=model, targets=tuple(found),
                      fits=tuple(fits), notes=tuple(notes),
                      config=str(req.config) if req.config is not None else None,
-                     entry=req.entry, image=req.image)
+                     entry=req.entry, image=req.image, command=command_words(req))
 
 
 OPTIONS = 3  # changes offered per GPU

@@ -1,0 +1,541 @@
+"""`envbuild fit` through the CLI (docs/guides/fit.md): issue 28's verdicts on sourced GPU memory
+sizes (an 8B full fine-tune does not fit one 80 GB GPU and gets a sharding option; its bf16
+inference fits a 24 GB GPU, not a 16 GB one), every option it prints re-checked by running it,
+generated hostile input of each class as one line and a documented exit code, the measured
+method against the formula on the CPU path for each config family, this GPU-less host, a
+recorded host and a fleet.
+
+Most runs are in-process (`envbuild.cli.run`, the function the entry point calls: 20 ms a
+formula run, so hypothesis can generate hundreds); the done-when verdicts, the GPU-less host and
+one measured run go through a real process."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from envbuild.common.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EXIT_USAGE
+from envbuild.core import memory
+from envbuild.matrix import Matrix
+from tests.support import FIXTURES, ROOT, run_cli
+from tests.support.bounded_input import _bounded_lines
+
+CONFIGS = FIXTURES / "fit" / "configs"
+LLAMA3 = CONFIGS / "meta-llama-3-8b.json"
+DOCTOR = FIXTURES / "doctor"
+FLEET = FIXTURES / "fleet" / "fleet.toml"
+FORMULA = ("--method", "formula")
+MIB = 1 << 20
+KEYS = {"params", "peak_bytes", "components", "method", "gpus"}
+GPU_KEYS = {"gpu", "memory_bytes", "fits", "options"}
+SETTINGS = settings(max_examples=40, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow,
+                                           HealthCheck.function_scoped_fixture])
+
+
+def fit(*args: str) -> tuple[int, str, str]:
+    """`envbuild fit ARGS` in this process: (exit code, stdout, stderr). An exception that is not
+    an envbuild error propagates (a traceback fails the test)."""
+    from envbuild.cli import run
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = run(["fit", *args])
+    return rc, out.getvalue(), err.getvalue()
+
+
+def fit_json(*args: str) -> tuple[int, dict[str, Any]]:
+    rc, out, err = fit(*args, "--json")
+    assert rc in (0, EXIT_FAILED), (args, rc, err)
+    data = json.loads(out)
+    assert set(data) >= KEYS and all(set(g) >= GPU_KEYS for g in data["gpus"]), data
+    return rc, data
+
+
+def refused(result: tuple[int, str, str], code: int = EXIT_USAGE, *words: str) -> str:
+    """One `error:` line (and a `hint:`), bounded and escaped, nothing on stdout: the error."""
+    rc, out, err = result
+    assert rc == code, (rc, err)
+    assert "Traceback" not in err and out == "", (out[:300], err[:300])
+    lines = err.strip().splitlines()
+    assert 1 <= len(lines) <= 2 and lines[0].startswith("error: "), err
+    assert all(x.startswith("hint: ") for x in lines[1:]), err
+    _bounded_lines(err, "fit")
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    return lines[0]
+
+
+# -- the done-when verdicts, through the real CLI -------------------------------------------------
+def test_an_8b_full_fine_tune_does_not_fit_one_80_gb_gpu_and_gets_a_sharding_option(
+        matrix: Matrix) -> None:
+    r = run_cli("fit", "--config", str(LLAMA3), "--mixed", "--gpu", "H100", "--gpu", "A100",
+                *FORMULA, "--json", timeout=120)
+    assert r.returncode == EXIT_FAILED, r.stderr
+    data = json.loads(r.stdout)
+    assert set(data) >= KEYS and data["method"] == "formula"
+    assert data["params"] == 8_030_261_248  # Meta-Llama-3-8B's published count
+    assert data["peak_bytes"] == sum(data["components"].values())
+    for g in data["gpus"]:
+        assert set(g) >= GPU_KEYS
+        row = next(x for x in matrix.gpus if x.name == g["gpu"])
+        assert row.memory_gb == 80 and row.source  # a sourced 80 GB GPU ...
+        assert g["total_bytes"] == row.memory_mib * MIB  # ... judged on its driver's figure
+        assert g["memory_bytes"] < g["total_bytes"] and not g["fits"]
+        shards = [o for o in g["options"] if "--shards" in o["flags"]]
+        assert shards and shards[0]["needed_bytes"] <= g["memory_bytes"], g["options"]
+    text = run_cli("fit", "--config", str(LLAMA3), "--mixed", "--gpu", "H100", *FORMULA)
+    assert text.returncode == EXIT_FAILED
+    assert "to fit: FSDP/ZeRO-3 over" in text.stdout and "--shards" in text.stdout
+
+
+def test_its_bf16_inference_fits_a_24_gb_gpu_and_not_a_16_gb_one(matrix: Matrix) -> None:
+    args = ["fit", "--config", str(LLAMA3), "--infer", "--seq", "4096", *FORMULA]
+    r = run_cli(*args, "--gpu", "RTX 4090", "--gpu", "RTX 4080", "--json", timeout=120)
+    assert r.returncode == EXIT_FAILED, r.stderr
+    data = json.loads(r.stdout)
+    assert data["job"]["dtype"] == "bf16" and data["job"]["mode"] == "infer"
+    assert [(g["gpu"], g["fits"]) for g in data["gpus"]] == [("RTX 4090", True),
+                                                              ("RTX 4080", False)]
+    for g, size in zip(data["gpus"], (24, 16), strict=True):
+        row = next(x for x in matrix.gpus if x.name == g["gpu"])
+        assert row.memory_gb == size and row.source and g["total_bytes"] == row.memory_mib * MIB
+    assert data["gpus"][1]["options"]  # a way onto the 16 GB GPU
+    assert run_cli(*args, "--gpu", "RTX 4090").returncode == 0
+
+
+# -- every option printed is a command that fits -------------------------------------------------
+TARGETS = st.one_of(
+    st.sampled_from(["RTX 4080", "RTX 4090", "A100 40GB", "A100", "H100", "L4", "T4", "V100",
+                     "GTX 1080", "RTX 3090"]).map(lambda g: ("--gpu", g)),
+    st.sampled_from(["pascal-gtx1080", "wsl2-healthy", "h100-sxm-recorded", "h200-recorded"])
+    .map(lambda d: ("--facts", str(DOCTOR / d))))
+
+
+@st.composite
+def jobs(draw: st.DrawFn) -> list[str]:
+    words = ["--config", str(draw(st.sampled_from(sorted(CONFIGS.glob("*.json")))))]
+    words += ["--batch", str(draw(st.sampled_from([1, 2, 3, 4, 8, 16, 64]))),
+              "--seq", str(draw(st.sampled_from([128, 512, 2048, 4096, 8192])))]
+    words += ["--dtype", draw(st.sampled_from(["fp32", "bf16", "fp16"]))]
+    if draw(st.booleans()):
+        words.append("--infer")
+    else:
+        words += ["--optimizer", draw(st.sampled_from(["adamw", "sgd", "adamw8bit"]))]
+        words += draw(st.sampled_from([[], ["--mixed"], ["--checkpointing"], ["--lora", "8"],
+                                       ["--accumulate", "2"]]))
+    return words
+
+
+@SETTINGS
+@given(job=jobs(), target=TARGETS)
+def test_every_option_printed_is_a_command_that_fits(job: list[str], target: tuple[str, str]
+                                                      ) -> None:
+    rc, data = fit_json(*job, *target, *FORMULA)
+    assert rc == (0 if all(g["fits"] for g in data["gpus"]) else EXIT_FAILED)
+    text_rc, text, _ = fit(*job, *target, *FORMULA)
+    printed = [line.strip() for line in text.splitlines()
+               if line.startswith("          envbuild fit ")]
+    listed = [o["command"] for g in data["gpus"] for o in g["options"]]
+    assert text_rc == rc and printed == listed
+    for g in data["gpus"]:
+        assert g["fits"] or g["options"] or "no single change" in text
+        for option in g["options"]:
+            argv = shlex.split(option["command"])
+            assert argv[:2] == ["envbuild", "fit"]
+            again_rc, again = fit_json(*argv[2:])
+            assert again_rc == 0 and again["job"] == option["job"], option
+            [same] = [x for x in again["gpus"] if x["gpu"] == g["gpu"]]
+            assert same["fits"] and same["needed_bytes"] == option["needed_bytes"], option
+
+
+def test_a_gpu_the_matrix_does_not_size_as_its_driver_is_named_by_its_recording() -> None:
+    """A GTX 1650 the matrix does not know, a GTX 1080 it knows as 8 GB (the driver: 8192 MiB):
+    the option's command judges the recorded GPU again, not a matrix row."""
+    for host, name in (("wsl2-healthy", "NVIDIA GeForce GTX 1650"),
+                       ("pascal-gtx1080", "GTX 1080")):
+        facts = str(DOCTOR / host)
+        rc, data = fit_json("--config", str(CONFIGS / "qwen2-0.5b.json"), "--infer", "--dtype",
+                            "fp32", "--batch", "8", "--seq", "4096", "--facts", facts, *FORMULA)
+        [g] = data["gpus"]
+        assert (rc, g["gpu"], g["fits"]) == (EXIT_FAILED, name, False)
+        assert g["options"] and all(o["command"].endswith(f"--facts {facts}")
+                                    for o in g["options"]), g["options"]
+
+
+# -- hostile input: one line, a documented code ------------------------------------------------
+TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=60)
+
+
+@pytest.fixture
+def sockets() -> Iterator[list[socket.socket]]:
+    held: list[socket.socket] = []
+    yield held
+    for s in held:
+        s.close()
+
+
+def _config_file(kind: str, tmp: Path, data: Any, held: list[socket.socket]) -> Path:
+    path = tmp / f"{kind}.json"
+    if kind == "missing":
+        return tmp / "no-such-config.json"
+    if kind == "directory":
+        return tmp
+    if kind == "device":
+        return Path("/dev/zero")
+    if kind == "fifo":
+        if not path.exists():
+            os.mkfifo(path)
+        return path
+    if kind == "socket":
+        s = socket.socket(socket.AF_UNIX)
+        if path.exists():
+            path.unlink()
+        s.bind(str(path))
+        held.append(s)
+        return path
+    if kind == "huge":
+        with path.open("wb") as fh:
+            fh.truncate(5 << 20)
+        return path
+    if kind == "deep":
+        path.write_text("[" * 100 + "]" * 100)
+        return path
+    if kind == "not-utf8":
+        path.write_bytes(b'{"model_type": "llama\xff\xfe"}')
+        return path
+    path.write_text(json.dumps(data))
+    return path
+
+
+LLAMA_DOC = json.loads(LLAMA3.read_text())
+NOT_A_POSITIVE_INT = st.one_of(st.booleans(), st.integers(max_value=0),
+                               st.integers(min_value=1 << 30), st.floats(allow_nan=False),
+                               TEXT, st.lists(st.integers(), max_size=3),
+                               st.dictionaries(TEXT, st.integers(), max_size=2))
+WRONG = st.one_of(
+    st.tuples(st.sampled_from(["hidden_size", "intermediate_size", "num_hidden_layers",
+                               "num_attention_heads", "vocab_size"]), st.none()),  # missing
+    st.tuples(st.sampled_from(["hidden_size", "intermediate_size", "num_hidden_layers",
+                               "num_attention_heads", "vocab_size", "num_key_value_heads"]),
+              NOT_A_POSITIVE_INT),
+    st.tuples(st.just("model_type"),
+              st.one_of(st.none(), st.integers(), TEXT.filter(
+                  lambda t: t not in ("llama", "mistral", "qwen2")))),
+    st.tuples(st.sampled_from(["tie_word_embeddings", "attention_bias"]),
+              st.one_of(st.integers(), TEXT, st.lists(st.booleans(), max_size=2))))
+MOE = st.sampled_from([{"model_type": "mixtral", "num_local_experts": 8},
+                       {"num_local_experts": 8, "num_experts_per_tok": 2},
+                       {"model_type": "qwen2_moe", "num_experts": 60},
+                       {"n_routed_experts": 64}, {"moe_intermediate_size": 1408}])
+
+
+@st.composite
+def hostile_configs(draw: st.DrawFn) -> tuple[str, Any]:
+    kind = draw(st.sampled_from(["missing", "directory", "device", "fifo", "socket", "huge",
+                                 "deep", "not-utf8", "not-object", "wrong", "moe", "empty"]))
+    if kind == "not-object":
+        return kind, draw(st.one_of(st.lists(st.integers(), max_size=3), st.integers(), TEXT,
+                                    st.none()))
+    if kind == "wrong":
+        key, value = draw(WRONG)
+        return kind, {**LLAMA_DOC, key: value}
+    if kind == "moe":
+        return kind, {**LLAMA_DOC, **draw(MOE)}
+    if kind == "empty":
+        return kind, {}
+    return kind, None
+
+
+@SETTINGS
+@given(config=hostile_configs(), measured=st.booleans())
+def test_hostile_config_files_are_one_line_errors(tmp_path: Path, sockets: list[socket.socket],
+                                                  config: tuple[str, Any], measured: bool
+                                                  ) -> None:
+    """A --config that is not a file, too big, too deep, not UTF-8, not an object, of wrong
+    types, or a mixture of experts: exit 2 before anything is measured."""
+    kind, data = config
+    path = _config_file(kind, tmp_path, data, sockets)
+    method = ("--method", "measured") if measured else FORMULA
+    line = refused(fit("--config", str(path), "--gpu", "H100", *method))
+    if kind == "moe":
+        assert "not one envbuild can count" in line or "mixture-of-experts" in line, line
+
+
+ENTRIES = st.one_of(
+    TEXT.filter(lambda t: ":" not in t),  # no colon
+    st.tuples(TEXT, st.sampled_from(["\x00", "\n", "\r", " ", "-", ".", "1"]), TEXT)
+    .map(lambda p: f"train.py:{p[0]}{p[1]}{p[2]}"),  # not an identifier
+    st.tuples(TEXT.filter(lambda t: not t.endswith(".py")), st.just(":build"))
+    .map("".join),  # not a .py file
+    st.from_regex(r"[a-z]{1,8}(/[a-z]{1,8}){0,2}\.py:[a-z_]{1,8}", fullmatch=True)
+    .map(lambda t: f"no-such-dir-28/{t}"))  # not there
+
+
+@SETTINGS
+@given(entry=ENTRIES)
+def test_hostile_entry_texts_are_one_line_errors(entry: str) -> None:
+    refused(fit("--entry", entry, "--gpu", "H100"), EXIT_USAGE, "--entry"
+            if ":" not in entry or not entry.rpartition(":")[2].isidentifier() else "")
+
+
+def _unknown(matrix: Matrix, name: str) -> bool:
+    from envbuild.core import gpus
+
+    return not any((g := gpus.lookup(matrix, name, v)) is not None
+                   and (g.memory_mib or g.memory_gb) for v in ("nvidia", "amd"))
+
+
+@SETTINGS
+@given(name=st.one_of(TEXT.filter(lambda t: "\x00" not in t),
+                      st.from_regex(r"(sm_|gfx)[0-9a]{2,4}", fullmatch=True),
+                      st.text("H100\x1b[]\r\n\t\u202e", min_size=1, max_size=30),
+                      st.integers(200, 5000).map(lambda n: "H" * n)))
+def test_hostile_gpu_names_are_one_line_errors(matrix: Matrix, name: str) -> None:
+    assume(_unknown(matrix, name))
+    line = refused(fit("--config", str(LLAMA3), "--gpu", name, *FORMULA), EXIT_USAGE, "--gpu")
+    assert "\x1b" not in line and len(line) < 400
+
+
+FLEETS = {
+    "not TOML": "[group.a\ngpu = 'H100'\n",
+    "no GPU": '[group.a]\ndriver = "580.95.05"\ncount = 1\n',
+    "unknown GPU": '[group.a]\ngpu = "Nonexistent 9000"\ndriver = "580.95.05"\ncount = 1\n',
+    "wrong types": '[group.a]\ngpu = 3\ndriver = ["580"]\ncount = "four"\n',
+    "deep": "a = " + "[" * 100 + "]" * 100 + "\n",
+    "not UTF-8": b"[group.a]\ngpu = \"H100\xff\"\n",
+}
+
+
+@SETTINGS
+@given(kind=st.sampled_from([*FLEETS, "directory", "fifo", "huge", "missing"]),
+       junk=st.binary(max_size=40))
+def test_broken_fleet_files_are_one_line_errors(tmp_path: Path, kind: str, junk: bytes) -> None:
+    """Exit 2, except a fleet file that is not there: 3, as for `envbuild plan`
+    (docs/reference/exit-codes.md)."""
+    path = tmp_path / f"{kind.replace(' ', '-')}.toml"  # one name per kind: a FIFO stays one
+    body = FLEETS.get(kind)
+    if isinstance(body, str):
+        path.write_text(body + "# " + junk.hex() + "\n")
+    elif isinstance(body, bytes):
+        path.write_bytes(body)
+    elif kind == "directory":
+        path = tmp_path
+    elif kind == "fifo":
+        if not path.exists():
+            os.mkfifo(path)
+    elif kind == "huge":
+        with path.open("wb") as fh:
+            fh.truncate(5 << 20)
+    code = EXIT_CANNOT_RUN if kind == "missing" else EXIT_USAGE
+    refused(fit("--config", str(LLAMA3), "--fleet", str(path), *FORMULA), code)
+
+
+CHOICES = {"--dtype": ("fp32", "bf16", "fp16"), "--optimizer": ("adamw", "sgd", "adamw8bit"),
+           "--method": ("auto", "measured", "formula")}
+
+
+@SETTINGS
+@given(option=st.sampled_from(sorted(CHOICES)), value=TEXT.filter(lambda t: "\x00" not in t))
+def test_bad_choices_are_one_line_errors(option: str, value: str) -> None:
+    assume(value not in CHOICES[option])
+    rest = () if option == "--method" else FORMULA
+    refused(fit("--config", str(LLAMA3), "--gpu", "H100", *rest, option, value))
+
+
+@SETTINGS
+@given(option=st.sampled_from(["--batch", "--seq", "--shards", "--accumulate", "--lora"]),
+       value=st.one_of(st.integers(max_value=0), st.integers(min_value=(1 << 24) + 1),
+                       st.sampled_from(["", "x", "1.5", "0x10", "1e3"])))
+def test_counts_out_of_range_are_one_line_errors(option: str, value: int | str) -> None:
+    if option == "--lora" and isinstance(value, int) and value == 0:
+        value = -1  # rank 0 is a full fine-tune
+    refused(fit("--config", str(LLAMA3), "--gpu", "H100", *FORMULA, option, str(value)))
+
+
+def test_the_model_is_given_once_and_the_formula_needs_a_config(tmp_path: Path) -> None:
+    entry = f"{FIXTURES / 'fit' / 'mlp_entry.py'}:tiny"
+    refused(fit("--gpu", "H100"), EXIT_USAGE, "give the model once")
+    refused(fit("--config", str(LLAMA3), "--entry", entry, "--gpu", "H100"), EXIT_USAGE)
+    refused(fit("--entry", entry, "--gpu", "H100", *FORMULA), EXIT_USAGE, "formula")
+    refused(fit("--config", str(LLAMA3), "--image", "x:y", "--gpu", "H100", *FORMULA))
+    refused(fit("--entry", "", "--gpu", "H100"), EXIT_USAGE, "is not FILE.py:FUNCTION")
+    refused(fit("--config", str(LLAMA3), "--image", "", "--gpu", "H100"), EXIT_USAGE, "--image")
+
+
+def test_fit_is_in_the_exit_code_reference() -> None:
+    text = (ROOT / "docs" / "reference" / "exit-codes.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in text.splitlines()
+            if line.startswith("| ") and line.split("|")[1].strip().isdigit()}
+    assert "a `fit` step that does not fit a GPU" in rows["1"]
+    assert "`fit`" in rows["2"] and "`fit`" in rows["3"]
+
+
+# -- the measured method against the formula on the CPU path ---------------------------------------
+BASE = {"hidden_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8,
+        "num_key_value_heads": 2, "intermediate_size": 1408, "vocab_size": 8192,
+        "max_position_embeddings": 4096}
+FAMILIES = {
+    "llama-gqa": {"model_type": "llama", **BASE},
+    "mistral": {"model_type": "mistral", **BASE, "sliding_window": 4096},
+    "qwen2-bias-tied": {"model_type": "qwen2", **BASE, "tie_word_embeddings": True},
+}
+# (mode, batch, seq): big enough that the step's tensors, not the fixed 32-64 MiB of cuBLAS
+# workspace, decide the peak; fake tensors make the size free.
+STEPS = [("train", 8, 1024), ("infer", 16, 2048)]
+
+
+@pytest.fixture(scope="module")
+def measured_vs_formula() -> list[tuple[str, str, str, int, int, str]]:
+    """(family, mode, dtype, measured peak, formula peak, how) of each case: the measured one is
+    the probe's answer to the job `envbuild fit` sends, in this process (each a fresh process
+    would cost torch's import each time), with the workspace the CLI adds."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from envbuild import matrix
+    from envbuild.core import memory
+    from envbuild.core.memshape import parse_config
+    from envbuild.features import fit as use
+    from envbuild.validator import memprobe
+
+    coeffs = memory.coefficients(matrix.load().extra["memory"])
+    rows = []
+    dtype0, sdpa0 = torch.get_default_dtype(), torch.nn.functional.scaled_dot_product_attention
+    try:
+        for family, cfg in FAMILIES.items():
+            shape = parse_config(json.dumps(cfg), family)
+            for mode, batch, seq in STEPS:
+                for dtype in ("bf16", "fp32"):
+                    job = memory.Job(mode=mode, batch=batch, seq=seq, dtype=dtype)
+                    req = use.FitRequest(job=job, config=Path(f"{family}.json"))
+                    probe = use.Measured(req, shape, coeffs, memory.sdpa_rule(coeffs), print)
+                    sent = {**probe.probe_job(job, cfg), "device": "cpu"}
+                    answer = memprobe.answer([json.dumps(sent)])
+                    got = use.with_workspace(memory.from_answer(answer, job), job, coeffs)
+                    want = memory.formula(shape, job, coeffs)
+                    rows.append((family, mode, dtype, got.peak_bytes, want.peak_bytes, got.how))
+    finally:
+        assert torch.get_default_dtype() == dtype0
+        assert torch.nn.functional.scaled_dot_product_attention is sdpa0
+    return rows
+
+
+def test_measured_and_formula_agree_within_15_percent_on_the_cpu_path(
+        measured_vs_formula: list[tuple[str, str, str, int, int, str]]) -> None:
+    assert len(measured_vs_formula) == len(FAMILIES) * len(STEPS) * 2
+    for family, mode, dtype, got, want, how in measured_vs_formula:
+        print(f"{family:<16} {mode:<5} {dtype}  measured {got / 2**30:6.3f} GiB  formula "
+              f"{want / 2**30:6.3f} GiB  formula/measured {want / got:.3f}")
+        assert got > 256 * MIB and abs(want / got - 1) < 0.15, (family, mode, dtype, got, want)
+        assert how.startswith("fake CPU") and "cuBLAS workspace" in how
+        if dtype == "fp32":  # GQA in fp32: CUDA takes the math path, emulated on the CPU
+            assert "math" in how, how
+
+
+def test_a_measured_run_through_the_cli(tmp_path: Path) -> None:
+    """The whole path once: a fresh probe process with this interpreter, its answer parsed, the
+    workspace added, the verdict; against the formula for the same step."""
+    pytest.importorskip("transformers")
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(FAMILIES["qwen2-bias-tied"]))
+    args = ["fit", "--config", str(config), "--batch", "8", "--seq", "1024", "--gpu", "L4",
+            "--json"]
+    r = run_cli(*args, "--method", "measured", timeout=300)
+    assert r.returncode == 0, r.stderr
+    measured = json.loads(r.stdout)
+    formula = json.loads(run_cli(*args, *FORMULA).stdout)
+    assert measured["method"] == "measured" and formula["method"] == "formula"
+    assert measured["params"] == formula["params"]  # the exact count, two ways
+    assert abs(formula["peak_bytes"] / measured["peak_bytes"] - 1) < 0.15
+    assert measured["components"]["other"] >= 64 * MIB  # the two cuBLAS workspaces
+    assert [g["fits"] for g in measured["gpus"]] == [True]
+
+
+# -- this host, a recorded host, a fleet ------------------------------------------------------
+def test_no_gpu_here_prints_the_estimate_and_says_so() -> None:
+    if Path("/dev/nvidia0").exists():
+        pytest.skip("this host has an NVIDIA GPU")  # never in CI: the runners have none
+    r = run_cli("fit", "--config", str(LLAMA3), "--infer", *FORMULA, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "peak " in r.stdout and "no NVIDIA GPU found on this host" in r.stdout
+    data = json.loads(run_cli("fit", "--config", str(LLAMA3), "--infer", *FORMULA,
+                              "--json").stdout)
+    assert data["gpus"] == [] and any("no NVIDIA GPU" in n for n in data["notes"])
+
+
+@pytest.mark.parametrize(("host", "gpu", "mib"), [("h100-sxm-recorded", "H100", 81559),
+                                                   ("h200-recorded", "H200", 143771),
+                                                   ("pascal-gtx1080", "GTX 1080", 8192)])
+def test_a_recorded_host_is_judged_with_its_drivers_memory(host: str, gpu: str, mib: int
+                                                           ) -> None:
+    rc, data = fit_json("--config", str(LLAMA3), "--infer", "--facts", str(DOCTOR / host),
+                        *FORMULA)
+    [g] = data["gpus"]  # eight H100s of one kind are one row
+    assert (g["gpu"], g["total_bytes"], g["where"]) == (gpu, mib * MIB, "this host, GPU 0")
+    assert rc == (0 if g["fits"] else EXIT_FAILED) and g["fits"] == (gpu != "GTX 1080")
+
+
+def test_a_recorded_host_without_an_nvidia_gpu_is_a_note() -> None:
+    rc, data = fit_json("--config", str(LLAMA3), "--facts", str(DOCTOR / "cpu-host-docker"),
+                        *FORMULA)
+    assert rc == 0 and data["gpus"] == []
+    assert any("no NVIDIA GPU found on the recorded host" in n for n in data["notes"])
+
+
+def test_a_fleet_judges_each_groups_gpu(matrix: Matrix) -> None:
+    rc, data = fit_json("--config", str(LLAMA3), "--infer", "--seq", "4096", "--fleet",
+                        str(FLEET), *FORMULA)
+    got = [(g["gpu"], re.sub(r" \(.*", "", g["where"]), g["fits"]) for g in data["gpus"]]
+    assert got == [("P100", "fleet group pascal", False), ("V100 32GB", "fleet group volta", True),
+                   ("A100", "fleet group ampere", True), ("H100", "fleet group hopper", True),
+                   ("B200", "fleet group blackwell", True)]
+    assert rc == EXIT_FAILED  # the Pascal group's 16 GB
+    coeffs = memory.coefficients(matrix.extra["memory"])
+    for g in data["gpus"]:  # the driver's MiB where a source gives it, else memory_gb reduced
+        row = next(x for x in matrix.gpus if x.name == g["gpu"])
+        assert g["total_bytes"] == memory.total_bytes(row, coeffs) > 0
+    assert data["gpus"][0]["total_bytes"] <= 16 * 10**9  # the P100: no source gives its MiB
+    [p100] = [g for g in data["gpus"] if not g["fits"]]
+    assert p100["options"] and all(o["command"].endswith("--gpu P100") for o in p100["options"])
+
+
+# -- the guide's runs are what fit prints ------------------------------------------------------
+def test_the_guides_formula_runs_are_what_fit_prints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/guides/fit.md: every shown `$ envbuild fit ... --method formula` block is today's
+    output (the measured runs are shown as they were, with their torch). A terminal that is not
+    UTF-8 gets `#` bars, as this process's captured stdout does."""
+    monkeypatch.chdir(ROOT)
+    page = ROOT / "docs" / "guides" / "fit.md"
+    runs = 0
+    for block in re.findall(r"^```\n(.*?)^```", page.read_text(), re.MULTILINE | re.DOTALL):
+        first, *shown = block.splitlines()
+        if first.startswith("$ envbuild fit") and "--method formula" in first:
+            _, out, err = fit(*shlex.split(first)[3:])
+            assert (out + err).splitlines() == [x.replace("\u2588", "#") for x in shown], first
+            runs += 1
+    assert runs >= 2
+
+
+def test_the_formula_does_not_import_torch() -> None:
+    """Start-up stays light: `fit --method formula` imports neither torch nor transformers."""
+    code = ("import sys; from envbuild.cli import run; rc = run(['fit', '--config', "
+            f"{str(LLAMA3)!r}, '--infer', '--gpu', 'H100', '--method', 'formula', '--json']); "
+            "print('HEAVY', [m for m in ('torch', 'transformers', 'docker') if m in sys.modules], "
+            "rc)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       check=True)
+    assert p.stdout.strip().endswith("HEAVY [] 0")
