@@ -382,7 +382,8 @@ def _describe(job: Job, base: Job) -> str:
         parts.append("activation checkpointing")
     if job.batch != base.batch:
         parts.append(f"batch {job.batch} x accumulate {job.accumulate}" if job.mode == "train"
-                     else f"batch {job.batch} ({base.batch // job.batch} runs)")
+                     else f"batch {job.batch} ({base.batch // job.batch} runs one after "
+                          "another)")
     if job.seq != base.seq:
         parts.append(f"sequence {job.seq}")
     if job.optimizer != base.optimizer:
@@ -396,19 +397,23 @@ def _describe(job: Job, base: Job) -> str:
 
 
 def _smaller_batches(job: Job) -> list[Job]:
-    """Micro-batches that keep the global batch (training) or split it into runs (inference),
-    largest first."""
+    """Micro-batches that keep the global batch (training: gradient accumulation) or, for
+    inference, smaller batches run one after another; largest first."""
     out, b = [], job.batch
     while b > 1:
         b //= 2
         if job.batch % b == 0:
-            out.append(replace(job, batch=b, accumulate=job.accumulate * (job.batch // b)))
+            out.append(replace(job, batch=b, accumulate=job.accumulate * (job.batch // b))
+                       if job.mode == "train" else replace(job, batch=b))
     return out
+
+
+SHORTER = 4  # a sequence is offered at most 4 times shorter: a context cut further is a new job
 
 
 def _shorter(job: Job) -> list[Job]:
     out, s = [], job.seq
-    while s > 1:
+    while s > max(1, job.seq // SHORTER):
         s //= 2
         out.append(replace(job, seq=s))
     return out
