@@ -169,6 +169,9 @@ def run(
     return result
 
 
+MAX_LINE = 1 << 20  # characters of one on_line call of stream()
+
+
 def stream(
     argv: Sequence[str],
     on_line: Callable[[str], None],
@@ -197,8 +200,11 @@ def stream(
                         "the command hung; check that the service it talks to answers",
                         exit_code=EXIT_CANNOT_RUN)
     try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
+        out = proc.stdout
+        assert out is not None
+        # readline(MAX_LINE): a line without an end (a progress bar) comes in pieces, so what
+        # the child prints is never held whole
+        for line in iter(lambda: out.readline(MAX_LINE), ""):
             on_line(line.rstrip("\n"))
             if time.monotonic() > deadline:
                 _kill_group(proc)

@@ -103,3 +103,16 @@ def test_no_child_ever_gets_the_signing_password(door: str, given: str,
         assert proc.stream(["env"], lines.append, env=env) == 0
     assert "ENVBUILD_PROC_TEST=kept" in lines
     assert not [x for x in lines if "s3cret-password" in x or proc.SIGNING_PASSWORD_ENV in x]
+
+
+def test_stream_reads_a_line_without_an_end_in_bounded_pieces() -> None:
+    """stream read whole lines: a child printing 64 MiB with no newline (a model's progress
+    bar, fit's memory probe) made envbuild hold all of it at once. Pieces are cut at
+    proc.MAX_LINE characters; what was printed all arrives."""
+    sizes: list[int] = []
+    code = proc.stream(["python3", "-c", "import sys; sys.stdout.write('y' * (64 << 20)); "
+                        "print(); print('end')"], lambda line: sizes.append(len(line)),
+                       timeout=60)
+    assert code == 0
+    assert max(sizes) <= 1 << 20
+    assert sum(sizes) == (64 << 20) + 3 and sizes[-1] == 3
