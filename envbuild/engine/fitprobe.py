@@ -96,10 +96,12 @@ def measure_in_image(ref: str, job: Mapping[str, Any], entry: Path | None, timeo
             "measure with this host's Python)")
     if run.timed_out:
         raise EnvbuildError(f"measuring the step in {ref} did not finish within {timeout:.0f} s",
-                            "give it more time (--timeout), or a smaller model to try with")
+                            "give it more time (--timeout), or a smaller model to try with",
+                            exit_code=EXIT_CANNOT_RUN)
     if run.truncated:
         raise EnvbuildError(f"measuring the step in {ref} printed more than "
-                            f"{OUTPUT_LIMIT >> 20} MiB", "make the model's code print less")
+                            f"{OUTPUT_LIMIT >> 20} MiB", "make the model's code print less",
+                            exit_code=EXIT_CANNOT_RUN)
     return _answer(run.output, run.exit_code, f"in {ref}", hint)
 
 
@@ -151,5 +153,5 @@ def _answer(output: str, exit_code: int, where: str, hint: str) -> dict[str, Any
         text = output.strip()
         tail = " ".join(text[-300:].split()) if text else "no output"
         raise EnvbuildError(f"measuring the step {where} failed (exit {exit_code}): {tail}",
-                            hint)
+                            hint, exit_code=EXIT_CANNOT_RUN)
     return data

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from envbuild.common.errors import EnvbuildError, UsageError
+from envbuild.common.errors import EXIT_CANNOT_RUN, EnvbuildError, UsageError
 from envbuild.engine import fitprobe
 from envbuild.validator import memprobe
 from tests.support import FIXTURES
@@ -112,3 +112,30 @@ def test_the_source_and_the_job_each_fit_one_argument() -> None:
     big = {**job(), "model": {"config": {"model_type": "llama", "id2label": "x" * 140_000}}}
     with pytest.raises(UsageError, match="at most 127 KiB"):
         fitprobe.probe_argv(sys.executable, big)
+
+
+@pytest.mark.parametrize("run", [
+    {"exit_code": 0, "output": "no answer\n", "timed_out": False},
+    {"exit_code": 137, "output": "Killed\n", "timed_out": False},
+    {"exit_code": -1, "output": "", "timed_out": True},
+    {"exit_code": 0, "output": "x" * 100, "timed_out": False, "truncated": True},
+])
+def test_a_probe_that_gives_no_answer_is_exit_3(run: dict[str, Any],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/reference/exit-codes.md: 3 for a `fit` step that could not be measured (the probe
+    failed or timed out); 1 means "does not fit a GPU", so a probe that died (a model calling
+    os._exit, the OOM killer, a hang in the image) was read as a verdict."""
+    from envbuild.engine import docker
+
+    monkeypatch.setattr(docker, "run_container", lambda *a, **k: docker.RunResult(**run))
+    with pytest.raises(EnvbuildError) as exc:
+        fitprobe.measure_in_image("img:tag", job(), None, timeout=5)
+    assert exc.value.exit_code == EXIT_CANNOT_RUN, exc.value.message
+
+
+def test_a_model_that_ends_the_probe_is_exit_3(tmp_path: Path) -> None:
+    entry = tmp_path / "gone.py"
+    entry.write_text("import os\n\ndef build():\n    os._exit(0)\n")
+    with pytest.raises(EnvbuildError) as exc:
+        fitprobe.measure_here({**job(), "model": {"entry": f"{entry}:build"}}, timeout=60)
+    assert exc.value.exit_code == EXIT_CANNOT_RUN, exc.value.message
