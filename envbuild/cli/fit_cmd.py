@@ -104,7 +104,7 @@ def _print(r: FitReport) -> None:
     trainable = (f" ({e.trainable:,} trainable)"
                  if r.job.mode == "train" and e.trainable != e.params else "")
     say(f"model      {r.model}: {e.params:,} parameters{trainable}")
-    say(f"step       {use.describe_job(r.job)}")
+    say(f"step       {use.describe_job(r.job, r.entry is not None)}")
     say(f"method     {e.method}: {e.how}")
     say(f"peak       {_gb(e.peak_bytes)} allocated (torch.cuda.max_memory_allocated)")
     block = "\u2588" if (sys.stdout.encoding or "").lower().startswith("utf") else "#"

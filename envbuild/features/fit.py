@@ -224,7 +224,7 @@ class Measured:
         from envbuild.engine import fitprobe
 
         probe = self.probe_job(job, self.config)
-        self.progress(f"measuring {describe_job(job)}"
+        self.progress(f"measuring {describe_job(job, self.req.entry is not None)}"
                       + (f" in {self.req.image}" if self.req.image else " here"))
         if self.req.image:
             return fitprobe.measure_in_image(self.req.image, probe, self.entry,
@@ -291,9 +291,11 @@ def command_for(req: FitRequest, job: Job, gpu: str | None) -> str:
     return shlex.join([*command_words(req), *job_argv(job), *(["--gpu", gpu] if gpu else [])])
 
 
-def describe_job(job: Job) -> str:
-    what = (f"{job.mode} step, batch {job.batch} x {job.seq}, "
-            f"{'mixed ' if job.mixed else ''}{job.dtype}")
+def describe_job(job: Job, entry: bool = False) -> str:
+    """The step in words; `entry`: an --entry's, whose inputs fix the batch and sequence."""
+    size = "the entry's own inputs" if entry else f"batch {job.batch} x {job.seq}"
+    what = (f"{job.mode} step, {size}, "
+            f"{'mixed ' if job.mixed else ''}{memory.compute_dtype(job)}")
     if job.mode == "train":
         what += f", {job.optimizer}" + (", checkpointing" if job.checkpointing else "") + \
                 (f", LoRA {job.lora_rank}" if job.lora_rank else "")
@@ -312,6 +314,11 @@ def fit(req: FitRequest, progress: Callable[[str], None] | None = None) -> FitRe
     if (req.config is None) == (req.entry is None):
         raise UsageError("give the model once: --config config.json or --entry FILE.py:FN",
                          "a Hugging Face config.json, or your own code returning (model, inputs)")
+    if req.entry is not None and (req.job.batch, req.job.seq) != (Job().batch, Job().seq):
+        flag = "--batch" if req.job.batch != Job().batch else "--seq"
+        raise UsageError(f"{flag} does not go with --entry: the inputs your function returns "
+                         "are the step's batch and sequence",
+                         "leave it out, or make the function build its inputs at that size")
     if req.entry is not None and req.method == "formula":
         raise UsageError("the formula needs a config.json: your own code can only be measured",
                          "leave out --method formula, or give --config")

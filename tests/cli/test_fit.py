@@ -539,3 +539,27 @@ def test_the_formula_does_not_import_torch() -> None:
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                        check=True)
     assert p.stdout.strip().endswith("HEAVY [] 0")
+
+
+def test_an_entrys_batch_and_sequence_are_its_inputs_never_the_flags() -> None:
+    """`fit --entry F:tiny --batch 512 --seq 99` measured the entry's own (64, 256) inputs and
+    printed "batch 512 x 99": --batch and --seq are refused with --entry, and the step line
+    names the entry's inputs instead of the defaults (1 x 2048) it never ran."""
+    entry = f"{FIXTURES / 'fit' / 'mlp_entry.py'}:tiny"
+    for flags in (("--batch", "512"), ("--seq", "99")):
+        refused(fit("--entry", entry, "--gpu", "H100", *flags), EXIT_USAGE, flags[0])
+    from envbuild.features.fit import describe_job
+
+    step = describe_job(memory.Job(), entry=True)
+    assert "2048" not in step and "inputs" in step, step
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+def test_mixed_precision_is_described_as_the_bf16_autocast_it_counts(dtype: str) -> None:
+    """`--mixed --dtype fp16` printed "mixed fp16" over a method line saying "mixed bf16": the
+    formula and the probe count fp32 weights under bf16 autocast whatever --dtype says."""
+    rc, out, err = fit("--config", str(LLAMA3), "--gpu", "H100", *FORMULA, "--mixed",
+                       "--dtype", dtype)
+    step = next(line for line in out.splitlines() if line.startswith("step"))
+    assert rc == EXIT_FAILED, err
+    assert ", mixed bf16," in step and "fp16" not in step and "fp32," not in step, step
