@@ -57,7 +57,7 @@ def entry_file(path: Path) -> Path:
     a missing file)."""
     hint = "give the Python file that defines the entry function"
     try:
-        regular_file(path, "entry file", hint)
+        regular_file(path, "Python file (--entry)", hint)
     except FileNotFoundError:
         raise UsageError(f"{path_text(path)}: no such file", hint) from None
     except ValueError:  # a NUL in the path

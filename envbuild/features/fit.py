@@ -12,7 +12,9 @@ process cannot run)."""
 
 from __future__ import annotations
 
+import json
 import shlex
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -31,6 +33,9 @@ if TYPE_CHECKING:
     from envbuild.doctor.view import View
 
 METHODS = ("auto", "measured", "formula")
+# config.json keys that do not shape the model (a classifier's labels can be thousands): not sent
+# to the probe, whose job is one bounded argument
+UNUSED_KEYS = frozenset({"id2label", "label2id", "task_specific_params", "_name_or_path"})
 MEASURE_TIMEOUT = 600.0
 MAX_ENTRY_BYTES = 4 << 20  # the probe reads the same bound
 CONFIG_HINT = "give a Hugging Face config.json (Llama, Mistral or Qwen2): docs/guides/fit.md"
@@ -126,7 +131,7 @@ def entry_file(entry: str) -> Path:
         raise UsageError(f"--entry {entry[:80]!r}: {path.name[:60]!r} is not a .py file",
                          ENTRY_HINT)
     try:
-        boundedio.read_bytes(path, "entry file", cap=MAX_ENTRY_BYTES, hint=ENTRY_HINT)
+        boundedio.read_bytes(path, "Python file (--entry)", cap=MAX_ENTRY_BYTES, hint=ENTRY_HINT)
     except FileNotFoundError:
         raise UsageError(f"{boundedio.path_text(path)}: no such file", ENTRY_HINT) from None
     return path
@@ -149,7 +154,7 @@ def _gpu_row(m: Matrix, name: str, where: str) -> Gpu:
 
 def targets(req: FitRequest, m: Matrix) -> tuple[list[Target], list[str]]:
     """The GPUs to judge: --gpu, the fleet's groups, else this host's (or recorded) GPUs."""
-    out = [Target(row, f"--gpu {n}", ("--gpu", row.name))
+    out = [Target(row, shlex.join(["--gpu", row.name]), ("--gpu", row.name))
            for n in req.gpus for row in [_gpu_row(m, n, f"--gpu {n[:40]}")]]
     notes: list[str] = []
     if req.fleet is not None:
@@ -213,23 +218,35 @@ class Measured:
         self.progress = progress
         self.cache: dict[Job, Estimate | None] = {}
         self.entry = entry_file(req.entry) if req.entry is not None else None
+        self.deadline = time.monotonic() + req.timeout  # --timeout bounds every run together
+        self.out_of_time = False  # an option was left unmeasured for want of time
 
     def probe_job(self, job: Job, config: Mapping[str, Any] | None) -> dict[str, Any]:
         model: dict[str, Any] = ({"entry": self.req.entry} if self.req.entry is not None
-                                 else {"config": dict(config or {})})
+                                 else {"config": {k: v for k, v in (config or {}).items()
+                                                  if k not in UNUSED_KEYS}})
         return {"format": 1, "model": model, **job_json(job), "device": "auto", "real": False,
                 "sdpa": self.rule, "min_torch": self.coeffs.min_torch}
 
     def answer(self, job: Job) -> dict[str, Any]:
         from envbuild.engine import fitprobe
+        from envbuild.validator import memprobe
 
         probe = self.probe_job(job, self.config)
+        size = len(json.dumps(probe, separators=(",", ":")).encode())
+        if size > memprobe.MAX_JOB:
+            raise memory.ProbeError("unsupported", f"the config is {size >> 10} KiB as the "
+                                    f"probe's job; it takes at most {memprobe.MAX_JOB >> 10} KiB")
+        left = self.deadline - time.monotonic()
+        if left < 1 and job != self.req.job:
+            self.out_of_time = True
+            raise memory.ProbeError("unsupported", "out of time (--timeout) for the options")
+        left = max(left, 1.0)
         self.progress(f"measuring {describe_job(job, self.req.entry is not None)}"
                       + (f" in {self.req.image}" if self.req.image else " here"))
         if self.req.image:
-            return fitprobe.measure_in_image(self.req.image, probe, self.entry,
-                                             self.req.timeout)
-        return fitprobe.measure_here(probe, self.req.timeout)
+            return fitprobe.measure_in_image(self.req.image, probe, self.entry, left)
+        return fitprobe.measure_here(probe, left)
 
     config: Mapping[str, Any] | None = None
 
@@ -267,8 +284,9 @@ def with_workspace(fake: Estimate, job: Job, c: Coeffs) -> Estimate:
 
 def job_argv(job: Job) -> list[str]:
     """The `envbuild fit` words of `job` (what differs from the defaults)."""
+    default = Job(mode=job.mode, dtype="fp32") if job.mixed else Job(mode=job.mode)
     return (["--infer"] if job.mode == "infer" else []) + \
-        list(memory.job_flags(job, Job(mode=job.mode)))
+        list(memory.job_flags(job, default))
 
 
 def command_words(req: FitRequest) -> tuple[str, ...]:
@@ -319,6 +337,9 @@ def fit(req: FitRequest, progress: Callable[[str], None] | None = None) -> FitRe
         raise UsageError(f"{flag} does not go with --entry: the inputs your function returns "
                          "are the step's batch and sequence",
                          "leave it out, or make the function build its inputs at that size")
+    if req.facts_dir is not None and (req.gpus or req.fleet is not None):
+        raise UsageError("--facts judges a recorded host's GPUs: it does not go with --gpu or "
+                         "--fleet", "give one of them")
     if req.entry is not None and req.method == "formula":
         raise UsageError("the formula needs a config.json: your own code can only be measured",
                          "leave out --method formula, or give --config")
@@ -328,6 +349,8 @@ def fit(req: FitRequest, progress: Callable[[str], None] | None = None) -> FitRe
     if req.image and req.method == "formula":
         raise UsageError("--image measures the step: it does not go with --method formula",
                          "leave out --method formula")
+    if req.job.mixed and req.job.dtype != "fp32":  # mixed precision keeps fp32 weights, always
+        req = replace(req, job=replace(req.job, dtype="fp32"))
     m = matrix.load(req.matrix_dir)
     coeffs = memory.coefficients(m.extra["memory"])
     memory.check_job(req.job, coeffs)
@@ -354,8 +377,7 @@ def fit(req: FitRequest, progress: Callable[[str], None] | None = None) -> FitRe
             if exc.code not in memory.FALLBACK_CODES or req.method == "measured" \
                     or shape is None:
                 raise EnvbuildError(f"the step could not be measured: {exc.message}",
-                                    "measure in an image with torch >= 2.5 (--image), or give a "
-                                    "config.json for the formula (--method formula)",
+                                    _hint(exc.code, req, coeffs),
                                     exit_code=EXIT_CANNOT_RUN) from None
             notes.append(f"not measured ({exc.message}): the formula answered")
             estimate_fn = _formula(shape, coeffs)
@@ -369,6 +391,9 @@ def fit(req: FitRequest, progress: Callable[[str], None] | None = None) -> FitRe
             verdict = replace(verdict, options=_options(shape, req.job, t.gpu, estimate_fn,
                                                         probe, coeffs))
         fits.append(verdict)
+    if probe is not None and probe.out_of_time:
+        notes.append(f"--timeout {req.timeout:g} s ran out before every option was measured: "
+                     "some changes that may fit are not shown (give it more time)")
     model = (boundedio.path_text(req.config) if req.config is not None else str(req.entry))
     return FitReport(job=req.job, estimate=base, model=model, targets=tuple(found),
                      fits=tuple(fits), notes=tuple(notes),
@@ -402,6 +427,25 @@ def _options(shape: Shape | None, job: Job, gpu: Gpu,
         if len(out) == OPTIONS:
             break
     return tuple(out)
+
+
+def _hint(code: str, req: FitRequest, c: Coeffs) -> str:
+    """What to do when the asked step could not be measured, by the probe's error code."""
+    formula = " (or --method formula: it answers from the config alone)" if req.config else ""
+    where = "in the image" if req.image else "here"
+    return {
+        "no-torch": f"install torch {where} (pip install 'envbuild[host]'), or measure in an "
+                    "image that has it (--image TAG)",
+        "no-memtracker": f"measure with torch >= {c.min_torch} (an image: --image TAG){formula}",
+        "no-transformers": f"install transformers {where} to build the model from its "
+                           f"config{formula}",
+        "no-bitsandbytes": f"install bitsandbytes {where} for --optimizer adamw8bit{formula}",
+        "untraceable": ("the step raised under fake tensors: run it once for real to see why"
+                        if req.entry else "the model raised under fake tensors" + formula),
+        "unsupported": "leave out the option the message names" + formula,
+        "out-of-memory": "the host ran out of memory building the fake step: try a smaller "
+                         "model first" + formula,
+    }.get(code, "see the message; --json shows the probe's answer" + formula)
 
 
 def _formula(shape: Shape, coeffs: Coeffs) -> Callable[[Job], Estimate | None]:

@@ -563,3 +563,38 @@ def test_mixed_precision_is_described_as_the_bf16_autocast_it_counts(dtype: str)
     step = next(line for line in out.splitlines() if line.startswith("step"))
     assert rc == EXIT_FAILED, err
     assert ", mixed bf16," in step and "fp16" not in step and "fp32," not in step, step
+
+
+# -- what the review found ---------------------------------------------------------------------
+def test_facts_judge_a_recorded_host_and_do_not_go_with_gpu_or_fleet(tmp_path: Path) -> None:
+    """--facts with --gpu was silently ignored (an unreadable DIR never checked): refused."""
+    host = next(p for p in sorted(DOCTOR.iterdir()) if p.is_dir())
+    for extra in (("--gpu", "H100"), ("--fleet", str(FLEET))):
+        refused(fit("--config", str(LLAMA3), *FORMULA, "--facts", str(host), *extra),
+                EXIT_USAGE, "--facts")
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+def test_mixed_precision_is_one_job_whatever_the_dtype(dtype: str) -> None:
+    """--mixed keeps fp32 weights and autocasts to bf16 whatever --dtype says: one job, one
+    figure, and its options' commands name no --dtype the job does not use."""
+    _, data = fit_json("--config", str(LLAMA3), *FORMULA, "--mixed", "--dtype", dtype,
+                       "--gpu", "H100")
+    _, plain = fit_json("--config", str(LLAMA3), *FORMULA, "--mixed", "--gpu", "H100")
+    assert data["job"] == plain["job"] and data["job"]["dtype"] == "fp32"
+    assert data["peak_bytes"] == plain["peak_bytes"]
+    assert all("--dtype" not in o["flags"] for g in data["gpus"] for o in g["options"])
+
+
+def test_a_config_with_thousands_of_labels_is_measured(tmp_path: Path) -> None:
+    """A classifier's id2label made the probe's one-argument job too long (exit 2 from a config
+    the formula answers): keys that do not shape the model are not sent."""
+    pytest.importorskip("transformers")
+    labels = {str(i): f"label-{i:06d}-" + "x" * 40 for i in range(5000)}
+    cfg = {**FAMILIES["llama-gqa"], "num_hidden_layers": 1, "id2label": labels,
+           "label2id": {v: int(k) for k, v in labels.items()}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert path.stat().st_size > 400_000
+    rc, data = fit_json("--config", str(path), "--batch", "1", "--seq", "64", "--gpu", "H100")
+    assert rc == 0 and data["method"] == "measured", data["notes"]
