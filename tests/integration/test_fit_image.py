@@ -6,6 +6,7 @@ and broken input is one answer or one EnvbuildError, never a leftover container.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,15 @@ def job(fn: str = "tiny", **kw: Any) -> dict[str, Any]:
             "optimizer": "adamw", "device": "cpu", **kw}
 
 
+def readable(folder: Path) -> Path:
+    """The image runs as its own user: the mounted folder and its files must be readable by
+    others (pytest's tmp_path is 0700, as a user's private folder may be)."""
+    folder.chmod(0o755)
+    for f in folder.iterdir():
+        f.chmod(0o644)
+    return folder
+
+
 def fit_containers() -> str:
     return docker("ps", "-a", "--filter", "label=io.envbuild.role=fit", "--format",
                   "{{.ID}}").stdout.strip()
@@ -50,6 +60,17 @@ def test_the_images_torch_measures_the_mounted_entry(image: str) -> None:
     for truth in (real["peak_bytes"], real["rss_growth"]):
         assert abs(fake["peak_bytes"] / truth - 1) < 0.10, (fake["peak_bytes"], truth)
     assert fit_containers() == ""
+    print(json.dumps({"fake": fake["peak_bytes"], "real_tracker": real["peak_bytes"],
+                      "real_rss_growth": real["rss_growth"]}))
+
+
+def test_an_entry_the_images_user_cannot_read_is_an_entry_error(image: str,
+                                                                tmp_path: Path) -> None:
+    entry = tmp_path / "private.py"
+    entry.write_text("def build():\n    pass\n")
+    entry.chmod(0o600)
+    r = fitprobe.measure_in_image(image, job("build"), entry, timeout=300)
+    assert r["error"] == "entry" and "Permission denied" in r["message"], r
 
 
 def test_the_image_has_no_transformers_so_a_config_says_so(image: str) -> None:
@@ -74,6 +95,7 @@ def test_the_mount_is_read_only_and_the_network_absent(image: str, tmp_path: Pat
         "    except OSError:\n"
         "        pass\n"
         "    return torch.nn.Linear(4, 4), (torch.randn(2, 4),)\n")
+    readable(tmp_path)
     r = fitprobe.measure_in_image(image, job("build"), entry, timeout=300)
     assert r.get("params") == 20, r
     assert not (tmp_path / "x").exists()
@@ -83,6 +105,7 @@ def test_a_probe_that_dies_is_one_error_and_leaves_no_container(image: str,
                                                                 tmp_path: Path) -> None:
     entry = tmp_path / "dies.py"
     entry.write_text("import os\ndef build():\n    os._exit(9)\n")
+    readable(tmp_path)
     with pytest.raises(EnvbuildError) as died:
         fitprobe.measure_in_image(image, job("build"), entry, timeout=300)
     assert "exit 9" in died.value.message and image in died.value.message
