@@ -38,8 +38,9 @@ def fit(
         "training step (default).")] = False,
     batch: Annotated[int, typer.Option("--batch", min=1, help="Micro-batch size.")] = 1,
     seq: Annotated[int, typer.Option("--seq", min=1, help="Sequence length (tokens).")] = 2048,
-    dtype: Annotated[str, typer.Option(
-        "--dtype", help="Weights' dtype: fp32 | bf16 | fp16.")] = "bf16",
+    dtype: Annotated[str | None, typer.Option(
+        "--dtype", help="Weights' dtype: fp32 | bf16 | fp16 (default: bf16 for --config; fp32, "
+        "torch's own, for --entry: the dtype its code builds in unless it names one).")] = None,
     mixed: Annotated[bool, typer.Option(
         "--mixed/--no-mixed", help="Mixed precision: fp32 weights, the step under bf16 "
         "autocast.")] = False,
@@ -78,9 +79,11 @@ def fit(
     from envbuild.core.memory import Job
     from envbuild.features import fit as use
 
-    job = Job(mode="infer" if infer else "train", batch=batch, seq=seq, dtype=dtype,
-                  mixed=mixed, optimizer=optimizer, checkpointing=checkpointing,
-                  lora_rank=lora, shards=shards, accumulate=accumulate)
+    if dtype is None:  # a config's weights are bf16; an entry's what its code makes (fp32)
+        dtype = "fp32" if entry is not None else "bf16"
+    job = Job(mode="infer" if infer else "train", batch=batch, seq=seq, dtype=dtype, mixed=mixed,
+              optimizer=optimizer, checkpointing=checkpointing, lora_rank=lora, shards=shards,
+              accumulate=accumulate)
     req = use.FitRequest(job=job, config=config, entry=entry, image=image, method=method,
                          gpus=tuple(gpu or ()), fleet=fleet, facts_dir=facts, timeout=timeout,
                          matrix_dir=matrix_dir)

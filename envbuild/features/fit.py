@@ -372,8 +372,12 @@ def fit(req: FitRequest, progress: Callable[[str], None] | None = None) -> FitRe
             measured(req.job)
         except memory.ProbeError as exc:
             if exc.code == "entry":
+                hint = ENTRY_HINT
+                if req.image and "ermission denied" in exc.message:
+                    hint = ("the image runs as its own user, who cannot read the file: make its "
+                            "folder readable to others (chmod o+rx FOLDER, o+r FILE)")
                 raise UsageError(f"--entry {str(req.entry)[:80]!r}: {exc.message}",
-                                 ENTRY_HINT) from None
+                                 hint) from None
             if exc.code not in memory.FALLBACK_CODES or req.method == "measured" \
                     or shape is None:
                 raise EnvbuildError(f"the step could not be measured: {exc.message}",

@@ -113,3 +113,29 @@ def test_a_probe_that_dies_is_one_error_and_leaves_no_container(image: str,
     with pytest.raises(EnvbuildError, match="did not finish within 5 s"):
         fitprobe.measure_in_image(image, job("build"), entry, timeout=5)
     assert fit_containers() == ""
+
+
+def test_fit_entry_image_is_within_10_percent_of_the_real_step(image: str) -> None:
+    """The issue's check, through the command: `envbuild fit --entry F:wide --image TAG` against
+    the same step run for real in that image (MemTracker on real tensors and the fresh process's
+    RSS growth). fit's figure is the CUDA one (it adds cuBLAS's workspace, 64 MiB here)."""
+    r = run_cli("fit", "--entry", f"{ENTRY}:wide", "--image", image, "--gpu", "H100", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    data = json.loads(r.stdout)
+    assert data["method"] == "measured" and data["image"] == image, data
+    real = fitprobe.measure_in_image(image, job("wide", real=True), ENTRY, timeout=600)
+    for truth in (real["peak_bytes"], real["rss_growth"]):
+        assert abs(data["peak_bytes"] / truth - 1) < 0.10, (data["peak_bytes"], truth)
+    print(json.dumps({"fit": data["peak_bytes"], "real_tracker": real["peak_bytes"],
+                      "real_rss_growth": real["rss_growth"]}))
+
+
+def test_fit_names_the_folder_the_images_user_cannot_read(image: str, tmp_path: Path) -> None:
+    entry = tmp_path / "private.py"
+    entry.write_text("def build():\n    pass\n")
+    entry.chmod(0o600)
+    r = run_cli("fit", "--entry", f"{entry}:build", "--image", image, "--gpu", "H100")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    said = [x for x in r.stderr.splitlines() if not x.startswith("fit: ")]  # not the progress
+    assert len(said) == 2 and said[0].startswith("error: ") and "chmod o+rx" in said[1], said
+    assert fit_containers() == ""
