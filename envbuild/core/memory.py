@@ -376,6 +376,8 @@ def _describe(job: Job, base: Job) -> str:
     parts: list[str] = []
     if job.mixed and not base.mixed:
         parts.append("bf16 mixed precision")
+    elif base.mixed and not job.mixed:
+        parts.append("bf16 weights (no fp32 copy)")
     elif job.dtype != base.dtype:
         parts.append(f"{job.dtype} weights")
     if job.checkpointing and not base.checkpointing:
@@ -426,6 +428,8 @@ def _ladders(shape: Shape | None, job: Job, coeffs: Coeffs) -> dict[str, list[Jo
     if job.dtype == "fp32" and not job.mixed:
         steps["dtype"] = ([replace(job, mixed=True)] if job.mode == "train"
                           else [replace(job, dtype="bf16")])
+    elif job.mixed:  # bf16 weights without the fp32 copy (how LoRA bases are usually trained)
+        steps["dtype"] = [replace(job, mixed=False, dtype="bf16")]
     if job.mode == "train":
         if not job.checkpointing:
             steps["checkpointing"] = [replace(job, checkpointing=True)]
@@ -473,15 +477,16 @@ def options(shape: Shape | None, job: Job, gpu: Gpu,
     alone = {kind: first_fit(ladder) for kind, ladder in ladders.items()}
     found = [o for o in alone.values() if o is not None]
     kinds = [k for k, o in alone.items() if o is None]
+    search = limit + 3  # more than are shown: dominated ones are dropped below
     piled, pile = job, None
-    for kind in kinds if len(found) < limit else ():
+    for kind in kinds if len(found) < search else ():
         ladder = _ladders(shape, piled, coeffs).get(kind, [])
         if (pile := first_fit(ladder)) is not None:
             break
         piled = ladder[-1] if ladder else piled
     for i, first in enumerate(kinds):
         for second in kinds[i + 1:]:
-            if len(found) >= limit:
+            if len(found) >= search:
                 break
             for base in ladders[first][:1] + ladders[first][-1:]:  # mildest and strongest
                 option = first_fit(_ladders(shape, base, coeffs).get(second, []))
@@ -490,7 +495,44 @@ def options(shape: Shape | None, job: Job, gpu: Gpu,
                     break
     if pile is not None and all(o.job != pile.job for o in found):
         found.append(pile)
-    return tuple(found[:limit])
+
+    def least(option: Option) -> Option:
+        """The option with every change it does not need undone (a pile of changes may carry
+        one that the others made needless: 8-bit AdamW beside LoRA)."""
+        for group in GROUPS:
+            if all(getattr(option.job, f) == getattr(job, f) for f in group):
+                continue
+            undone = first_fit([replace(option.job, **{f: getattr(job, f) for f in group})])
+            option = undone if undone is not None else option
+        return option
+
+    return _chosen([least(o) if len(_changes(o, job)) > 1 else o for o in found], job, limit)
+
+
+# Job fields that change together: the weights' dtype and mixed precision; a micro-batch and
+# its accumulation.
+GROUPS = (("dtype", "mixed"), ("checkpointing",), ("batch", "accumulate"), ("seq",),
+          ("optimizer",), ("lora_rank",), ("shards",))
+
+
+def _changes(option: Option, base: Job) -> frozenset[tuple[str, object]]:
+    return frozenset((f, getattr(option.job, f)) for f in Job.__dataclass_fields__
+                     if getattr(option.job, f) != getattr(base, f))
+
+
+def _chosen(found: list[Option], base: Job, limit: int) -> tuple[Option, ...]:
+    """The options shown: none that another makes needless (one that needs a subset of its
+    changes also fits); on one GPU before several (more GPUs cost more than any change on one),
+    then the fewest changes; and the best sharding one among them when there is one (scaling
+    out is the answer when nothing on one GPU is wanted)."""
+    changes = [_changes(o, base) for o in found]
+    kept = [(c, o) for c, o in zip(changes, found, strict=True)
+            if not any(other < c for other in changes)]
+    kept.sort(key=lambda co: (co[1].job.shards, len(co[0])))
+    single = [o for _, o in kept if o.job.shards == 1]
+    sharded = [o for _, o in kept if o.job.shards > 1]
+    shown = single[:limit - 1] + sharded[:1] if sharded else single[:limit]
+    return tuple((shown + [o for _, o in kept if o not in shown])[:limit])
 
 
 # -- the measured method's answers ---------------------------------------------------------------

@@ -577,13 +577,14 @@ def test_facts_judge_a_recorded_host_and_do_not_go_with_gpu_or_fleet(tmp_path: P
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
 def test_mixed_precision_is_one_job_whatever_the_dtype(dtype: str) -> None:
     """--mixed keeps fp32 weights and autocasts to bf16 whatever --dtype says: one job, one
-    figure, and its options' commands name no --dtype the job does not use."""
+    figure, and its mixed options' commands name no --dtype the job does not use."""
     _, data = fit_json("--config", str(LLAMA3), *FORMULA, "--mixed", "--dtype", dtype,
                        "--gpu", "H100")
     _, plain = fit_json("--config", str(LLAMA3), *FORMULA, "--mixed", "--gpu", "H100")
     assert data["job"] == plain["job"] and data["job"]["dtype"] == "fp32"
     assert data["peak_bytes"] == plain["peak_bytes"]
-    assert all("--dtype" not in o["flags"] for g in data["gpus"] for o in g["options"])
+    assert all("--dtype" not in o["flags"] for g in data["gpus"] for o in g["options"]
+               if o["job"]["mixed"])
 
 
 def test_a_config_with_thousands_of_labels_is_measured(tmp_path: Path) -> None:

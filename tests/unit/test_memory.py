@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -323,5 +324,18 @@ def test_no_options_when_it_fits_and_piled_changes_when_no_pair_does(matrix: Mat
     assert options(shape, small, gpu, _estimator(shape, coeffs), coeffs) == ()
     heavy = Job(batch=8, seq=2048, dtype="fp32")  # fp32 GQA: math attention, 159 GB of activations
     offered = options(shape, heavy, gpu, _estimator(shape, coeffs), coeffs)
-    assert offered and offered[-1].job.mixed and offered[-1].job.checkpointing
-    assert offered[-1].flags[:2] == ("--mixed", "--checkpointing")
+    assert offered and all(verdict(gpu, formula(shape, o.job, coeffs), coeffs).fits
+                           for o in offered)
+    # one GPU before several; none needs a change another shows it can do without
+    shards = [o.job.shards for o in offered]
+    assert shards == sorted(shards) and shards[0] == 1, offered
+    changed = [{f for f in ("dtype", "mixed", "checkpointing", "batch", "accumulate", "seq",
+                            "optimizer", "lora_rank", "shards")
+                if getattr(o.job, f) != getattr(heavy, f)} for o in offered]
+    assert any(len(c) >= 3 for c in changed), offered  # piled: no single change or pair fits
+    for o in offered:  # each change it makes is needed: undone, it no longer fits
+        for group in (("dtype", "mixed"), ("checkpointing",), ("batch", "accumulate"),
+                      ("optimizer",), ("lora_rank",), ("shards",)):
+            undone = replace(o.job, **{f: getattr(heavy, f) for f in group})
+            if undone != o.job:
+                assert not verdict(gpu, formula(shape, undone, coeffs), coeffs).fits, (o, group)
