@@ -199,12 +199,20 @@ def _host_targets(m: Matrix, facts_dir: Path | None) -> tuple[list[Target], list
 
     facts = recorded.load(facts_dir) if facts_dir is not None else probes.collect(torch=False)
     again = ("--facts", str(facts_dir)) if facts_dir is not None else ()
+    v = build_view(facts, m)
     out = [Target(gpu, f"this host, GPU {index}", ("--gpu", gpu.name) if known else again)
-           for index, gpu, known in view_gpus(build_view(facts, m), m)]
+           for index, gpu, known in view_gpus(v, m)]
     where = "the recorded host" if facts_dir is not None else "this host"
-    notes = [] if out else [f"no NVIDIA GPU found on {where}: name one with --gpu (e.g. --gpu "
-                            "H100) or give a fleet with --fleet"]
-    return out, notes
+    amd = [r.name for n in dict.fromkeys(v.amd_names)
+           if (r := gpu_names.lookup(m, n, "amd")) is not None]
+    if out:
+        return out, []
+    if amd:  # the host side reads no AMD GPU's memory: the matrix's, named by the user
+        return out, [f"{where} has AMD GPUs ({', '.join(amd[:4])}), not judged from the host: "
+                     f"name them with --gpu (e.g. {shlex.join(['--gpu', amd[0]])}); the figures "
+                     "follow CUDA's kernels, not checked on ROCm"]
+    return out, [f"no NVIDIA GPU found on {where}: name one with --gpu (e.g. --gpu H100) or "
+                 "give a fleet with --fleet"]
 
 
 # -- estimators --------------------------------------------------------------------------------

@@ -599,3 +599,14 @@ def test_a_config_with_thousands_of_labels_is_measured(tmp_path: Path) -> None:
     assert path.stat().st_size > 400_000
     rc, data = fit_json("--config", str(path), "--batch", "1", "--seq", "64", "--gpu", "H100")
     assert rc == 0 and data["method"] == "measured", data["notes"]
+
+
+def test_a_recorded_amd_host_names_its_gpus_and_the_command_that_judges_them() -> None:
+    """The host side reads no AMD GPU's memory: the note names the MI300X and a --gpu that
+    judges it (it said "no NVIDIA GPU found" and nothing more)."""
+    rc, data = fit_json("--config", str(LLAMA3), "--facts", str(DOCTOR / "mi300x"), *FORMULA)
+    assert rc == 0 and data["gpus"] == []
+    [note] = [n for n in data["notes"] if "AMD" in n]
+    assert "MI300X" in note and "--gpu MI300X" in note
+    rc, judged = fit_json("--config", str(LLAMA3), "--gpu", "MI300X", *FORMULA)
+    assert [g["gpu"] for g in judged["gpus"]] == ["MI300X"]
