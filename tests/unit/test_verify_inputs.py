@@ -26,11 +26,15 @@ KINDS = ["/dev/zero", "/dev/null", "{dir}", "{fifo}", "{huge}", "{deep}", "{badu
 
 
 def _special(kind: str, tmp: Path) -> str:
-    if kind == "{fifo}" and not (tmp / "fifo").exists():
+    """The path of one kind of file that is no key and no lock (only that one is made)."""
+    if kind == "{fifo}":
         os.mkfifo(tmp / "fifo")
-    (tmp / "huge").write_bytes(b"#" * (65 << 20))
-    (tmp / "deep").write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
-    (tmp / "badutf8").write_bytes(b"\xff\xfe[image]\n\x80\x81")
+    elif kind == "{huge}":
+        (tmp / "huge").write_bytes(b"#" * (65 << 20))
+    elif kind == "{deep}":
+        (tmp / "deep").write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    elif kind == "{badutf8}":
+        (tmp / "badutf8").write_bytes(b"\xff\xfe[image]\n\x80\x81")
     return kind.format(dir=tmp, fifo=tmp / "fifo", huge=tmp / "huge", deep=tmp / "deep",
                        badutf8=tmp / "badutf8")
 
