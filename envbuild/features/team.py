@@ -14,7 +14,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import suppress
 from dataclasses import field
 from pathlib import Path
@@ -353,6 +353,9 @@ def freeze(tag: str) -> Frozen:
     return frozen(sbom.facts(raw).dists)
 
 
+INTERRUPT_SLICE_S = 0.2  # the longest a Ctrl-C waits while parallel builds run
+
+
 def build_order(planned: list[Planned]) -> tuple[list[Planned], list[Planned]]:
     """(first images: one per torch layer, which share nothing the others build and so may build
     in parallel with each other; the rest, which reuse a first image's layer from the build
@@ -421,6 +424,12 @@ def build(planned: list[Planned], m: Matrix, *, push: bool, jobs: int = 1, rebui
         pool = ThreadPoolExecutor(max_workers=jobs)
         try:
             futures = [pool.submit(one, p) for p in group]
+            # Wait in short slices, not in one blocking call: the kernel may hand a Ctrl-C to a
+            # worker thread, and Python runs its handler only when this thread runs bytecode
+            # again; a slice bounds how long the interrupt waits (a blocked result() waited for
+            # the whole build)
+            while not all(f.done() for f in futures):
+                wait(futures, timeout=INTERRUPT_SLICE_S)
             return [f.result() for f in futures]
         except BaseException:
             # Ctrl-C (or SIGTERM) reaches only this thread: the images not started never
