@@ -14,6 +14,9 @@ an H200 (tests/unit/test_memory.py). Its peak is the largest of the moments a st
 - inference (a prefill with the KV cache): weights, the cache and all positions' logits, or the
   cache and one layer's MLP (and math attention) transients.
 cuBLAS's workspace is added to each (max_memory_allocated counts it).
+Sliding-window layers (Mistral, Qwen2 with use_sliding_window) whose window the sequence reaches
+get an explicit mask from transformers: K/V repeated, CUDA's memory-efficient kernel, the
+additive mask saved (memory.toml [masks]).
 """
 
 from __future__ import annotations
@@ -112,6 +115,11 @@ _COEFFS: Mapping[str, tuple[str, str]] = {
     "checkpoint_input": ("activations", "checkpoint_input"),
     "logprobs_f32": ("loss", "logprobs_f32"), "labels_bytes": ("loss", "labels_bytes"),
     "backward_grads_f32": ("loss", "backward_grads_f32"),
+    "mask_saved": ("masks", "mask_saved"), "mask_align": ("masks", "mask_align"),
+    "mask_bool": ("masks", "mask_bool"), "gqa_max_head_dim": ("masks", "gqa_max_head_dim"),
+    "masked_attention_r": ("masks", "masked_attention_r"),
+    "masked_attention_h": ("masks", "masked_attention_h"),
+    "masked_attention_q": ("masks", "masked_attention_q"),
     "kv_cache": ("inference", "kv_cache"), "logits": ("inference", "logits"),
     "final_hidden": ("inference", "final_hidden"),
     "mlp_transient_i": ("inference", "mlp_transient_i"),
@@ -205,11 +213,34 @@ def compute_dtype(job: Job) -> str:
     return "bf16" if job.mixed else job.dtype
 
 
-def attention_path(shape: Shape, dtype: str, c: Coeffs) -> str:
-    """CUDA SDPA's choice for the HF Llama call (memory.toml [sdpa]): flash | efficient | math."""
+def masked_layers(shape: Shape, job: Job) -> int:
+    """How many layers' attention calls carry an explicit mask: the sliding-window layers once the
+    keys reach the window (transformers builds the mask when kv_length >= sliding_window; kv is
+    the sequence in training and in a prefill with an empty cache), else none (memory.toml
+    [masks])."""
+    return shape.sliding_layers if shape.sliding_window and job.seq >= shape.sliding_window else 0
+
+
+def repeats_kv(shape: Shape, masked: bool, c: Coeffs) -> bool:
+    """Whether transformers repeats K/V to every query head before the call (repeat_kv) instead
+    of passing enable_gqa: with grouped heads, when the call has a mask or the head dim is over
+    what it passes enable_gqa for (memory.toml [masks] gqa_max_head_dim)."""
+    return shape.gqa and (masked or shape.head_dim > c.gqa_max_head_dim)
+
+
+def attention_path(shape: Shape, dtype: str, c: Coeffs, masked: bool = False) -> str:
+    """CUDA SDPA's choice for the HF Llama call (memory.toml [sdpa]): flash | efficient | math.
+    `masked`: the call carries an explicit mask (a sliding-window layer past its window)."""
     path = memprobe.cuda_backend([dict(b) for b in c.sdpa_backends], dtype, shape.head_dim,
-                                 mask=False, gqa=shape.gqa, dropout=False)
+                                 mask=masked, gqa=shape.gqa and not repeats_kv(shape, masked, c),
+                                 dropout=False)
     return "flash" if path == "flash" else "math" if path == "math" else "efficient"
+
+
+def _aligned(n: int, c: Coeffs) -> int:
+    """A mask's last dimension as the memory-efficient kernel pads it."""
+    align = max(1, int(c.mask_align))
+    return -(-n // align) * align
 
 
 def sdpa_rule(c: Coeffs) -> dict[str, Any]:
@@ -222,13 +253,23 @@ def _norm(readers: float, h: int, e: int, r: int, mixed: bool, c: Coeffs) -> flo
     return (4 * c.norm_upcast_f32 + r * c.norm_cast + out) * h
 
 
-def _layer_tokens(shape: Shape, job: Job, e: int, r: int, path: str, c: Coeffs) -> float:
-    """Saved bytes per token of one decoder layer."""
+def _mask_tokens(job: Job, e: int, path: str, c: Coeffs) -> float:
+    """Bytes per token of the additive mask one masked call saves (the flash-like kernels keep
+    it for backward; the math path adds it to the scores and keeps nothing of it)."""
+    return 0.0 if path == "math" else e * c.mask_saved * _aligned(job.seq, c)
+
+
+def _layer_tokens(shape: Shape, job: Job, e: int, r: int, path: str, c: Coeffs,
+                  masked: bool = False) -> float:
+    """Saved bytes per token of one decoder layer (`masked`: its attention call has a mask)."""
     h, q, kv, nh = shape.hidden, shape.q_width, shape.kv_width, shape.heads
     if path == "math":
         attention = e * (c.math_h * q + c.math_probs * nh * job.seq)
     else:
-        attention = e * (c.flash_h * q + c.flash_kv * kv) + 4 * c.flash_lse_f32 * nh
+        kv_saved = q if repeats_kv(shape, masked, c) else kv  # repeat_kv's copies are saved
+        attention = e * (c.flash_h * q + c.flash_kv * kv_saved) + 4 * c.flash_lse_f32 * nh
+        if masked:
+            attention += _mask_tokens(job, e, path, c)
     return (_norm(c.attn_norm_readers, h, e, r, job.mixed, c) + attention
             + _norm(c.mlp_norm_readers, h, e, r, job.mixed, c) + e * c.mlp_i * shape.intermediate)
 
@@ -248,6 +289,8 @@ def _train(shape: Shape, job: Job, c: Coeffs, notes: list[str]) -> tuple[int, in
     w, e = size["fp32"] if job.mixed else size[job.dtype], size[compute_dtype(job)]
     r, n, t = w, job.shards, job.batch * job.seq
     path = attention_path(shape, compute_dtype(job), c)
+    masked = masked_layers(shape, job)
+    mask_path = attention_path(shape, compute_dtype(job), c, masked=True)
     adapters = lora_params(shape, job.lora_rank) if job.lora_rank else 0
     trainable = adapters or params
     g = c.lora_adapter_bytes if adapters else w  # bytes per trainable parameter
@@ -259,23 +302,31 @@ def _train(shape: Shape, job: Job, c: Coeffs, notes: list[str]) -> tuple[int, in
                        "sgd": (c.sgd_states * g, c.sgd_step_temp * g),
                        "adamw8bit": (c.adamw8bit_bytes, c.adamw8bit_step_temp * g)}[job.optimizer]
     states, step_temp = trainable * per_param / n, trainable * step / n
-    layer = t * _layer_tokens(shape, job, e, r, path, c)
+    plain = t * _layer_tokens(shape, job, e, r, path, c)
+    with_mask = t * _layer_tokens(shape, job, e, r, mask_path, c, masked=True)
+    mask = t * _mask_tokens(job, e, mask_path, c) if masked else 0
+    # the layer whose activations and gradients the end of backward holds: the larger kind (the
+    # mask has no gradient)
+    layer, layer_grads = max((plain, plain) if masked < shape.layers else (0, 0),
+                             (with_mask, with_mask - mask) if masked else (0, 0))
     final = (_norm(c.final_norm_readers, shape.hidden, e, r, job.mixed, c)
              + 4 * c.logprobs_f32 * shape.vocab + c.labels_bytes)
     inputs = t * shape.layers * c.checkpoint_input * r * shape.hidden if job.checkpointing else 0
-    saved = (inputs if job.checkpointing else shape.layers * layer) + t * final
+    if job.checkpointing and masked:  # the boolean mask is a checkpointed layer's input too
+        inputs += job.seq * job.seq * c.mask_bool
+    every = (shape.layers - masked) * plain + masked * with_mask
+    saved = (inputs if job.checkpointing else every) + t * final
     if job.mixed and n == 1:
         saved += linear_params(shape) * c.weight_cast_bytes
     fixed = {"parameters": weights, "optimizer": states,
              "other": c.workspace_handles_train * c.workspace_bytes}
     start = {**fixed, "activations": saved, "gradients": grads if job.accumulate > 1 else 0,
              "temporaries": t * 4 * c.backward_grads_f32 * shape.vocab}
-    end = {**fixed, "gradients": grads, "activations": inputs + layer, "temporaries": layer}
+    end = {**fixed, "gradients": grads, "activations": inputs + layer,
+           "temporaries": layer_grads}
     opt = {**fixed, "gradients": grads, "temporaries": step_temp}
     peak, comps = _peak([start, end, opt])
-    notes.append(f"attention: {path}" + (" (CUDA SDPA takes neither flash nor memory-efficient "
-                                          "for this dtype with grouped K/V heads)"
-                                          if path == "math" else ""))
+    notes.append(_attention_note(shape, job, path, mask_path, masked))
     if adapters:
         notes.append(f"LoRA rank {job.lora_rank} on every decoder Linear: {adapters:,} trainable "
                      "fp32 parameters; activations counted as for a full fine-tune (unverified)")
@@ -285,23 +336,53 @@ def _train(shape: Shape, job: Job, c: Coeffs, notes: list[str]) -> tuple[int, in
     return params, trainable, comps | {"_peak": peak}
 
 
+def _attention_note(shape: Shape, job: Job, path: str, mask_path: str, masked: int) -> str:
+    why = (" (CUDA SDPA takes neither flash nor memory-efficient for this dtype with grouped K/V "
+           "heads)")
+    if not masked:
+        return f"attention: {path}" + (why if path == "math" else "")
+    where = ("every layer" if masked == shape.layers
+             else f"{masked} of {shape.layers} layers ({path} on the others)")
+    return (f"attention: {mask_path} on {where}: sequence {job.seq} >= sliding window "
+            f"{shape.sliding_window}, so transformers passes an explicit mask"
+            + (" and repeats K/V to every head" if shape.gqa else "")
+            + " (unverified on a GPU)")
+
+
 def _infer(shape: Shape, job: Job, c: Coeffs, notes: list[str]) -> tuple[int, int, dict[str, int]]:
     size = c.dtype_bytes
     params = param_count(shape)
     w, e = size["fp32"] if job.mixed else size[job.dtype], size[compute_dtype(job)]
     n, t = job.shards, job.batch * job.seq
     path = attention_path(shape, compute_dtype(job), c)
+    masked = masked_layers(shape, job)
+    mask_path = attention_path(shape, compute_dtype(job), c, masked=True)
     fixed = {"parameters": params * w / n, "other": c.workspace_handles_infer * c.workspace_bytes,
              "kv_cache": t * shape.layers * c.kv_cache * w * shape.kv_width / n}
     end = {**fixed, "activations": t * e * (c.logits * shape.vocab
                                             + c.final_hidden * shape.hidden)}
     inside = t * (e * c.mlp_transient_i * shape.intermediate + w * shape.hidden)
-    if path == "math":
+    if path == "math" and masked < shape.layers:
         inside += t * e * c.math_transient * shape.heads * job.seq
+    if masked:  # the boolean mask lives while the layers run
+        inside += job.seq * job.seq * c.mask_bool
     mid = {**fixed, "activations": inside}
-    peak, comps = _peak([end, mid])
-    notes.append(f"attention: {path}; a prefill of {job.batch} x {job.seq} tokens with the KV "
-                 "cache kept, logits for every position")
+    moments = [end, mid]
+    if masked:  # a masked call: its inputs, K/V repeated, the additive mask, the boolean one
+        q, h = shape.q_width, shape.hidden
+        kv_copies = c.flash_kv * q if repeats_kv(shape, True, c) else 0
+        per_token = (c.masked_attention_r * w * h + c.masked_attention_h * e * h
+                     + e * (c.masked_attention_q * q + kv_copies)
+                     + e * c.mask_saved * _aligned(job.seq, c))
+        if mask_path == "math":
+            per_token += e * c.math_transient * shape.heads * job.seq
+        moments.append({**fixed, "activations": t * per_token
+                        + job.seq * job.seq * c.mask_bool})
+    peak, comps = _peak(moments)
+    attention = (_attention_note(shape, job, path, mask_path, masked) if masked
+                 else f"attention: {path}")
+    notes.append(f"{attention}; a prefill of {job.batch} x {job.seq} tokens with the KV cache "
+                 "kept, logits for every position")
     if n > 1:
         notes.append(f"layers split over {n} GPUs (as device_map='auto'): weights and KV cache"
                      f" / {n}, the logits on one (unverified)")

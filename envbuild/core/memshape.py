@@ -6,10 +6,20 @@ embeddings, per layer q/k/v/o projections (GQA: k and v have num_key_value_heads
 MLP (gate, up, down) and two RMSNorm weights, a final RMSNorm and an lm_head unless it is tied to
 the embeddings. Biases where the family has them: Llama's `attention_bias` (q, k, v, o) and
 `mlp_bias`, Qwen2's q/k/v always. Mixture-of-experts configs are refused.
+
+Sliding-window attention, as transformers 5.24 reads it (models/mistral/configuration_mistral.py,
+models/qwen2/configuration_qwen2.py): Mistral's `sliding_window` (4096 when the key is absent, none
+when null) on every layer; Qwen2's only with `use_sliding_window` true, on the layers its
+`layer_types` names "sliding_attention", else on layers max_window_layers (28 when absent) and up.
+It does not change the parameters, only the attention call (core/memory.py).
+
+A `quantization_config` (GPTQ, AWQ, bitsandbytes...) is noted, not modelled: the weights are
+counted at the step's dtype (Shape.quantized, Shape.quant_method).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,7 +39,14 @@ MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_interme
 # formula makes stays a reasonable Python int.
 _LIMITS = {"hidden_size": 1 << 20, "intermediate_size": 1 << 22, "num_hidden_layers": 1 << 14,
            "num_attention_heads": 1 << 14, "num_key_value_heads": 1 << 14, "head_dim": 1 << 14,
-           "vocab_size": 1 << 24, "max_position_embeddings": 1 << 30}
+           "vocab_size": 1 << 24, "max_position_embeddings": 1 << 30,
+           "sliding_window": 1 << 30, "max_window_layers": 1 << 14}
+# transformers' defaults when a config leaves the key out (MistralConfig.sliding_window,
+# Qwen2Config.sliding_window and max_window_layers, transformers 5.24)
+MISTRAL_WINDOW = 4096
+QWEN2_WINDOW = 4096
+QWEN2_MAX_WINDOW_LAYERS = 28
+QUANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")  # a quant_method shown as it is
 NEEDED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
           "vocab_size")
 HINT = ("give a Hugging Face config.json of a Llama, Mistral or Qwen2 model: "
@@ -54,6 +71,10 @@ class Shape:
     mlp_bias: bool = False
     max_positions: int = 0  # 0: not given
     torch_dtype: str = ""  # as the config names it ("bfloat16"), "" = not given
+    sliding_window: int = 0  # tokens a sliding-window layer attends to; 0: none
+    sliding_layers: int = 0  # how many layers use it
+    quantized: bool = False  # the config carries a quantization_config (not modelled)
+    quant_method: str = ""  # its quant_method when it is a plain name, else ""
 
     @property
     def q_width(self) -> int:
@@ -102,6 +123,47 @@ def _dtype(doc: Mapping[str, Any]) -> str:
     return value[:32] if isinstance(value, str) and value.isidentifier() else ""
 
 
+def _sliding(doc: Mapping[str, Any], model_type: str, layers: int, where: str) -> tuple[int, int]:
+    """(window, layers that use it) as transformers builds the model; (0, 0) for none."""
+    if model_type == "mistral":
+        if "sliding_window" not in doc:
+            return MISTRAL_WINDOW, layers
+        window = _int(doc, "sliding_window", where, 0)
+        return (window, layers) if window else (0, 0)
+    if model_type != "qwen2" or not _bool(doc, "use_sliding_window", where):
+        return 0, 0
+    window = (_int(doc, "sliding_window", where, 0) if "sliding_window" in doc
+              else QWEN2_WINDOW)
+    if not window:
+        return 0, 0
+    kinds = doc.get("layer_types")
+    if kinds is not None:
+        if not (isinstance(kinds, list) and len(kinds) == layers
+                and all(isinstance(k, str) for k in kinds)):
+            raise _bad(where, f"layer_types must be a list of num_hidden_layers = {layers} "
+                              "strings")
+        return window, sum(k == "sliding_attention" for k in kinds)
+    first = doc.get("max_window_layers", QWEN2_MAX_WINDOW_LAYERS)
+    if isinstance(first, bool) or not isinstance(first, int) \
+            or not 0 <= first <= _LIMITS["max_window_layers"]:
+        raise _bad(where, f"max_window_layers must be an integer from 0 to "
+                          f"{_LIMITS['max_window_layers']}")
+    sliding = max(0, layers - first)
+    return (window, sliding) if sliding else (0, 0)
+
+
+def _quantized(doc: Mapping[str, Any]) -> tuple[bool, str]:
+    """(whether the config says the checkpoint is quantized, its quant_method when that is a
+    plain short name). Any value but null, false or {} counts: the note errs on telling."""
+    value = doc.get("quantization_config")
+    if value is None or value is False or value == {}:
+        return False, ""
+    method = value.get("quant_method") if isinstance(value, dict) else None
+    if isinstance(method, str) and QUANT_NAME.fullmatch(method):
+        return True, method
+    return True, ""
+
+
 def shape_of(doc: Mapping[str, Any], where: str) -> Shape:
     """A parsed config.json (a mapping) -> Shape; UsageError for anything else."""
     model_type = doc.get("model_type")
@@ -126,15 +188,19 @@ def shape_of(doc: Mapping[str, Any], where: str) -> Shape:
     head_dim = _int(doc, "head_dim", where, hidden // heads)
     always_qkv, reads_attention_bias, reads_mlp_bias = FAMILIES[model_type]
     attention_bias = _bool(doc, "attention_bias", where) if reads_attention_bias else False
+    layers = _int(doc, "num_hidden_layers", where)
+    window, sliding = _sliding(doc, model_type, layers, where)
+    quantized, quant_method = _quantized(doc)
     return Shape(model_type=model_type, hidden=hidden,
                  intermediate=_int(doc, "intermediate_size", where),
-                 layers=_int(doc, "num_hidden_layers", where), heads=heads, kv_heads=kv_heads,
+                 layers=layers, heads=heads, kv_heads=kv_heads,
                  head_dim=head_dim, vocab=_int(doc, "vocab_size", where),
                  tied=_bool(doc, "tie_word_embeddings", where),
                  qkv_bias=always_qkv or attention_bias, o_bias=attention_bias,
                  mlp_bias=_bool(doc, "mlp_bias", where) if reads_mlp_bias else False,
                  max_positions=_int(doc, "max_position_embeddings", where, 0),
-                 torch_dtype=_dtype(doc))
+                 torch_dtype=_dtype(doc), sliding_window=window, sliding_layers=sliding,
+                 quantized=quantized, quant_method=quant_method)
 
 
 def parse_config(text: str, where: str) -> Shape:

@@ -22,6 +22,7 @@ from envbuild.core.memory import (
     Job,
     coefficients,
     formula,
+    masked_layers,
     options,
     usable_bytes,
     verdict,
@@ -149,7 +150,8 @@ _JSON = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=3)
 _KEYS = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
          "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
          "tie_word_embeddings", "attention_bias", "mlp_bias", "max_position_embeddings",
-         "torch_dtype", "num_local_experts")
+         "torch_dtype", "num_local_experts", "sliding_window", "use_sliding_window",
+         "max_window_layers", "layer_types", "quantization_config")
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -193,6 +195,111 @@ def test_fp32_gqa_takes_math_attention(coeffs: Coeffs) -> None:
                for n in formula(shape, dataclasses.replace(job, dtype="bf16"), coeffs).notes)
 
 
+# --- sliding-window attention -------------------------------------------------------------------
+
+def test_the_sliding_window_is_read_as_transformers_reads_it() -> None:
+    mistral = json.loads((CONFIGS / "mistral-7b-v0.1.json").read_text())
+    shape = shape_of(mistral, "x")
+    assert (shape.sliding_window, shape.sliding_layers) == (4096, 32)
+    assert param_count(shape) == PUBLISHED["mistral-7b-v0.1.json"]  # the count does not move
+    off = shape_of({**mistral, "sliding_window": None}, "x")
+    assert (off.sliding_window, off.sliding_layers) == (0, 0)
+    absent = {k: v for k, v in mistral.items() if k != "sliding_window"}
+    assert shape_of(absent, "x").sliding_window == 4096  # MistralConfig's default
+    # Qwen2: only with use_sliding_window, on the layers from max_window_layers (28 when absent)
+    qwen = json.loads((CONFIGS / "qwen2-7b.json").read_text())  # use_sliding_window false
+    assert shape_of(qwen, "x").sliding_window == 0 and qwen["num_hidden_layers"] == 28
+    on = {**qwen, "use_sliding_window": True, "sliding_window": 4096}
+    assert shape_of(on, "x").sliding_layers == 0  # 28 layers, max_window_layers 28 by default
+    some = shape_of({**on, "max_window_layers": 20}, "x")
+    assert (some.sliding_window, some.sliding_layers) == (4096, 8)
+    assert shape_of({**on, "max_window_layers": 0}, "x").sliding_layers == 28
+    kinds = ["sliding_attention", "full_attention"] * 14
+    assert shape_of({**on, "layer_types": kinds}, "x").sliding_layers == 14
+    assert shape_of({**on, "sliding_window": None, "max_window_layers": 0}, "x").sliding_layers == 0
+    # Llama has no sliding window, whatever its config says
+    llama = json.loads((CONFIGS / "tinyllama-1.1b.json").read_text())
+    assert shape_of({**llama, "sliding_window": 16}, "x").sliding_window == 0
+
+
+@pytest.mark.parametrize(("base", "changes", "says"), [
+    ("mistral-7b-v0.1.json", {"sliding_window": 0}, "sliding_window = 0 is out of range"),
+    ("mistral-7b-v0.1.json", {"sliding_window": "4096"}, "sliding_window must be an integer"),
+    ("qwen2-0.5b.json", {"use_sliding_window": True, "sliding_window": 2**40}, "out of range"),
+    ("qwen2-0.5b.json", {"use_sliding_window": "yes"}, "use_sliding_window must be true or"),
+    ("qwen2-0.5b.json", {"use_sliding_window": True, "max_window_layers": -1},
+     "max_window_layers must be"),
+    ("qwen2-0.5b.json", {"use_sliding_window": True, "max_window_layers": True},
+     "max_window_layers must be"),
+    ("qwen2-0.5b.json", {"use_sliding_window": True, "layer_types": ["sliding_attention"]},
+     "layer_types must be"),
+    ("qwen2-0.5b.json", {"use_sliding_window": True, "layer_types": "sliding_attention"},
+     "layer_types must be"),
+])
+def test_bad_sliding_window_keys_are_usage_errors(base: str, changes: dict[str, Any],
+                                                  says: str) -> None:
+    doc = json.loads((CONFIGS / base).read_text())
+    with pytest.raises(UsageError, match=says) as caught:
+        shape_of({**doc, **changes}, "config.json")
+    assert "\n" not in caught.value.message
+
+
+def test_a_sliding_window_layer_past_its_window_takes_the_masked_path(coeffs: Coeffs) -> None:
+    """From sequence == window on, transformers passes an explicit mask (and repeats grouped K/V):
+    CUDA SDPA takes the memory-efficient kernel, which saves the repeated K and V and the
+    additive mask (b x s x s in the compute dtype) per layer; checked against the measured
+    method on the CPU path in tests/cli/test_fit.py."""
+    shape = _config("mistral-7b-v0.1.json")  # window 4096, 32 layers, q 4096, kv 1024
+    below, at = Job(batch=2, seq=4095), Job(batch=2, seq=4096)
+    assert (masked_layers(shape, below), masked_layers(shape, at)) == (0, 32)
+    flash, masked = formula(shape, below, coeffs), formula(shape, at, coeffs)
+    assert "attention: flash" in flash.notes[0]
+    assert masked.notes[0].startswith("attention: efficient on every layer: sequence 4096 >= "
+                                      "sliding window 4096") and "repeats K/V" in masked.notes[0]
+    e, t, layers = 2, 2 * 4096, 32
+    per_token = 2 * e * (4096 - 1024) + e * 4096  # repeated K and V, the additive mask
+    unmasked = dataclasses.replace(shape, sliding_window=0, sliding_layers=0)
+    plain = formula(unmasked, at, coeffs)
+    assert masked.components["activations"] - plain.components["activations"] == \
+        layers * t * per_token
+    # the mask's last dimension padded to 8 (the memory-efficient kernel's alignment)
+    odd = Job(batch=8, seq=4097)
+    assert formula(shape, odd, coeffs).components["activations"] - \
+        formula(unmasked, odd, coeffs).components["activations"] == \
+        layers * 8 * 4097 * (2 * e * 3072 + e * 4104)
+    # fp32 with grouped heads: math below the window, memory-efficient past it (K/V repeated)
+    fp32 = dataclasses.replace(at, dtype="fp32")
+    assert "attention: math" in formula(unmasked, fp32, coeffs).notes[0]
+    assert "attention: efficient on every layer" in formula(shape, fp32, coeffs).notes[0]
+    # inference: a prefill past the window holds the additive and boolean masks at the call
+    prefill = Job(mode="infer", batch=1, seq=32768)
+    assert formula(shape, prefill, coeffs).peak_bytes > \
+        formula(unmasked, prefill, coeffs).peak_bytes
+
+
+def test_qwen2_masks_only_its_sliding_layers(coeffs: Coeffs) -> None:
+    qwen = json.loads((CONFIGS / "qwen2-0.5b.json").read_text())  # 24 layers, window 131072
+    shape = shape_of({**qwen, "use_sliding_window": True, "sliding_window": 1024,
+                      "max_window_layers": 16}, "x")
+    assert (shape.sliding_window, shape.sliding_layers) == (1024, 8)
+    est = formula(shape, Job(batch=4, seq=2048), coeffs)
+    assert est.notes[0].startswith("attention: efficient on 8 of 24 layers (flash on the others)")
+    full = formula(dataclasses.replace(shape, sliding_layers=24), Job(batch=4, seq=2048), coeffs)
+    none = formula(dataclasses.replace(shape, sliding_layers=0), Job(batch=4, seq=2048), coeffs)
+    masked = est.components["activations"] - none.components["activations"]
+    assert masked > 0 and full.components["activations"] - none.components["activations"] == \
+        3 * masked
+
+
+def test_a_head_dim_over_256_repeats_kv_and_leaves_math(coeffs: Coeffs) -> None:
+    """transformers passes enable_gqa only up to head dim 256; above it K/V are repeated and the
+    call has no grouped heads, so CUDA takes memory-efficient, not math."""
+    llama = json.loads((CONFIGS / "tinyllama-1.1b.json").read_text())
+    wide = shape_of({**llama, "num_attention_heads": 4, "num_key_value_heads": 2,
+                     "head_dim": 512}, "x")
+    assert "attention: efficient" in formula(wide, Job(seq=1024), coeffs).notes[0]
+
+
 _JOBS = st.builds(Job, mode=st.sampled_from(("train", "infer")),
                   batch=st.integers(1, 64), seq=st.integers(1, 8192),
                   dtype=st.sampled_from(("fp32", "bf16", "fp16")), mixed=st.booleans(),
@@ -210,6 +317,8 @@ def test_formula_grows_with_batch_and_sequence(name: str, job: Job, more: int,
     assert est.peak_bytes > 0 and all(v >= 0 for v in est.components.values())
     for bigger in (dataclasses.replace(job, batch=job.batch + more),
                    dataclasses.replace(job, seq=job.seq + more)):
+        if masked_layers(shape, bigger) != masked_layers(shape, job):
+            continue  # past a sliding window the attention path changes: fp32 GQA leaves math
         assert formula(shape, bigger, coeffs).peak_bytes >= est.peak_bytes
 
 
