@@ -249,6 +249,27 @@ def frozen_parameters_tracked(torch: Any) -> Iterator[None]:
             setattr(tensor, n, original)
 
 
+@contextlib.contextmanager
+def one_sequence_a_row(active: bool) -> Iterator[None]:
+    """transformers (masking_utils.find_packed_sequence_indices, 4.53 on) looks for several
+    sequences packed in one row of the position ids when a step has no cache (training with
+    checkpointing turns it off): on real tensors the config step's positions (0 to seq - 1 in
+    every row) are one sequence and no mask is made, so SDPA runs causal; a fake tensor's values
+    cannot be read, so transformers takes the rows as packed and materialises a mask the real
+    step never has (CUDA's memory-efficient kernel and the saved mask instead of flash). While
+    `active` (the config's own step, under fake tensors), the answer the real step gets: none."""
+    module = sys.modules.get("transformers.masking_utils") if active else None
+    original = getattr(module, "find_packed_sequence_indices", None)
+    if module is None or original is None:
+        yield
+        return
+    module.find_packed_sequence_indices = lambda *_args, **_kwargs: None  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        module.find_packed_sequence_indices = original  # type: ignore[attr-defined]
+
+
 # --- CUDA's attention backend, emulated on the CPU ---------------------------------------------
 
 
@@ -503,7 +524,8 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
                 torch.cuda.reset_peak_memory_stats()
             kv = 0
             try:
-                with frozen_parameters_tracked(torch), tracker:
+                with frozen_parameters_tracked(torch), \
+                        one_sequence_a_row(fn is None and not job["real"]), tracker:
                     for i in range(2 if train else 1):
                         out = one_step(torch, model, inputs, fn is None, train, opt, autocast,
                                        min(job["accumulate"], 2), tracker.reset_mod_stats)

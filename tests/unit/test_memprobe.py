@@ -300,6 +300,26 @@ def test_the_fp32_llama_reproduces_the_h200s_figure() -> None:
     assert abs(r["peak_bytes"] / case["real_cuda"]["peak_allocated"] - 1) < 0.02
 
 
+def test_a_checkpointed_config_step_runs_causal_as_the_real_one_does() -> None:
+    """Checkpointing turns the cache off, and transformers then looks for packed sequences in
+    the position ids, which a fake tensor cannot show: without the probe's answer (one sequence
+    a row, as the real step's are) it would build a mask the real step never has, and CUDA would
+    take memory-efficient attention where the real step takes flash."""
+    pytest.importorskip("transformers")
+    masking = pytest.importorskip("transformers.masking_utils")
+    original = masking.find_packed_sequence_indices
+    r = ask(model={"config": TINY_LLAMA}, dtype="bf16", batch=2, seq=64, checkpointing=True,
+            sdpa=RULE)
+    assert "error" not in r, r
+    assert r["attention"] == {"flash": 8}  # 2 layers, forward and recompute, 2 steps
+    assert masking.find_packed_sequence_indices is original
+    # a sliding window the sequence reaches is a real mask: memory-efficient, as on CUDA
+    sliding = {**TINY_LLAMA, "model_type": "mistral", "sliding_window": 32}
+    r = ask(model={"config": sliding}, dtype="bf16", batch=2, seq=64, checkpointing=True,
+            sdpa=RULE)
+    assert r["attention"] == {"efficient": 8}, r
+
+
 def test_gradient_accumulation_keeps_the_gradients_through_the_next_pass() -> None:
     """With --accumulate the second forward/backward runs while the first's gradients live: at
     the peak the gradients are there with the activations of a pass (a plain step's peak, at
