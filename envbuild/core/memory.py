@@ -117,12 +117,14 @@ _COEFFS: Mapping[str, tuple[str, str]] = {
     "backward_grads_f32": ("loss", "backward_grads_f32"),
     "mask_saved": ("masks", "mask_saved"), "mask_align": ("masks", "mask_align"),
     "mask_bool": ("masks", "mask_bool"), "gqa_max_head_dim": ("masks", "gqa_max_head_dim"),
-    "masked_attention_r": ("masks", "masked_attention_r"),
-    "masked_attention_h": ("masks", "masked_attention_h"),
-    "masked_attention_q": ("masks", "masked_attention_q"),
     "kv_cache": ("inference", "kv_cache"), "logits": ("inference", "logits"),
     "final_hidden": ("inference", "final_hidden"),
     "mlp_transient_i": ("inference", "mlp_transient_i"),
+    "mlp_transient_r": ("inference", "mlp_transient_r"),
+    "mlp_transient_h": ("inference", "mlp_transient_h"),
+    "attention_r": ("inference", "attention_r"), "attention_h": ("inference", "attention_h"),
+    "attention_q": ("inference", "attention_q"),
+    "math_causal_mask": ("inference", "math_causal_mask"),
     "math_transient": ("inference", "math_transient"),
     "weight_cast_bytes": ("mixed", "weight_cast_bytes"),
     "lora_default_rank": ("lora", "default_rank"), "lora_adapter_bytes": ("lora", "adapter_bytes"),
@@ -349,6 +351,23 @@ def _attention_note(shape: Shape, job: Job, path: str, mask_path: str, masked: i
             + " (unverified on a GPU)")
 
 
+def _call_tokens(shape: Shape, job: Job, e: int, w: int, path: str, masked: bool,
+                 c: Coeffs) -> float:
+    """Bytes per token alive inside one layer's attention call in a prefill (memory.toml
+    [inference]): the model's input embeddings and the layer's input, the normed input, q (and
+    the output, or math's scaled q), K/V repeated to every head (by transformers, or inside
+    math), math's scores and probabilities, the additive mask of a masked call."""
+    q, h = shape.q_width, shape.hidden
+    copies = shape.gqa and (repeats_kv(shape, masked, c) or path == "math")
+    out = ((c.attention_r * w + c.attention_h * e) * h
+           + e * (c.attention_q * q + (c.flash_kv * q if copies else 0)))
+    if path == "math":
+        out += e * c.math_transient * shape.heads * job.seq
+    if masked:
+        out += e * c.mask_saved * _aligned(job.seq, c)
+    return out
+
+
 def _infer(shape: Shape, job: Job, c: Coeffs, notes: list[str]) -> tuple[int, int, dict[str, int]]:
     size = c.dtype_bytes
     params = param_count(shape)
@@ -361,23 +380,21 @@ def _infer(shape: Shape, job: Job, c: Coeffs, notes: list[str]) -> tuple[int, in
              "kv_cache": t * shape.layers * c.kv_cache * w * shape.kv_width / n}
     end = {**fixed, "activations": t * e * (c.logits * shape.vocab
                                             + c.final_hidden * shape.hidden)}
-    inside = t * (e * c.mlp_transient_i * shape.intermediate + w * shape.hidden)
-    if path == "math" and masked < shape.layers:
-        inside += t * e * c.math_transient * shape.heads * job.seq
+    inside = t * (e * c.mlp_transient_i * shape.intermediate
+                  + (c.mlp_transient_r * w + c.mlp_transient_h * e) * shape.hidden)
     if masked:  # the boolean mask lives while the layers run
         inside += job.seq * job.seq * c.mask_bool
-    mid = {**fixed, "activations": inside}
-    moments = [end, mid]
-    if masked:  # a masked call: its inputs, K/V repeated, the additive mask, the boolean one
-        q, h = shape.q_width, shape.hidden
-        kv_copies = c.flash_kv * q if repeats_kv(shape, True, c) else 0
-        per_token = (c.masked_attention_r * w * h + c.masked_attention_h * e * h
-                     + e * (c.masked_attention_q * q + kv_copies)
-                     + e * c.mask_saved * _aligned(job.seq, c))
-        if mask_path == "math":
-            per_token += e * c.math_transient * shape.heads * job.seq
-        moments.append({**fixed, "activations": t * per_token
-                        + job.seq * job.seq * c.mask_bool})
+    moments = [end, {**fixed, "activations": inside}]
+    # inside an attention call: of a layer without a mask, and of one with
+    for call_path, has_mask in ((path, False), (mask_path, True)):
+        if (masked if has_mask else shape.layers - masked) <= 0:
+            continue
+        call = t * _call_tokens(shape, job, e, w, call_path, has_mask, c)
+        if has_mask:
+            call += job.seq * job.seq * c.mask_bool
+        elif call_path == "math":  # is_causal: math builds its own s x s mask in the dtype
+            call += job.seq * job.seq * e * c.math_causal_mask
+        moments.append({**fixed, "activations": call})
     peak, comps = _peak(moments)
     attention = (_attention_note(shape, job, path, mask_path, masked) if masked
                  else f"attention: {path}")
