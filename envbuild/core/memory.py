@@ -406,6 +406,18 @@ def _infer(shape: Shape, job: Job, c: Coeffs, notes: list[str]) -> tuple[int, in
     return params, 0, comps | {"_peak": peak}
 
 
+def quantized_note(shape: Shape, job: Job) -> str | None:
+    """The report's note for a quantized checkpoint (a config.json with a quantization_config:
+    GPTQ, AWQ, bitsandbytes...), whose weights neither method models; None for any other."""
+    if not shape.quantized:
+        return None
+    method = shape.quant_method or "its quantization_config names no quant_method"
+    weights = "fp32" if job.mixed else job.dtype
+    return (f"the checkpoint is quantized ({method}): its weights are counted at {weights} "
+            "(--dtype), not in their quantized form, so the figure is an upper bound for the "
+            "weights")
+
+
 def formula(shape: Shape, job: Job, coeffs: Coeffs) -> Estimate:
     """The step's peak allocated bytes by formula (see the module docstring)."""
     check_job(job, coeffs)

@@ -74,7 +74,7 @@ class Shape:
     sliding_window: int = 0  # tokens a sliding-window layer attends to; 0: none
     sliding_layers: int = 0  # how many layers use it
     quantized: bool = False  # the config carries a quantization_config (not modelled)
-    quant_method: str = ""  # its quant_method when it is a plain name, else ""
+    quant_method: str = ""  # its quant_method, escaped and cut; "" when it names none
 
     @property
     def q_width(self) -> int:
@@ -152,16 +152,24 @@ def _sliding(doc: Mapping[str, Any], model_type: str, layers: int, where: str) -
     return (window, sliding) if sliding else (0, 0)
 
 
+def _quant_name(method: object) -> str:
+    """A quant_method as a report shows it: a plain name as it is; any other text cut to 32
+    characters and escaped (ascii(): no control character or terminal escape gets through);
+    "" for no text."""
+    if not isinstance(method, str) or not method:
+        return ""
+    if QUANT_NAME.fullmatch(method):
+        return method
+    return ascii(method[:32]) + ("..." if len(method) > 32 else "")
+
+
 def _quantized(doc: Mapping[str, Any]) -> tuple[bool, str]:
-    """(whether the config says the checkpoint is quantized, its quant_method when that is a
-    plain short name). Any value but null, false or {} counts: the note errs on telling."""
+    """(whether the config says the checkpoint is quantized, its quant_method as shown). Any
+    value but null, false or {} counts (a list, a string, a number: the note errs on telling)."""
     value = doc.get("quantization_config")
     if value is None or value is False or value == {}:
         return False, ""
-    method = value.get("quant_method") if isinstance(value, dict) else None
-    if isinstance(method, str) and QUANT_NAME.fullmatch(method):
-        return True, method
-    return True, ""
+    return True, _quant_name(value.get("quant_method") if isinstance(value, dict) else None)
 
 
 def shape_of(doc: Mapping[str, Any], where: str) -> Shape:

@@ -35,7 +35,10 @@ if TYPE_CHECKING:
 METHODS = ("auto", "measured", "formula")
 # config.json keys that do not shape the model (a classifier's labels can be thousands): not sent
 # to the probe, whose job is one bounded argument
-UNUSED_KEYS = frozenset({"id2label", "label2id", "task_specific_params", "_name_or_path"})
+# config keys the probe's model is built without: labels and names it does not need, and the
+# quantization (both methods count the weights at --dtype; a report note says so)
+UNUSED_KEYS = frozenset({"id2label", "label2id", "task_specific_params", "_name_or_path",
+                         "quantization_config"})
 MEASURE_TIMEOUT = 600.0
 MAX_ENTRY_BYTES = 4 << 20  # the probe reads the same bound
 CONFIG_HINT = "give a Hugging Face config.json (Llama, Mistral or Qwen2): docs/guides/fit.md"
@@ -368,6 +371,9 @@ def fit(req: FitRequest, progress: Callable[[str], None] | None = None) -> FitRe
         config_doc = boundedio.parse_json(boundedio.read_text(req.config, "config.json"))
     found, host_notes = targets(req, m)
     notes: list[str] = list(host_notes)
+    quantized = memory.quantized_note(shape, req.job) if shape is not None else None
+    if quantized:
+        notes.append(quantized)
     estimate_fn: Callable[[Job], Estimate | None]
     if req.method == "formula":
         assert shape is not None

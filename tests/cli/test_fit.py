@@ -458,6 +458,34 @@ def test_measured_and_formula_agree_within_15_percent_on_the_cpu_path(
             assert "efficient" not in how, how
 
 
+def test_a_quantized_config_is_noted_and_built_at_the_dtype(tmp_path: Path) -> None:
+    """A GPTQ/AWQ/bitsandbytes config.json: the report says the weights are counted at --dtype
+    (an upper bound), its quant_method escaped in the text and the JSON; the measured method's
+    model is built without the quantization_config (no transformers quantizer to trip)."""
+    from envbuild import matrix
+    from envbuild.core.memshape import parse_config
+    from envbuild.features import fit as use
+
+    cfg = {**FAMILIES["mistral"],
+           "quantization_config": {"quant_method": "gptq\x1b[2J", "bits": 4}}
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(cfg))
+    rc, data = fit_json("--config", str(config), "--gpu", "H100", *FORMULA)
+    [note] = [n for n in data["notes"] if "quantized" in n]
+    assert note.startswith("the checkpoint is quantized ('gptq\\x1b[2J'): its weights are "
+                           "counted at bf16 (--dtype)") and "upper bound" in note
+    rc, out, _err = fit("--config", str(config), "--gpu", "H100", *FORMULA)
+    assert rc == 0
+    assert "\x1b" not in out and "the checkpoint is quantized" in out
+    coeffs = memory.coefficients(matrix.load().extra["memory"])
+    job = memory.Job()
+    req = use.FitRequest(job=job, config=config)
+    probe = use.Measured(req, parse_config(json.dumps(cfg), "c"), coeffs,
+                         memory.sdpa_rule(coeffs), print)
+    sent = probe.probe_job(job, cfg)["model"]["config"]
+    assert "quantization_config" not in sent and sent["sliding_window"] == 4096
+
+
 def test_a_measured_run_through_the_cli(tmp_path: Path) -> None:
     """The whole path once: a fresh probe process with this interpreter, its answer parsed, the
     workspace added, the verdict; against the formula for the same step."""

@@ -24,6 +24,7 @@ from envbuild.core.memory import (
     formula,
     masked_layers,
     options,
+    quantized_note,
     usable_bytes,
     verdict,
 )
@@ -298,6 +299,66 @@ def test_a_head_dim_over_256_repeats_kv_and_leaves_math(coeffs: Coeffs) -> None:
     wide = shape_of({**llama, "num_attention_heads": 4, "num_key_value_heads": 2,
                      "head_dim": 512}, "x")
     assert "attention: efficient" in formula(wide, Job(seq=1024), coeffs).notes[0]
+
+
+# --- quantized checkpoints: noted, not modelled ------------------------------------------------
+
+def _nested(depth: int) -> Any:
+    value: Any = {"quant_method": "gptq"}
+    for _ in range(depth):
+        value = {"inner": value}
+    return value
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False}, "gptq"),
+    ({"quant_method": "awq", "bits": 4, "version": "gemm", "zero_point": True}, "awq"),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"},
+     "bitsandbytes"),
+    ({"bits": 4}, ""),  # no quant_method
+    ("gptq", ""), ([{"quant_method": "gptq"}], ""), (4, ""), (True, ""), (1.5, ""),
+    ({"quant_method": 4}, ""), ({"quant_method": ""}, ""), ({"quant_method": None}, ""),
+    ({"quant_method": {"a": {"b": [1, {"c": "gptq"}]}}}, ""),
+    (_nested(60), ""),  # nested close to the parser's 64 levels
+    ({f"k{i}": "v" * 100 for i in range(20_000)}, ""),  # 2 MB of keys
+    ({"quant_method": "x" * 100_000}, "'" + "x" * 32 + "'..."),
+    ({"quant_method": "awq\x1b[2J\nrm -rf /"}, "'awq\\x1b[2J\\nrm -rf /'"),
+    ({"quant_method": "gptq\u202e"}, "'gptq\\u202e'"),
+])
+def test_a_quantized_checkpoint_is_noted_not_modelled(value: Any, shown: str,
+                                                      coeffs: Coeffs) -> None:
+    """A quantization_config (GPTQ, AWQ, bitsandbytes...) of any shape: the weights are still
+    counted at --dtype, and the note says so, naming the quant_method when there is one, cut
+    and escaped: one printable line whatever the config holds."""
+    mistral = json.loads((CONFIGS / "mistral-7b-v0.1.json").read_text())
+    shape = parse_config(json.dumps({**mistral, "quantization_config": value}), "config.json")
+    plain = parse_config(json.dumps(mistral), "config.json")
+    assert shape.quantized and shape.quant_method == shown
+    assert param_count(shape) == PUBLISHED["mistral-7b-v0.1.json"]
+    job = Job(mode="infer")
+    assert formula(shape, job, coeffs).peak_bytes == formula(plain, job, coeffs).peak_bytes
+    note = quantized_note(shape, job)
+    assert note is not None and note.isprintable() and len(note) < 300
+    assert note.startswith("the checkpoint is quantized (" + (shown or "its quantization_config "
+                                                              "names no quant_method") + "): ")
+    assert "counted at bf16 (--dtype)" in note and "upper bound for the weights" in note
+    assert "counted at fp32" in str(quantized_note(shape, Job(dtype="fp32", mixed=True)))
+
+
+@pytest.mark.parametrize("value", [None, False, {}])
+def test_an_empty_quantization_config_is_no_quantization(value: Any) -> None:
+    mistral = json.loads((CONFIGS / "mistral-7b-v0.1.json").read_text())
+    shape = shape_of({**mistral, "quantization_config": value}, "x")
+    assert not shape.quantized and quantized_note(shape, Job()) is None
+    assert quantized_note(_config("mistral-7b-v0.1.json"), Job()) is None
+
+
+def test_a_quantization_config_nested_past_the_parsers_bound_is_a_usage_error() -> None:
+    text = (CONFIGS / "mistral-7b-v0.1.json").read_text().rstrip()[:-1]  # the object left open
+    deep = text + ', "quantization_config": ' + '{"a": ' * 5000 + "1" + "}" * 5000 + "}"
+    with pytest.raises(UsageError) as caught:
+        parse_config(deep, "config.json")
+    assert "\n" not in caught.value.message and "not valid JSON" in caught.value.message
 
 
 _JOBS = st.builds(Job, mode=st.sampled_from(("train", "infer")),
