@@ -69,8 +69,9 @@ def fit(
     method: Annotated[str, typer.Option(
         "--method", help="auto (measure where it can, else the formula) | measured | "
         "formula.")] = "auto",
-    timeout: Annotated[float, typer.Option(
-        "--timeout", min=1, max=86400, help="Seconds one measurement may take.")] = 600,
+    timeout: Annotated[float, o.seconds(
+        "Seconds every measurement together may take (the asked step and the options).",
+        low=0.0, high=86400.0)] = 600,
     json: o.Json = False,
     matrix_dir: Annotated[Path | None, typer.Option("--matrix", hidden=True)] = None,
 ) -> None:
