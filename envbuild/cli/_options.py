@@ -21,7 +21,13 @@ if TYPE_CHECKING:
 WEEK = 7 * 24 * 3600.0
 
 
-class SecondsType(click.ParamType):
+if TYPE_CHECKING:  # generic from click 8.3; a plain class before
+    _ParamType = click.ParamType[float, Any]
+else:
+    _ParamType = click.ParamType
+
+
+class SecondsType(_ParamType):
     """A duration in seconds: a finite number in (low, high] (NaN, infinity, zero and negative
     durations are bad input, not a timer that fires at once or never)."""
 

@@ -198,6 +198,15 @@ def check_job(job: Job, c: Coeffs) -> None:
     if isinstance(job.lora_rank, bool) or not isinstance(job.lora_rank, int) \
             or not 0 <= job.lora_rank <= MAX_BATCH:
         raise bad(f"lora rank {job.lora_rank!r} is out of range", "give --lora a rank such as 16")
+    if job.mode == "infer":
+        training = [flag for flag, given in (
+            ("--lora", bool(job.lora_rank)), ("--checkpointing", job.checkpointing),
+            ("--optimizer", job.optimizer != Job().optimizer),
+            ("--accumulate", job.accumulate != 1)) if given]
+        if training:
+            raise bad(f"{', '.join(training)} {'is' if len(training) == 1 else 'are'} for "
+                      "training: an inference step has no gradients and no optimizer",
+                      "leave it out, or drop --infer")
 
 
 def compute_dtype(job: Job) -> str:
@@ -421,9 +430,11 @@ def _shorter(job: Job) -> list[Job]:
     return out
 
 
-def _ladders(shape: Shape | None, job: Job, coeffs: Coeffs) -> dict[str, list[Job]]:
+def _ladders(shape: Shape | None, job: Job, coeffs: Coeffs,
+             max_shards: int = 0) -> dict[str, list[Job]]:
     """Each kind of change as a ladder of jobs, cheapest kind first (KINDS); on a ladder, the
-    mildest first (the first that fits is the one offered)."""
+    mildest first (the first that fits is the one offered). `max_shards`: the GPUs there are
+    to shard over (0: any number, GPUs one may buy)."""
     steps: dict[str, list[Job]] = {}
     if job.dtype == "fp32" and not job.mixed:
         steps["dtype"] = ([replace(job, mixed=True)] if job.mode == "train"
@@ -441,20 +452,23 @@ def _ladders(shape: Shape | None, job: Job, coeffs: Coeffs) -> dict[str, list[Jo
     else:
         steps["batch"] = _smaller_batches(job)
         steps["seq"] = _shorter(job)
-    steps["shards"] = [replace(job, shards=n) for n in coeffs.shard_choices if n > job.shards]
+    steps["shards"] = [replace(job, shards=n) for n in coeffs.shard_choices
+                       if n > job.shards and (not max_shards or n <= max_shards)]
     return {k: v for k, v in steps.items() if v}
 
 
 def options(shape: Shape | None, job: Job, gpu: Gpu,
             estimate_fn: Callable[[Job], Estimate | None],
-            coeffs: Coeffs, limit: int = 3, max_calls: int = 128) -> tuple[Option, ...]:
+            coeffs: Coeffs, limit: int = 3, max_calls: int = 128,
+            max_shards: int = 0) -> tuple[Option, ...]:
     """When `job` does not fit `gpu`: up to `limit` changes that make it fit, each re-checked with
     estimate_fn (the same estimator), fewest and cheapest changes first: each kind of change alone
     (dtype, checkpointing, micro-batch, 8-bit AdamW, LoRA, shards; inference: dtype, batch,
     sequence, shards), then two kinds together where neither alone fits, then the kinds piled up
     in that order (each at its mildest step that fits, else its strongest). None when it fits.
     At most `max_calls` jobs are estimated (a measured estimator takes seconds a call); a job
-    estimate_fn answers None for (a change it cannot make) is passed over."""
+    estimate_fn answers None for (a change it cannot make) is passed over. Sharding goes up to
+    `max_shards` GPUs (0: no limit)."""
     seen: dict[Job, GpuFit | None] = {}
 
     def first_fit(ladder: list[Job]) -> Option | None:
@@ -473,14 +487,14 @@ def options(shape: Shape | None, job: Job, gpu: Gpu,
 
     if first_fit([job]) is not None:
         return ()
-    ladders = _ladders(shape, job, coeffs)
+    ladders = _ladders(shape, job, coeffs, max_shards)
     alone = {kind: first_fit(ladder) for kind, ladder in ladders.items()}
     found = [o for o in alone.values() if o is not None]
     kinds = [k for k, o in alone.items() if o is None]
     search = limit + 3  # more than are shown: dominated ones are dropped below
     piled, pile = job, None
     for kind in kinds if len(found) < search else ():
-        ladder = _ladders(shape, piled, coeffs).get(kind, [])
+        ladder = _ladders(shape, piled, coeffs, max_shards).get(kind, [])
         if (pile := first_fit(ladder)) is not None:
             break
         piled = ladder[-1] if ladder else piled
@@ -489,7 +503,7 @@ def options(shape: Shape | None, job: Job, gpu: Gpu,
             if len(found) >= search:
                 break
             for base in ladders[first][:1] + ladders[first][-1:]:  # mildest and strongest
-                option = first_fit(_ladders(shape, base, coeffs).get(second, []))
+                option = first_fit(_ladders(shape, base, coeffs, max_shards).get(second, []))
                 if option is not None and all(o.job != option.job for o in found):
                     found.append(option)
                     break
@@ -506,7 +520,11 @@ def options(shape: Shape | None, job: Job, gpu: Gpu,
             option = undone if undone is not None else option
         return option
 
-    return _chosen([least(o) if len(_changes(o, job)) > 1 else o for o in found], job, limit)
+    fewest: dict[Job, Option] = {}  # two piles may come down to the same change: each once
+    for option in found:
+        option = least(option) if len(_changes(option, job)) > 1 else option
+        fewest.setdefault(option.job, option)
+    return _chosen(list(fewest.values()), job, limit)
 
 
 # Job fields that change together: the weights' dtype and mixed precision; a micro-batch and
@@ -537,8 +555,6 @@ def _chosen(found: list[Option], base: Job, limit: int) -> tuple[Option, ...]:
 
 # -- the measured method's answers ---------------------------------------------------------------
 MAX_BYTES = 1 << 60  # no step needs an exabyte: a larger figure is a broken answer
-FALLBACK_CODES = ("no-transformers", "no-memtracker", "untraceable", "no-bitsandbytes",
-                  "unsupported")  # where the formula may stand in (the probe could not measure)
 
 
 class ProbeError(Exception):

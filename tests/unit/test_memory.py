@@ -17,9 +17,11 @@ from hypothesis import strategies as st
 from envbuild.common.errors import MatrixError, UsageError
 from envbuild.core.memory import (
     COMPONENTS,
+    OPTIMIZERS,
     Coeffs,
     Estimate,
     Job,
+    check_job,
     coefficients,
     formula,
     options,
@@ -198,7 +200,26 @@ _JOBS = st.builds(Job, mode=st.sampled_from(("train", "infer")),
                   dtype=st.sampled_from(("fp32", "bf16", "fp16")), mixed=st.booleans(),
                   optimizer=st.sampled_from(("adamw", "sgd", "adamw8bit")),
                   checkpointing=st.booleans(), lora_rank=st.sampled_from((0, 8, 16)),
-                  shards=st.sampled_from((1, 2, 8)), accumulate=st.sampled_from((1, 4)))
+                  shards=st.sampled_from((1, 2, 8)), accumulate=st.sampled_from((1, 4))).map(
+    lambda j: j if j.mode == "train" else replace(j, optimizer="adamw", checkpointing=False,
+                                                  lora_rank=0, accumulate=1))
+
+
+@given(job=st.builds(Job, mode=st.just("infer"), optimizer=st.sampled_from(OPTIMIZERS),
+                     checkpointing=st.booleans(), lora_rank=st.sampled_from((0, 8)),
+                     accumulate=st.sampled_from((1, 4))))
+def test_an_inference_step_takes_no_training_flag(job: Job, coeffs: Coeffs) -> None:
+    """--lora, --checkpointing, --optimizer and --accumulate with --infer are refused, each
+    named (they were accepted and copied into every option's command)."""
+    given = [f for f, on in (("--lora", job.lora_rank), ("--checkpointing", job.checkpointing),
+                             ("--optimizer", job.optimizer != "adamw"),
+                             ("--accumulate", job.accumulate != 1)) if on]
+    if not given:
+        check_job(job, coeffs)
+        return
+    with pytest.raises(UsageError) as exc:
+        check_job(job, coeffs)
+    assert all(f in exc.value.message for f in given), exc.value.message
 
 
 @settings(max_examples=200, deadline=None)
@@ -314,6 +335,25 @@ def test_options_that_say_fit_really_fit(name: str, job: Job, gpu: str, matrix: 
         fit = verdict(row, formula(shape, option.job, coeffs), coeffs)
         assert fit.fits and fit.needed_bytes == option.needed_bytes
         assert option.flags and all(isinstance(w, str) for w in option.flags)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(sorted(PUBLISHED)), job=_JOBS, data=st.data(),
+       most=st.sampled_from((0, 1, 2, 4, 8)))
+def test_each_option_once_and_no_more_gpus_than_there_are(name: str, job: Job, data: st.DataObject,
+                                                          most: int, matrix: Matrix,
+                                                          coeffs: Coeffs) -> None:
+    """No option is offered twice (two piles of changes once came down to the same job: the
+    8B on an RTX 4090 offered 'checkpointing + LoRA' twice), and sharding goes up to the GPUs
+    a fleet group or host has."""
+    row = data.draw(st.sampled_from([g for g in matrix.gpus
+                                     if g.vendor == "nvidia" and (g.memory_mib or g.memory_gb)]))
+    shape = _config(name)
+    offered = options(shape, job, row, lambda j: formula(shape, j, coeffs), coeffs,
+                      max_shards=most)
+    jobs = [o.job for o in offered]
+    assert len(set(jobs)) == len(jobs), [o.change for o in offered]
+    assert all(o.job.shards <= max(most, job.shards) for o in offered if most), offered
 
 
 def test_no_options_when_it_fits_and_piled_changes_when_no_pair_does(matrix: Matrix,
