@@ -126,6 +126,7 @@ _COEFFS: Mapping[str, tuple[str, str]] = {
     "driver_reserved_bytes": ("cuda", "driver_reserved_bytes"),
     "peak_headroom": ("allocator", "peak_headroom"),
     "memory_gb_fraction": ("gpu_total", "memory_gb_fraction"),
+    "bf16_native_cc": ("bf16", "native_min_cc"),
 }
 
 
@@ -343,6 +344,17 @@ def usable_bytes(gpu: Gpu, coeffs: Coeffs) -> int:
     """Total less the driver's reserve and the CUDA context (never below 0)."""
     return max(0, total_bytes(gpu, coeffs) - int(coeffs.driver_reserved_bytes)
                - int(coeffs.context_bytes))
+
+
+def bf16_emulated(gpu: Gpu, job: Job, c: Coeffs) -> bool:
+    """Whether `job` computes in bf16 on an NVIDIA GPU without native bf16 (memory.toml
+    [bf16]): the same memory, slower arithmetic."""
+    if gpu.vendor != "nvidia" or not gpu.cc or compute_dtype(job) != "bf16":
+        return False
+    try:
+        return float(gpu.cc) < c.bf16_native_cc
+    except ValueError:
+        return False
 
 
 def needed_bytes(estimate: Estimate, coeffs: Coeffs) -> int:

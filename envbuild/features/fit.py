@@ -449,6 +449,13 @@ def fit(req: FitRequest, progress: Callable[[str], None] | None = None) -> FitRe
             verdict = replace(verdict, options=_options(shape, req.job, t, estimate_fn,
                                                         probe, coeffs))
         fits.append(verdict)
+    old_gpus = [t.gpu for t in found if memory.bf16_emulated(t.gpu, req.job, coeffs)]
+    if old_gpus:
+        names = ", ".join(dict.fromkeys(f"{g.name} (sm_{g.cc.replace('.', '')})"
+                                        for g in old_gpus))
+        notes.append(f"{names}: no native bf16 (compute capability "
+                     f"{coeffs.bf16_native_cc:.1f} and newer): the step computes in bf16 emulated, "
+                     "slowly; the memory is the same, and fp16 (--dtype fp16) is native there")
     if probe is not None and probe.out_of_time:
         notes.append(f"--timeout {req.timeout:g} s ran out before every option was measured: "
                      "some changes that may fit are not shown (give it more time)")

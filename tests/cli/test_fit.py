@@ -610,3 +610,24 @@ def test_a_recorded_amd_host_names_its_gpus_and_the_command_that_judges_them() -
     assert "MI300X" in note and "--gpu MI300X" in note
     rc, judged = fit_json("--config", str(LLAMA3), "--gpu", "MI300X", *FORMULA)
     assert [g["gpu"] for g in judged["gpus"]] == ["MI300X"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from(["bf16", "fp16", "fp32", "mixed"]))
+def test_gpus_without_native_bf16_are_named_for_a_bf16_step(matrix: Matrix, data: st.DataObject,
+                                                           dtype: str) -> None:
+    """A bf16 step (bf16 weights, or mixed precision's bf16 autocast) on a GPU older than
+    compute capability 8.0 gets a note naming it (same memory, emulated arithmetic); fp16 and
+    fp32 steps, and newer GPUs, never."""
+    rows = [g for g in matrix.gpus if g.vendor == "nvidia" and g.cc and g.memory_gb]
+    chosen = data.draw(st.lists(st.sampled_from(rows), min_size=1, max_size=4,
+                                unique_by=lambda g: g.name))
+    flags = ["--mixed"] if dtype == "mixed" else ["--dtype", dtype]
+    gpus = [w for g in chosen for w in ("--gpu", g.name)]
+    rc, data_out = fit_json("--config", str(CONFIGS / "tinyllama-1.1b.json"), *FORMULA, "--infer"
+                            if dtype != "mixed" else "--train", *flags, *gpus)
+    assert rc in (0, 1), data_out
+    said = " ".join(n for n in data_out["notes"] if "no native bf16" in n)
+    for g in chosen:
+        old = float(g.cc) < 8.0
+        assert (f"{g.name} (sm_" in said) == (old and dtype in ("bf16", "mixed")), (g.name, said)
