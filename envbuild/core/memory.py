@@ -526,12 +526,17 @@ def options(shape: Shape | None, job: Job, gpu: Gpu,
 
     def least(option: Option) -> Option:
         """The option with every change it does not need undone (a pile of changes may carry
-        one that the others made needless: 8-bit AdamW beside LoRA)."""
-        for group in GROUPS:
+        one that the others made needless: 8-bit AdamW beside LoRA), and each one it needs at
+        its mildest step that fits beside the others (a pile takes each kind's strongest: batch
+        1 x accumulate 4 where 2 x 2 fits)."""
+        for group, kind in GROUPS.items():
             if all(getattr(option.job, f) == getattr(job, f) for f in group):
                 continue
-            undone = first_fit([replace(option.job, **{f: getattr(job, f) for f in group})])
-            option = undone if undone is not None else option
+            undone = replace(option.job, **{f: getattr(job, f) for f in group})
+            ladder = [undone, *_ladders(shape, undone, coeffs, max_shards).get(kind, [])]
+            milder = first_fit(ladder[:ladder.index(option.job)] if option.job in ladder
+                               else ladder[:1])
+            option = milder if milder is not None else option
         return option
 
     fewest: dict[Job, Option] = {}  # two piles may come down to the same change: each once
@@ -543,8 +548,9 @@ def options(shape: Shape | None, job: Job, gpu: Gpu,
 
 # Job fields that change together: the weights' dtype and mixed precision; a micro-batch and
 # its accumulation.
-GROUPS = (("dtype", "mixed"), ("checkpointing",), ("batch", "accumulate"), ("seq",),
-          ("optimizer",), ("lora_rank",), ("shards",))
+GROUPS = {("dtype", "mixed"): "dtype", ("checkpointing",): "checkpointing",
+          ("batch", "accumulate"): "batch", ("seq",): "seq", ("optimizer",): "optimizer",
+          ("lora_rank",): "lora", ("shards",): "shards"}  # -> its kind of change (_ladders)
 
 
 def _changes(option: Option, base: Job) -> frozenset[tuple[str, object]]:

@@ -356,6 +356,32 @@ def test_each_option_once_and_no_more_gpus_than_there_are(name: str, job: Job, d
     assert all(o.job.shards <= max(most, job.shards) for o in offered if most), offered
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(sorted(PUBLISHED)), job=_JOBS, data=st.data())
+def test_each_change_of_an_option_is_at_its_mildest(name: str, job: Job, data: st.DataObject,
+                                                   matrix: Matrix, coeffs: Coeffs) -> None:
+    """Every change an option makes is needed, and at its mildest step that fits beside the
+    others: undoing it, or any milder step of its ladder, does not fit (a pile once offered
+    batch 1 x accumulate 4 where 2 x 2 fitted)."""
+    from envbuild.core import memory
+
+    row = data.draw(st.sampled_from([g for g in matrix.gpus
+                                     if g.vendor == "nvidia" and (g.memory_mib or g.memory_gb)]))
+    shape = _config(name)
+
+    def fits(j: Job) -> bool:
+        return verdict(row, formula(shape, j, coeffs), coeffs).fits
+
+    for option in options(shape, job, row, lambda j: formula(shape, j, coeffs), coeffs):
+        for group, kind in memory.GROUPS.items():
+            if all(getattr(option.job, f) == getattr(job, f) for f in group):
+                continue
+            undone = replace(option.job, **{f: getattr(job, f) for f in group})
+            ladder = [undone, *memory._ladders(shape, undone, coeffs).get(kind, [])]
+            milder = ladder[:ladder.index(option.job)] if option.job in ladder else [undone]
+            assert not any(fits(j) for j in milder), (option.change, kind)
+
+
 def test_no_options_when_it_fits_and_piled_changes_when_no_pair_does(matrix: Matrix,
                                                                      coeffs: Coeffs) -> None:
     shape, gpu = _config("tinyllama-1.1b.json"), _gpu(matrix, "RTX 4090")
