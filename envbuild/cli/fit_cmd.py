@@ -127,6 +127,8 @@ def _print(r: FitReport) -> None:
     for t, f in zip(r.targets, r.fits, strict=True):
         say(f"{t.gpu.name[:28]:<28} {_gb(f.usable_bytes):>10} {_gb(f.needed_bytes):>10}  "
             f"{'yes' if f.fits else 'no':<4} {_gb(f.margin_bytes):>10}   {escaped(t.where)}")
+        for note in f.notes:
+            say(f"  note: {escaped(note)}")
         for opt in f.options:
             say(f"  to fit: {opt.change}: needs {_gb(opt.needed_bytes)} "
                 f"(margin {_gb(opt.margin_bytes)})")

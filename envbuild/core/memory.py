@@ -86,12 +86,13 @@ class Option:
 @record
 class GpuFit:
     gpu: str
-    total_bytes: int  # what the driver reports (or memory_gb, conservatively)
+    total_bytes: int  # what the driver reports (or one device's GB, conservatively)
     usable_bytes: int  # total less the driver's reserve and the CUDA context
     needed_bytes: int  # the peak with the caching allocator's headroom
     fits: bool
     margin_bytes: int  # usable - needed (negative: short by that much)
     options: tuple[Option, ...] = field(default=())
+    notes: tuple[str, ...] = ()  # what the memory figure is (gpu_notes)
 
 
 # Coefficients: Coeffs field -> (memory.toml table, key).
@@ -334,10 +335,33 @@ def formula(shape: Shape, job: Job, coeffs: Coeffs) -> Estimate:
 
 
 def total_bytes(gpu: Gpu, coeffs: Coeffs) -> int:
-    """What the driver reports (gpus.toml memory_mib), else memory_gb taken conservatively."""
+    """What the driver reports for one device (gpus.toml memory_mib), else the GB one device has
+    (device_memory_gb: one of a module's devices, or a row's smallest variant; else memory_gb),
+    taken conservatively."""
     if gpu.memory_mib:
         return gpu.memory_mib * MIB
-    return int(gpu.memory_gb * 10**9 * coeffs.memory_gb_fraction)
+    return int((gpu.device_memory_gb or gpu.memory_gb) * 10**9 * coeffs.memory_gb_fraction)
+
+
+def gpu_notes(gpu: Gpu, coeffs: Coeffs) -> tuple[str, ...]:
+    """What the figure a GPU is judged at means, where it is not simply one card's memory: one
+    device of a module of several, the smallest variant of a name, memory shared with the CPU."""
+    total = f"{total_bytes(gpu, coeffs) / 1e9:,.1f} GB"
+    notes: list[str] = []
+    if gpu.device_memory_basis == "module":
+        notes.append(f"judged at {total}, one device's: the {gpu.memory_gb:g} GB of the "
+                     f"{gpu.name} are split between devices that torch sees one by one "
+                     "(--shards N spreads a job over them)")
+    elif gpu.device_memory_basis == "variants":
+        more = (f" (up to {gpu.memory_gb:g} GB on others)"
+                if gpu.memory_gb > gpu.device_memory_gb else " (others have more)")
+        own = "" if gpu.unified_memory else " (`envbuild fit` on its host reads its own size)"
+        notes.append(f"judged at {total}, the smallest {gpu.name} sold{more}: one with more "
+                     f"memory may fit where this says no{own}")
+    if gpu.unified_memory:
+        notes.append(f"the {gpu.name}'s memory is the system's, shared with the CPU: the OS, other "
+                     f"programs and the job's own host memory come out of the same {total}")
+    return tuple(notes)
 
 
 def usable_bytes(gpu: Gpu, coeffs: Coeffs) -> int:
@@ -367,7 +391,7 @@ def verdict(gpu: Gpu, estimate: Estimate, coeffs: Coeffs,
     usable, needed = usable_bytes(gpu, coeffs), needed_bytes(estimate, coeffs)
     return GpuFit(gpu=gpu.name, total_bytes=total_bytes(gpu, coeffs), usable_bytes=usable,
                   needed_bytes=needed, fits=0 < needed <= usable, margin_bytes=usable - needed,
-                  options=options)
+                  options=options, notes=gpu_notes(gpu, coeffs))
 
 
 # The `envbuild fit` flags that express a Job field (the CLI parses the same words).

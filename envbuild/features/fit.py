@@ -104,7 +104,7 @@ class FitReport:
             "notes": [*e.notes, *self.notes],
             "gpus": [{"gpu": f.gpu, "where": t.where, "memory_bytes": f.usable_bytes,
                       "total_bytes": f.total_bytes, "needed_bytes": f.needed_bytes,
-                      "fits": f.fits, "margin_bytes": f.margin_bytes,
+                      "fits": f.fits, "margin_bytes": f.margin_bytes, "notes": list(f.notes),
                       "options": [{"change": o.change, "flags": list(o.flags),
                                    "needed_bytes": o.needed_bytes, "margin_bytes": o.margin_bytes,
                                    "job": job_json(o.job),
@@ -193,8 +193,11 @@ def view_gpus(v: View, m: Matrix) -> list[tuple[int, Gpu, bool]]:
     for g in v.gpus:
         row = gpu_names.lookup(m, g.name, "nvidia") or gpu_names.lookup(m, g.name, "amd")
         base = row if row is not None else Gpu(name=g.name, vendor="nvidia")
-        if g.memory_mib:  # the driver's own figure beats the matrix's
-            base = replace(base, memory_mib=g.memory_mib)
+        if g.memory_mib and g.memory_mib != base.memory_mib:
+            # the driver's own figure beats the matrix's: this device's, whatever variant or
+            # share of a module the row's device_memory_gb stands for
+            base = replace(base, memory_mib=g.memory_mib, device_memory_gb=0.0,
+                           device_memory_basis="")
         if base.memory_mib or base.memory_gb:
             out.append((g.index, base, row is not None and row == base))
     return out

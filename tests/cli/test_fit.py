@@ -503,7 +503,7 @@ def test_a_fleet_judges_each_groups_gpu(matrix: Matrix) -> None:
     assert got == [("P100", "fleet group pascal", False), ("V100 32GB", "fleet group volta", True),
                    ("A100", "fleet group ampere", True), ("H100", "fleet group hopper", True),
                    ("B200", "fleet group blackwell", True)]
-    assert rc == EXIT_FAILED  # the Pascal group's 16 GB
+    assert rc == EXIT_FAILED  # the Pascal group's P100: 12 GB, the smallest one sold
     coeffs = memory.coefficients(matrix.extra["memory"])
     for g in data["gpus"]:  # the driver's MiB where a source gives it, else memory_gb reduced
         row = next(x for x in matrix.gpus if x.name == g["gpu"])
@@ -511,6 +511,24 @@ def test_a_fleet_judges_each_groups_gpu(matrix: Matrix) -> None:
     assert data["gpus"][0]["total_bytes"] <= 16 * 10**9  # the P100: no source gives its MiB
     [p100] = [g for g in data["gpus"] if not g["fits"]]
     assert p100["options"] and all(o["command"].endswith("--gpu P100") for o in p100["options"])
+
+
+def test_each_gpu_says_what_memory_it_was_judged_at() -> None:
+    """A module of two devices is judged per device, a name sold with several sizes at the
+    smallest, shared memory is said: in --json's per-GPU notes and under the GPU's table row."""
+    rc, data = fit_json("--config", str(LLAMA3), "--infer", "--gpu", "MI250X", "--gpu",
+                        "Jetson Orin Nano", "--gpu", "RTX 3060", "--gpu", "H100", *FORMULA)
+    got = {g["gpu"]: g for g in data["gpus"]}
+    assert rc == EXIT_FAILED and got["MI250X"]["total_bytes"] == 64 * 10**9
+    assert "one device's" in got["MI250X"]["notes"][0]
+    assert got["Jetson Orin Nano"]["total_bytes"] == 4 * 10**9
+    assert [("smallest" in n, "shared with the CPU" in n)
+            for n in got["Jetson Orin Nano"]["notes"]] == [(True, False), (False, True)]
+    assert got["RTX 3060"]["total_bytes"] == 8 * 10**9 and got["H100"]["notes"] == []
+    rc2, out, _ = fit("--config", str(LLAMA3), "--infer", "--gpu", "MI250X", *FORMULA)
+    assert rc2 == 0
+    row = out.index("\nMI250X ")
+    assert out[row:].splitlines()[2].startswith("  note: judged at 64.0 GB, one device's")
 
 
 # -- the guide's runs are what fit prints ------------------------------------------------------
