@@ -162,7 +162,9 @@ def _gpu_row(m: Matrix, name: str, where: str) -> Gpu:
 
 def targets(req: FitRequest, m: Matrix) -> tuple[list[Target], list[str]]:
     """The GPUs to judge: --gpu, the fleet's groups, else this host's (or recorded) GPUs."""
-    out = [Target(row, shlex.join(["--gpu", row.name]), ("--gpu", row.name))
+    # a board whose memory is the system's (Jetson, DGX Spark) is one device: no sharding offered
+    out = [Target(row, shlex.join(["--gpu", row.name]), ("--gpu", row.name),
+                  1 if row.unified_memory else 0)
            for n in req.gpus for row in [_gpu_row(m, n, f"--gpu {n[:40]}")]]
     notes: list[str] = []
     if req.fleet is not None:

@@ -649,3 +649,12 @@ def test_gpus_without_native_bf16_are_named_for_a_bf16_step(matrix: Matrix, data
     for g in chosen:
         old = float(g.cc) < 8.0
         assert (f"{g.name} (sm_" in said) == (old and dtype in ("bf16", "mixed")), (g.name, said)
+
+
+@pytest.mark.parametrize("name", ["Jetson Orin Nano", "Jetson AGX Orin", "GB10"])
+def test_a_board_whose_memory_is_the_systems_is_offered_no_sharding(matrix: Matrix,
+                                                                    name: str) -> None:
+    rc, data = fit_json("--config", str(LLAMA3), *FORMULA, "--mixed", "--gpu", name)
+    assert rc == 1, data
+    (gpu,) = data["gpus"]
+    assert all(o["job"]["shards"] == 1 for o in gpu["options"]), gpu["options"]
