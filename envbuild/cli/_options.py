@@ -4,16 +4,54 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
+import click
 import typer
 
+from envbuild.common.echo import shown
 from envbuild.core.request import COMPONENTS, Request, check_given
 
 if TYPE_CHECKING:
     from envbuild.render.pipeline import ContextInputs
+
+WEEK = 7 * 24 * 3600.0
+
+
+if TYPE_CHECKING:  # generic from click 8.3; a plain class before
+    _ParamType = click.ParamType[float, Any]
+else:
+    _ParamType = click.ParamType
+
+
+class SecondsType(_ParamType):
+    """A duration in seconds: a finite number in (low, high] (NaN, infinity, zero and negative
+    durations are bad input, not a timer that fires at once or never)."""
+
+    name = "SECONDS"
+
+    def __init__(self, low: float = 0.0, high: float = WEEK) -> None:
+        self.low, self.high = low, high
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{shown(str(value))} is not a number of seconds", param, ctx)
+        if not math.isfinite(seconds) or not self.low < seconds <= self.high:
+            self.fail(f"{shown(str(value))} is not a number of seconds above {self.low:g} and "
+                      f"at most {self.high:g}", param, ctx)
+        return seconds
+
+
+def seconds(help: str, low: float = 0.0, high: float = WEEK) -> Any:
+    """A --timeout option in seconds (SecondsType)."""
+    return typer.Option("--timeout", help=help, click_type=SecondsType(low, high))
+
 
 Target = Annotated[str | None, typer.Option(
     "--target", help="cuda | rocm | cpu | mps (inferred: --cuda implies cuda, --rocm rocm).")]

@@ -37,7 +37,7 @@ ExtWheels = Annotated[str | None, typer.Option(
     "REGISTRY does both with the image's registry.")]
 RequireGpu = Annotated[bool, typer.Option(
     "--require-gpu", help="Fail (not skip) the device checks when no GPU is visible.")]
-Timeout = Annotated[float, typer.Option("--timeout", help="Validation time limit, seconds.")]
+Timeout = Annotated[float, o.seconds("Validation time limit, seconds.")]
 PushUnvalidated = Annotated[bool, typer.Option(
     "--push-unvalidated", help="With --push: push without validating (or despite a failed "
     "validation). By default only an image that passed validation is pushed.")]

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from envbuild.cli._app import app, emit_json, say, warn
-from envbuild.cli._options import Junit
+from envbuild.cli._options import Junit, seconds
 from envbuild.common.errors import UsageError
 
 cluster_app = typer.Typer(help="Validate every node of a cluster allocation (Slurm; Kubernetes "
@@ -26,8 +26,8 @@ GpusPerNode = Annotated[int, typer.Option("--gpus-per-node", help="GPUs per node
                                                                   "gloo).")]
 Out = Annotated[Path, typer.Option("--out", help="Directory for the script, the task logs and "
                                                  "the report (shared by the nodes).")]
-Timeout = Annotated[float, typer.Option("--timeout", help="Seconds until the job is cancelled "
-                                                          "and unreported nodes are missing.")]
+Timeout = Annotated[float, seconds("Seconds until the job is cancelled and unreported "
+                                      "nodes are missing.")]
 Only = Annotated[str | None, typer.Option("--only", metavar="ID[,ID]",
                                           help="Run only these validator checks per node.")]
 MinBytes = Annotated[str, typer.Option("--min-bytes", help="Smallest all-reduce size (1M).")]

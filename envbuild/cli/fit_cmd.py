@@ -10,6 +10,7 @@ import typer
 
 from envbuild.cli import _options as o
 from envbuild.cli._app import app, emit_json, say, warn
+from envbuild.common.echo import escaped
 from envbuild.common.errors import EXIT_FAILED
 
 if TYPE_CHECKING:
@@ -69,8 +70,9 @@ def fit(
     method: Annotated[str, typer.Option(
         "--method", help="auto (measure where it can, else the formula) | measured | "
         "formula.")] = "auto",
-    timeout: Annotated[float, typer.Option(
-        "--timeout", min=1, max=86400, help="Seconds one measurement may take.")] = 600,
+    timeout: Annotated[float, o.seconds(
+        "Seconds every measurement together may take (the asked step and the options).",
+        low=0.0, high=86400.0)] = 600,
     json: o.Json = False,
     matrix_dir: Annotated[Path | None, typer.Option("--matrix", hidden=True)] = None,
 ) -> None:
@@ -106,9 +108,9 @@ def _print(r: FitReport) -> None:
     e = r.estimate
     trainable = (f" ({e.trainable:,} trainable)"
                  if r.job.mode == "train" and e.trainable != e.params else "")
-    say(f"model      {r.model}: {e.params:,} parameters{trainable}")
+    say(f"model      {escaped(r.model)}: {e.params:,} parameters{trainable}")
     say(f"step       {use.describe_job(r.job, r.entry is not None)}")
-    say(f"method     {e.method}: {e.how}")
+    say(f"method     {e.method}: {escaped(e.how)}")
     say(f"peak       {_gb(e.peak_bytes)} allocated (torch.cuda.max_memory_allocated)")
     block = "\u2588" if (sys.stdout.encoding or "").lower().startswith("utf") else "#"
     biggest = max(e.components.values(), default=0) or 1
@@ -117,17 +119,19 @@ def _print(r: FitReport) -> None:
             bar = block * max(1, round(BAR * size / biggest))
             say(f"  {name:<12} {_gb(size):>10}  {bar}")
     for note in (*e.notes, *r.notes):
-        say(f"note       {note}")
+        say(f"note       {escaped(note)}")
     if not r.fits:
         return
     say("")
     say(f"{'GPU':<28} {'usable':>10} {'needed':>10}  {'fits':<4} {'margin':>10}")
     for t, f in zip(r.targets, r.fits, strict=True):
         say(f"{t.gpu.name[:28]:<28} {_gb(f.usable_bytes):>10} {_gb(f.needed_bytes):>10}  "
-            f"{'yes' if f.fits else 'no':<4} {_gb(f.margin_bytes):>10}   {t.where}")
+            f"{'yes' if f.fits else 'no':<4} {_gb(f.margin_bytes):>10}   {escaped(t.where)}")
+        for note in f.notes:
+            say(f"  note: {escaped(note)}")
         for opt in f.options:
             say(f"  to fit: {opt.change}: needs {_gb(opt.needed_bytes)} "
                 f"(margin {_gb(opt.margin_bytes)})")
-            say(f"          {r.option_command(opt.job, t)}")
+            say(f"          {escaped(r.option_command(opt.job, t))}")
         if not f.fits and not f.options:
             say("  no single change envbuild knows makes it fit this GPU")

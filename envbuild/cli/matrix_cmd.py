@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from envbuild.cli._app import app, emit_json, say
-from envbuild.cli._options import Json
+from envbuild.cli._options import Json, seconds
 from envbuild.common.errors import EXIT_FAILED, UsageError
 from envbuild.core.refs import DOCKER_HUB_API
 
@@ -101,7 +101,7 @@ def refresh_cmd(
     registry_url: Annotated[str, typer.Option(
         "--registry-url", help="Registry (HTTP API v2) holding the CUDA images.")
     ] = f"https://{DOCKER_HUB_API}",
-    timeout: Annotated[float, typer.Option("--timeout", min=0.01, help="Seconds per request.")
+    timeout: Annotated[float, seconds("Seconds per request.", low=0.0, high=600.0)
                        ] = 20.0,
     retries: Annotated[int, typer.Option("--retries", min=1, max=10,
                                          help="Tries per request (backoff 0.5 s, doubling).")] = 3,

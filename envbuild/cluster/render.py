@@ -51,6 +51,14 @@ class ClusterOptions:
     fabric: str | None = None
 
 
+MAX_GPUS_PER_NODE = 64
+
+
+def check_gpus_per_node(n: int) -> None:
+    if not 0 <= n <= MAX_GPUS_PER_NODE:
+        raise UsageError(f"--gpus-per-node {n} is out of range", f"0 to {MAX_GPUS_PER_NODE}")
+
+
 def check_options(o: ClusterOptions) -> ClusterOptions:
     """Every value that reaches a script or a manifest, checked: bad input is a usage error."""
     if not _IMAGE.fullmatch(o.image) or ".." in o.image:
@@ -62,8 +70,7 @@ def check_options(o: ClusterOptions) -> ClusterOptions:
                           ("--time", o.time_min, 7 * 24 * 60)):
         if not 1 <= n <= top:
             raise UsageError(f"{label} {n} is out of range", f"1 to {top}")
-    if not 0 <= o.gpus_per_node <= 64:
-        raise UsageError(f"--gpus-per-node {o.gpus_per_node} is out of range", "0 to 64")
+    check_gpus_per_node(o.gpus_per_node)
     for label, v in (("--partition", o.partition), ("--account", o.account),
                      ("--job-name", o.job_name)):
         if v is not None and not _NAME.fullmatch(v):

@@ -88,8 +88,13 @@ def collect(logs: Sequence[Path], *, nodes: str | None = None, world_size: int |
     hostlist) names the nodes that should have reported."""
     from envbuild.cluster import report as rep
     from envbuild.cluster.hosts import expand
+    from envbuild.cluster.render import check_gpus_per_node
     from envbuild.cluster.slurm import expected_nodes, load_rules
 
+    if world_size is not None and not 1 <= world_size <= 1 << 20:
+        raise UsageError(f"--world-size {world_size} is out of range",
+                         "give the number of processes of the job, 1 or more")
+    check_gpus_per_node(gpus_per_node)
     text = read_logs(logs, stdin)
     rules = load_rules()
     rep.check_fabric(rules, fabric)
@@ -98,8 +103,5 @@ def collect(logs: Sequence[Path], *, nodes: str | None = None, world_size: int |
         raise UsageError("no envbuild cluster report lines in the logs",
                          'each task prints one line starting with {"envbuild_cluster": 1')
     expected = expand(nodes) if nodes else expected_nodes(lines)
-    if world_size is not None and not 1 <= world_size <= 1 << 20:
-        raise UsageError(f"--world-size {world_size} is out of range",
-                         "give the number of processes of the job, 1 or more")
     return rep.build(expected, lines, rules=rules, world_size=world_size,
                      fabric=fabric, gpus_per_node=gpus_per_node)

@@ -41,9 +41,10 @@ class ProcessError(EnvbuildError):
     """A command failed, timed out or could not start; carries what it printed."""
 
     def __init__(self, message: str, hint: str, result: Result | None = None,
-                 exit_code: int = EXIT_FAILED) -> None:
+                 exit_code: int = EXIT_FAILED, timed_out: bool = False) -> None:
         super().__init__(message, hint, [], exit_code)
         self.result = result
+        self.timed_out = timed_out  # it was stopped at its deadline
 
 
 # Never in a child's environment, whatever it is given: the signing key's password
@@ -198,7 +199,7 @@ def stream(
     timer.start()
     hung = ProcessError(f"{argv[0]} did not finish within {timeout:.0f} s",
                         "the command hung; check that the service it talks to answers",
-                        exit_code=EXIT_CANNOT_RUN)
+                        exit_code=EXIT_CANNOT_RUN, timed_out=True)
     try:
         out = proc.stdout
         assert out is not None

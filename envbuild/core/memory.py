@@ -89,12 +89,13 @@ class Option:
 @record
 class GpuFit:
     gpu: str
-    total_bytes: int  # what the driver reports (or memory_gb, conservatively)
+    total_bytes: int  # what the driver reports (or one device's GB, conservatively)
     usable_bytes: int  # total less the driver's reserve and the CUDA context
     needed_bytes: int  # the peak with the caching allocator's headroom
     fits: bool
     margin_bytes: int  # usable - needed (negative: short by that much)
     options: tuple[Option, ...] = field(default=())
+    notes: tuple[str, ...] = ()  # what the memory figure is (gpu_notes)
 
 
 # Coefficients: Coeffs field -> (memory.toml table, key).
@@ -136,6 +137,7 @@ _COEFFS: Mapping[str, tuple[str, str]] = {
     "driver_reserved_bytes": ("cuda", "driver_reserved_bytes"),
     "peak_headroom": ("allocator", "peak_headroom"),
     "memory_gb_fraction": ("gpu_total", "memory_gb_fraction"),
+    "bf16_native_cc": ("bf16", "native_min_cc"),
 }
 
 
@@ -208,6 +210,15 @@ def check_job(job: Job, c: Coeffs) -> None:
     if isinstance(job.lora_rank, bool) or not isinstance(job.lora_rank, int) \
             or not 0 <= job.lora_rank <= MAX_BATCH:
         raise bad(f"lora rank {job.lora_rank!r} is out of range", "give --lora a rank such as 16")
+    if job.mode == "infer":
+        training = [flag for flag, given in (
+            ("--lora", bool(job.lora_rank)), ("--checkpointing", job.checkpointing),
+            ("--optimizer", job.optimizer != Job().optimizer),
+            ("--accumulate", job.accumulate != 1)) if given]
+        if training:
+            raise bad(f"{', '.join(training)} {'is' if len(training) == 1 else 'are'} for "
+                      "training: an inference step has no gradients and no optimizer",
+                      "leave it out, or drop --infer")
 
 
 def compute_dtype(job: Job) -> str:
@@ -331,7 +342,9 @@ def _train(shape: Shape, job: Job, c: Coeffs, notes: list[str]) -> tuple[int, in
     notes.append(_attention_note(shape, job, path, mask_path, masked))
     if adapters:
         notes.append(f"LoRA rank {job.lora_rank} on every decoder Linear: {adapters:,} trainable "
-                     "fp32 parameters; activations counted as for a full fine-tune (unverified)")
+                     "fp32 parameters; activations counted as for a full fine-tune, without the "
+                     "fp32 copies of each adapter's input PEFT keeps (the measured method counts "
+                     "them: 23% more on a 125M model at 4 x 1024; unverified on a GPU)")
     if n > 1:
         notes.append(f"FSDP/ZeRO-3 over {n} GPUs: weights, gradients and optimizer states / {n},"
                      " two layers and the root gathered (unverified)")
@@ -432,16 +445,50 @@ def formula(shape: Shape, job: Job, coeffs: Coeffs) -> Estimate:
 
 
 def total_bytes(gpu: Gpu, coeffs: Coeffs) -> int:
-    """What the driver reports (gpus.toml memory_mib), else memory_gb taken conservatively."""
+    """What the driver reports for one device (gpus.toml memory_mib), else the GB one device has
+    (device_memory_gb: one of a module's devices, or a row's smallest variant; else memory_gb),
+    taken conservatively."""
     if gpu.memory_mib:
         return gpu.memory_mib * MIB
-    return int(gpu.memory_gb * 10**9 * coeffs.memory_gb_fraction)
+    return int((gpu.device_memory_gb or gpu.memory_gb) * 10**9 * coeffs.memory_gb_fraction)
+
+
+def gpu_notes(gpu: Gpu, coeffs: Coeffs) -> tuple[str, ...]:
+    """What the figure a GPU is judged at means, where it is not simply one card's memory: one
+    device of a module of several, the smallest variant of a name, memory shared with the CPU."""
+    total = f"{total_bytes(gpu, coeffs) / 1e9:,.1f} GB"
+    notes: list[str] = []
+    if gpu.device_memory_basis == "module":
+        notes.append(f"judged at {total}, one device's: the {gpu.memory_gb:g} GB of the "
+                     f"{gpu.name} are split between devices that torch sees one by one "
+                     "(--shards N spreads a job over them)")
+    elif gpu.device_memory_basis == "variants":
+        more = (f" (up to {gpu.memory_gb:g} GB on others)"
+                if gpu.memory_gb > gpu.device_memory_gb else " (others have more)")
+        own = "" if gpu.unified_memory else " (`envbuild fit` on its host reads its own size)"
+        notes.append(f"judged at {total}, the smallest {gpu.name} sold{more}: one with more "
+                     f"memory may fit where this says no{own}")
+    if gpu.unified_memory:
+        notes.append(f"the {gpu.name}'s memory is the system's, shared with the CPU: the OS, other "
+                     f"programs and the job's own host memory come out of the same {total}")
+    return tuple(notes)
 
 
 def usable_bytes(gpu: Gpu, coeffs: Coeffs) -> int:
     """Total less the driver's reserve and the CUDA context (never below 0)."""
     return max(0, total_bytes(gpu, coeffs) - int(coeffs.driver_reserved_bytes)
                - int(coeffs.context_bytes))
+
+
+def bf16_emulated(gpu: Gpu, job: Job, c: Coeffs) -> bool:
+    """Whether `job` computes in bf16 on an NVIDIA GPU without native bf16 (memory.toml
+    [bf16]): the same memory, slower arithmetic."""
+    if gpu.vendor != "nvidia" or not gpu.cc or compute_dtype(job) != "bf16":
+        return False
+    try:
+        return float(gpu.cc) < c.bf16_native_cc
+    except ValueError:
+        return False
 
 
 def needed_bytes(estimate: Estimate, coeffs: Coeffs) -> int:
@@ -454,7 +501,7 @@ def verdict(gpu: Gpu, estimate: Estimate, coeffs: Coeffs,
     usable, needed = usable_bytes(gpu, coeffs), needed_bytes(estimate, coeffs)
     return GpuFit(gpu=gpu.name, total_bytes=total_bytes(gpu, coeffs), usable_bytes=usable,
                   needed_bytes=needed, fits=0 < needed <= usable, margin_bytes=usable - needed,
-                  options=options)
+                  options=options, notes=gpu_notes(gpu, coeffs))
 
 
 # The `envbuild fit` flags that express a Job field (the CLI parses the same words).
@@ -531,9 +578,11 @@ def _shorter(job: Job) -> list[Job]:
     return out
 
 
-def _ladders(shape: Shape | None, job: Job, coeffs: Coeffs) -> dict[str, list[Job]]:
+def _ladders(shape: Shape | None, job: Job, coeffs: Coeffs,
+             max_shards: int = 0) -> dict[str, list[Job]]:
     """Each kind of change as a ladder of jobs, cheapest kind first (KINDS); on a ladder, the
-    mildest first (the first that fits is the one offered)."""
+    mildest first (the first that fits is the one offered). `max_shards`: the GPUs there are
+    to shard over (0: any number, GPUs one may buy)."""
     steps: dict[str, list[Job]] = {}
     if job.dtype == "fp32" and not job.mixed:
         steps["dtype"] = ([replace(job, mixed=True)] if job.mode == "train"
@@ -551,20 +600,23 @@ def _ladders(shape: Shape | None, job: Job, coeffs: Coeffs) -> dict[str, list[Jo
     else:
         steps["batch"] = _smaller_batches(job)
         steps["seq"] = _shorter(job)
-    steps["shards"] = [replace(job, shards=n) for n in coeffs.shard_choices if n > job.shards]
+    steps["shards"] = [replace(job, shards=n) for n in coeffs.shard_choices
+                       if n > job.shards and (not max_shards or n <= max_shards)]
     return {k: v for k, v in steps.items() if v}
 
 
 def options(shape: Shape | None, job: Job, gpu: Gpu,
             estimate_fn: Callable[[Job], Estimate | None],
-            coeffs: Coeffs, limit: int = 3, max_calls: int = 128) -> tuple[Option, ...]:
+            coeffs: Coeffs, limit: int = 3, max_calls: int = 128,
+            max_shards: int = 0) -> tuple[Option, ...]:
     """When `job` does not fit `gpu`: up to `limit` changes that make it fit, each re-checked with
     estimate_fn (the same estimator), fewest and cheapest changes first: each kind of change alone
     (dtype, checkpointing, micro-batch, 8-bit AdamW, LoRA, shards; inference: dtype, batch,
     sequence, shards), then two kinds together where neither alone fits, then the kinds piled up
     in that order (each at its mildest step that fits, else its strongest). None when it fits.
     At most `max_calls` jobs are estimated (a measured estimator takes seconds a call); a job
-    estimate_fn answers None for (a change it cannot make) is passed over."""
+    estimate_fn answers None for (a change it cannot make) is passed over. Sharding goes up to
+    `max_shards` GPUs (0: no limit)."""
     seen: dict[Job, GpuFit | None] = {}
 
     def first_fit(ladder: list[Job]) -> Option | None:
@@ -583,14 +635,14 @@ def options(shape: Shape | None, job: Job, gpu: Gpu,
 
     if first_fit([job]) is not None:
         return ()
-    ladders = _ladders(shape, job, coeffs)
+    ladders = _ladders(shape, job, coeffs, max_shards)
     alone = {kind: first_fit(ladder) for kind, ladder in ladders.items()}
     found = [o for o in alone.values() if o is not None]
     kinds = [k for k, o in alone.items() if o is None]
     search = limit + 3  # more than are shown: dominated ones are dropped below
     piled, pile = job, None
     for kind in kinds if len(found) < search else ():
-        ladder = _ladders(shape, piled, coeffs).get(kind, [])
+        ladder = _ladders(shape, piled, coeffs, max_shards).get(kind, [])
         if (pile := first_fit(ladder)) is not None:
             break
         piled = ladder[-1] if ladder else piled
@@ -599,7 +651,7 @@ def options(shape: Shape | None, job: Job, gpu: Gpu,
             if len(found) >= search:
                 break
             for base in ladders[first][:1] + ladders[first][-1:]:  # mildest and strongest
-                option = first_fit(_ladders(shape, base, coeffs).get(second, []))
+                option = first_fit(_ladders(shape, base, coeffs, max_shards).get(second, []))
                 if option is not None and all(o.job != option.job for o in found):
                     found.append(option)
                     break
@@ -608,21 +660,31 @@ def options(shape: Shape | None, job: Job, gpu: Gpu,
 
     def least(option: Option) -> Option:
         """The option with every change it does not need undone (a pile of changes may carry
-        one that the others made needless: 8-bit AdamW beside LoRA)."""
-        for group in GROUPS:
+        one that the others made needless: 8-bit AdamW beside LoRA), and each one it needs at
+        its mildest step that fits beside the others (a pile takes each kind's strongest: batch
+        1 x accumulate 4 where 2 x 2 fits)."""
+        for group, kind in GROUPS.items():
             if all(getattr(option.job, f) == getattr(job, f) for f in group):
                 continue
-            undone = first_fit([replace(option.job, **{f: getattr(job, f) for f in group})])
-            option = undone if undone is not None else option
+            undone = replace(option.job, **{f: getattr(job, f) for f in group})
+            ladder = [undone, *_ladders(shape, undone, coeffs, max_shards).get(kind, [])]
+            milder = first_fit(ladder[:ladder.index(option.job)] if option.job in ladder
+                               else ladder[:1])
+            option = milder if milder is not None else option
         return option
 
-    return _chosen([least(o) if len(_changes(o, job)) > 1 else o for o in found], job, limit)
+    fewest: dict[Job, Option] = {}  # two piles may come down to the same change: each once
+    for option in found:
+        option = least(option) if len(_changes(option, job)) > 1 else option
+        fewest.setdefault(option.job, option)
+    return _chosen(list(fewest.values()), job, limit)
 
 
 # Job fields that change together: the weights' dtype and mixed precision; a micro-batch and
 # its accumulation.
-GROUPS = (("dtype", "mixed"), ("checkpointing",), ("batch", "accumulate"), ("seq",),
-          ("optimizer",), ("lora_rank",), ("shards",))
+GROUPS = {("dtype", "mixed"): "dtype", ("checkpointing",): "checkpointing",
+          ("batch", "accumulate"): "batch", ("seq",): "seq", ("optimizer",): "optimizer",
+          ("lora_rank",): "lora", ("shards",): "shards"}  # -> its kind of change (_ladders)
 
 
 def _changes(option: Option, base: Job) -> frozenset[tuple[str, object]]:
@@ -647,8 +709,6 @@ def _chosen(found: list[Option], base: Job, limit: int) -> tuple[Option, ...]:
 
 # -- the measured method's answers ---------------------------------------------------------------
 MAX_BYTES = 1 << 60  # no step needs an exabyte: a larger figure is a broken answer
-FALLBACK_CODES = ("no-transformers", "no-memtracker", "untraceable", "no-bitsandbytes",
-                  "unsupported")  # where the formula may stand in (the probe could not measure)
 
 
 class ProbeError(Exception):

@@ -12,6 +12,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from envbuild.common.echo import shown
+from envbuild.common.errors import UsageError
 from envbuild.common.record import record
 
 DEFAULT_REGISTRY = "docker.io"
@@ -196,3 +198,22 @@ def repo_digest_of(ref: str, repo_digests: Iterable[object]) -> str:
     except RefError:
         same = []
     return (same or digests or [""])[0]
+
+
+_IMAGE_ID = re.compile(r"(sha256:)?[0-9a-f]{12,64}")
+NAME_MAX = 255  # characters of host/repository (distribution/reference's NameTotalLengthMax)
+
+
+def check_image_ref(ref: str) -> str:
+    """A local image's reference or id as Docker takes it; a UsageError otherwise (hostile
+    names): what `run` and `fit --image` are given."""
+    if _IMAGE_ID.fullmatch(ref):
+        return ref
+    try:
+        name = parse(ref).name
+    except RefError:
+        name = ""
+    if not name or len(name) > NAME_MAX:
+        raise UsageError(f"{shown(ref)} is not an image reference",
+                         "give NAME[:TAG] or an image id, as `docker images` lists them")
+    return ref

@@ -65,6 +65,15 @@ def entry_file(path: Path) -> Path:
     return path.absolute()
 
 
+class ProbeRunError(EnvbuildError):
+    """The probe's run timed out, died or printed no answer (not an error the probe answered:
+    that is core.memory.ProbeError); exit 3."""
+
+    def __init__(self, message: str, hint: str, timed_out: bool = False) -> None:
+        super().__init__(message, hint, [], EXIT_CANNOT_RUN)
+        self.timed_out = timed_out
+
+
 def in_container(job: Mapping[str, Any], entry: Path | None) -> tuple[dict[str, Any],
                                                                       dict[str, Path]]:
     """The job as the container sees it, and its read-only mounts: the entry file's directory at
@@ -82,7 +91,7 @@ def measure_in_image(ref: str, job: Mapping[str, Any], entry: Path | None, timeo
                      target: str = "cpu", gpus: bool = False,
                      platform: str | None = None) -> dict[str, Any]:
     """The probe's answer for `job` from one run in the image `ref` (a dict, unchecked: an
-    {"error": ...} answer too); EnvbuildError when the run timed out, printed too much, exited
+    {"error": ...} answer too); ProbeRunError when the run timed out, printed too much, exited
     non-zero or printed no answer."""
     inside, mounts = in_container(job, entry)
     argv = probe_argv(f"{VENV}/bin/python", inside)
@@ -95,19 +104,18 @@ def measure_in_image(ref: str, job: Mapping[str, Any], entry: Path | None, timeo
             "an image envbuild did not build may have no venv there (or leave out --image to "
             "measure with this host's Python)")
     if run.timed_out:
-        raise EnvbuildError(f"measuring the step in {ref} did not finish within {timeout:.0f} s",
+        raise ProbeRunError(f"measuring the step in {ref} did not finish within {timeout:.0f} s",
                             "give it more time (--timeout), or a smaller model to try with",
-                            exit_code=EXIT_CANNOT_RUN)
+                            timed_out=True)
     if run.truncated:
-        raise EnvbuildError(f"measuring the step in {ref} printed more than "
-                            f"{OUTPUT_LIMIT >> 20} MiB", "make the model's code print less",
-                            exit_code=EXIT_CANNOT_RUN)
+        raise ProbeRunError(f"measuring the step in {ref} printed more than "
+                            f"{OUTPUT_LIMIT >> 20} MiB", "make the model's code print less")
     return _answer(run.output, run.exit_code, f"in {ref}", hint)
 
 
 def measure_here(job: Mapping[str, Any], timeout: float) -> dict[str, Any]:
     """The probe's answer for `job` from one run with this interpreter (its torch, its
-    transformers); the entry's path made absolute first. EnvbuildError as measure_in_image."""
+    transformers); the entry's path made absolute first. ProbeRunError as measure_in_image."""
     job = dict(job)
     model = job.get("model")
     if isinstance(model, Mapping) and isinstance(model.get("entry"), str):
@@ -117,9 +125,9 @@ def measure_here(job: Mapping[str, Any], timeout: float) -> dict[str, Any]:
     try:
         code = proc.stream(probe_argv(sys.executable, job), tail.add, timeout=timeout)
     except proc.ProcessError as exc:
-        raise EnvbuildError(f"measuring the step here failed: {exc.message}",
+        raise ProbeRunError(f"measuring the step here failed: {exc.message}",
                             "give it more time (--timeout), or a smaller model to try with",
-                            exit_code=EXIT_CANNOT_RUN) from None
+                            timed_out=exc.timed_out) from None
     return _answer(tail.text(), code, "here",
                    f"is torch installed for {sys.executable}? pip install 'envbuild[host]'; "
                    "or measure in an image (--image)")
@@ -152,6 +160,6 @@ def _answer(output: str, exit_code: int, where: str, hint: str) -> dict[str, Any
     if not isinstance(data, dict):
         text = output.strip()
         tail = " ".join(text[-300:].split()) if text else "no output"
-        raise EnvbuildError(f"measuring the step {where} failed (exit {exit_code}): {tail}",
-                            hint, exit_code=EXIT_CANNOT_RUN)
+        raise ProbeRunError(f"measuring the step {where} failed (exit {exit_code}): {tail}",
+                            hint)
     return data

@@ -13,6 +13,7 @@ process cannot run)."""
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import time
 from collections.abc import Callable, Mapping
@@ -21,7 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envbuild.common import boundedio
-from envbuild.common.errors import EXIT_CANNOT_RUN, EnvbuildError, UsageError
+from envbuild.common.echo import shown
+from envbuild.common.errors import (
+    EXIT_CANNOT_RUN,
+    EnvbuildError,
+    EnvironmentProblem,
+    UsageError,
+)
 from envbuild.common.record import record
 from envbuild.core import gpus as gpu_names
 from envbuild.core import memory
@@ -66,6 +73,7 @@ class Target:
     # host's own source (--facts DIR, or nothing for this host): a GPU the matrix does not know,
     # or knows with another size than its driver reports, is named by where it was found.
     argv: tuple[str, ...] = ()
+    max_shards: int = 0  # the GPUs of this kind there are to shard over (0: --gpu, any number)
 
 
 @record
@@ -99,7 +107,7 @@ class FitReport:
             "notes": [*e.notes, *self.notes],
             "gpus": [{"gpu": f.gpu, "where": t.where, "memory_bytes": f.usable_bytes,
                       "total_bytes": f.total_bytes, "needed_bytes": f.needed_bytes,
-                      "fits": f.fits, "margin_bytes": f.margin_bytes,
+                      "fits": f.fits, "margin_bytes": f.margin_bytes, "notes": list(f.notes),
                       "options": [{"change": o.change, "flags": list(o.flags),
                                    "needed_bytes": o.needed_bytes, "margin_bytes": o.margin_bytes,
                                    "job": job_json(o.job),
@@ -157,7 +165,9 @@ def _gpu_row(m: Matrix, name: str, where: str) -> Gpu:
 
 def targets(req: FitRequest, m: Matrix) -> tuple[list[Target], list[str]]:
     """The GPUs to judge: --gpu, the fleet's groups, else this host's (or recorded) GPUs."""
-    out = [Target(row, shlex.join(["--gpu", row.name]), ("--gpu", row.name))
+    # a board whose memory is the system's (Jetson, DGX Spark) is one device: no sharding offered
+    out = [Target(row, shlex.join(["--gpu", row.name]), ("--gpu", row.name),
+                  1 if row.unified_memory else 0)
            for n in req.gpus for row in [_gpu_row(m, n, f"--gpu {n[:40]}")]]
     notes: list[str] = []
     if req.fleet is not None:
@@ -167,7 +177,7 @@ def targets(req: FitRequest, m: Matrix) -> tuple[list[Target], list[str]]:
             per = f" x {g.gpus_per_node}" if g.gpus_per_node else ""
             row = _gpu_row(m, g.gpu, f"{boundedio.path_text(req.fleet)} group {g.name}")
             out.append(Target(row, f"fleet group {g.name} ({g.count} node(s){per})",
-                              ("--gpu", row.name)))
+                              ("--gpu", row.name), g.count * (g.gpus_per_node or 1)))
     if not req.gpus and req.fleet is None:
         out, notes = _host_targets(m, req.facts_dir)
     return _unique(out), notes
@@ -188,8 +198,11 @@ def view_gpus(v: View, m: Matrix) -> list[tuple[int, Gpu, bool]]:
     for g in v.gpus:
         row = gpu_names.lookup(m, g.name, "nvidia") or gpu_names.lookup(m, g.name, "amd")
         base = row if row is not None else Gpu(name=g.name, vendor="nvidia")
-        if g.memory_mib:  # the driver's own figure beats the matrix's
-            base = replace(base, memory_mib=g.memory_mib)
+        if g.memory_mib and g.memory_mib != base.memory_mib:
+            # the driver's own figure beats the matrix's: this device's, whatever variant or
+            # share of a module the row's device_memory_gb stands for
+            base = replace(base, memory_mib=g.memory_mib, device_memory_gb=0.0,
+                           device_memory_basis="")
         if base.memory_mib or base.memory_gb:
             out.append((g.index, base, row is not None and row == base))
     return out
@@ -203,8 +216,10 @@ def _host_targets(m: Matrix, facts_dir: Path | None) -> tuple[list[Target], list
     facts = recorded.load(facts_dir) if facts_dir is not None else probes.collect(torch=False)
     again = ("--facts", str(facts_dir)) if facts_dir is not None else ()
     v = build_view(facts, m)
-    out = [Target(gpu, f"this host, GPU {index}", ("--gpu", gpu.name) if known else again)
-           for index, gpu, known in view_gpus(v, m)]
+    found = view_gpus(v, m)
+    out = [Target(gpu, f"this host, GPU {index}", ("--gpu", gpu.name) if known else again,
+                  max_shards=sum(1 for _, g, _ in found if g == gpu))
+           for index, gpu, known in found]
     where = "the recorded host" if facts_dir is not None else "this host"
     amd = [r.name for n in dict.fromkeys(v.amd_names)
            if (r := gpu_names.lookup(m, n, "amd")) is not None]
@@ -216,6 +231,19 @@ def _host_targets(m: Matrix, facts_dir: Path | None) -> tuple[list[Target], list
                      "follow CUDA's kernels, not checked on ROCm"]
     return out, [f"no NVIDIA GPU found on {where}: name one with --gpu (e.g. --gpu H100) or "
                  "give a fleet with --fleet"]
+
+
+def _local_image(ref: str) -> None:
+    """--image names an image the local engine has (fit never pulls: the job's image is the one
+    that would run it); UsageError otherwise, EnvironmentProblem (exit 3) with no engine."""
+    from envbuild.core.refs import check_image_ref
+    from envbuild.engine import docker
+
+    check_image_ref(ref)
+    if docker.local_image(ref) is None:
+        raise UsageError(f"--image {shown(ref)}: no such image in the local Docker engine",
+                         "`docker images` lists them; build one with `envbuild make` (fit never "
+                         "pulls), or leave --image out to measure with this host's Python")
 
 
 # -- estimators --------------------------------------------------------------------------------
@@ -246,24 +274,40 @@ class Measured:
         probe = self.probe_job(job, self.config)
         size = len(json.dumps(probe, separators=(",", ":")).encode())
         if size > memprobe.MAX_JOB:
-            raise memory.ProbeError("unsupported", f"the config is {size >> 10} KiB as the "
+            raise memory.ProbeError("too-big", f"the config is {size >> 10} KiB as the "
                                     f"probe's job; it takes at most {memprobe.MAX_JOB >> 10} KiB")
         left = self.deadline - time.monotonic()
-        if left < 1 and job != self.req.job:
+        if left < 1 and not self.asked(job):
             self.out_of_time = True
-            raise memory.ProbeError("unsupported", "out of time (--timeout) for the options")
+            raise memory.ProbeError("timeout", "out of time (--timeout) for the options")
         left = max(left, 1.0)
         self.progress(f"measuring {describe_job(job, self.req.entry is not None)}"
-                      + (f" in {self.req.image}" if self.req.image else " here"))
-        if self.req.image:
-            return fitprobe.measure_in_image(self.req.image, probe, self.entry, left)
-        return fitprobe.measure_here(probe, left)
+                      + (f" in {shown(self.req.image)}" if self.req.image else " here"))
+        try:
+            if self.req.image:
+                return fitprobe.measure_in_image(self.req.image, probe, self.entry, left)
+            return fitprobe.measure_here(probe, left)
+        except fitprobe.ProbeRunError as exc:  # timed out, died, printed no answer
+            if exc.timed_out and not self.asked(job):
+                self.out_of_time = True
+            raise memory.ProbeError("timeout" if exc.timed_out else "run", exc.message) \
+                from None
+        except (UsageError, EnvironmentProblem):
+            raise  # bad input (an entry it cannot mount), no engine: as they are
+        except EnvbuildError as exc:  # the engine refused the run
+            raise memory.ProbeError("run", exc.message) from None
+
+    def asked(self, job: Job) -> bool:
+        """Whether `job` is the asked step (sharding aside: a sharded step is measured on one
+        GPU and scaled), not an option."""
+        return replace(job, shards=1) == replace(self.req.job, shards=1)
 
     config: Mapping[str, Any] | None = None
 
     def __call__(self, job: Job) -> Estimate | None:
-        """The job's estimate; None for a change this estimator cannot make (an entry's own
-        inputs fix its batch and sequence; a probe without bitsandbytes cannot run 8-bit AdamW).
+        """The job's estimate; None for a change this estimator cannot make or measure (an
+        entry's own inputs fix its batch and sequence; a probe without bitsandbytes cannot run
+        8-bit AdamW; a model without checkpointing; no time left): that option is passed over.
         ProbeError for the asked job itself (the caller falls back or fails)."""
         asked = self.req.job
         if job.shards > 1:
@@ -275,8 +319,8 @@ class Measured:
             try:
                 self.cache[job] = with_workspace(memory.from_answer(self.answer(job), job),
                                                  job, self.coeffs)
-            except memory.ProbeError as exc:
-                if job == asked or exc.code not in memory.FALLBACK_CODES:
+            except memory.ProbeError:
+                if self.asked(job):
                     raise
                 self.cache[job] = None
         return self.cache[job]
@@ -360,6 +404,12 @@ def fit(req: FitRequest, progress: Callable[[str], None] | None = None) -> FitRe
     if req.image and req.method == "formula":
         raise UsageError("--image measures the step: it does not go with --method formula",
                          "leave out --method formula")
+    if not (isinstance(req.timeout, (int, float)) and math.isfinite(req.timeout)
+            and req.timeout > 0):
+        raise UsageError(f"--timeout {shown(str(req.timeout))} is not a number of seconds",
+                         "give the seconds every measurement together may take, e.g. 600")
+    if req.image:
+        _local_image(req.image)
     if req.job.mixed and req.job.dtype != "fp32":  # mixed precision keeps fp32 weights, always
         req = replace(req, job=replace(req.job, dtype="fp32"))
     m = matrix.load(req.matrix_dir)
@@ -392,23 +442,31 @@ def fit(req: FitRequest, progress: Callable[[str], None] | None = None) -> FitRe
                             "folder readable to others (chmod o+rx FOLDER, o+r FILE)")
                 raise UsageError(f"--entry {str(req.entry)[:80]!r}: {exc.message}",
                                  hint) from None
-            if exc.code not in memory.FALLBACK_CODES or req.method == "measured" \
-                    or shape is None:
+            if req.method == "measured" or shape is None:  # no formula stands in
                 raise EnvbuildError(f"the step could not be measured: {exc.message}",
                                     _hint(exc.code, req, coeffs),
                                     exit_code=EXIT_CANNOT_RUN) from None
             notes.append(f"not measured ({exc.message}): the formula answered")
             estimate_fn = _formula(shape, coeffs)
     base = estimate_fn(req.job)
-    assert base is not None
+    if base is None:  # not reached: the asked job is measured, raises, or has a formula
+        raise EnvbuildError("the step could not be estimated", "try --method formula",
+                            exit_code=EXIT_CANNOT_RUN)
     fits: list[GpuFit] = []
     probe = estimate_fn if isinstance(estimate_fn, Measured) else None
     for t in found:
         verdict = memory.verdict(t.gpu, base, coeffs)
         if not verdict.fits:
-            verdict = replace(verdict, options=_options(shape, req.job, t.gpu, estimate_fn,
+            verdict = replace(verdict, options=_options(shape, req.job, t, estimate_fn,
                                                         probe, coeffs))
         fits.append(verdict)
+    old_gpus = [t.gpu for t in found if memory.bf16_emulated(t.gpu, req.job, coeffs)]
+    if old_gpus:
+        names = ", ".join(dict.fromkeys(f"{g.name} (sm_{g.cc.replace('.', '')})"
+                                        for g in old_gpus))
+        notes.append(f"{names}: no native bf16 (compute capability "
+                     f"{coeffs.bf16_native_cc:.1f} and newer): the step computes in bf16 emulated, "
+                     "slowly; the memory is the same, and fp16 (--dtype fp16) is native there")
     if probe is not None and probe.out_of_time:
         notes.append(f"--timeout {req.timeout:g} s ran out before every option was measured: "
                      "some changes that may fit are not shown (give it more time)")
@@ -423,17 +481,21 @@ OPTIONS = 3  # changes offered per GPU
 MEASURED_CALLS = 16  # probe runs one GPU's options may take (seconds each)
 
 
-def _options(shape: Shape | None, job: Job, gpu: Gpu,
+def _options(shape: Shape | None, job: Job, target: Target,
              estimate_fn: Callable[[Job], Estimate | None], measured: Measured | None,
              coeffs: Coeffs) -> tuple[memory.Option, ...]:
-    """The cheapest changes that make `job` fit `gpu`, each re-checked by the estimator that
-    answered. A measured step with a config is searched with the formula (instant) and only the
-    changes it finds are measured, so a few probe runs answer instead of a hundred; those the
-    measurement does not confirm are dropped."""
+    """The cheapest changes that make `job` fit the target's GPU, each re-checked by the
+    estimator that answered (sharded over no more GPUs than a fleet or host has). A measured
+    step with a config is searched with the formula (instant) and only the changes it finds are
+    measured, so a few probe runs answer instead of a hundred; those the measurement does not
+    confirm are dropped."""
+    gpu, most = target.gpu, target.max_shards
     if measured is None or shape is None:
         return memory.options(shape, job, gpu, estimate_fn, coeffs, limit=OPTIONS,
-                              max_calls=MEASURED_CALLS if measured is not None else 128)
-    found = memory.options(shape, job, gpu, _formula(shape, coeffs), coeffs, limit=OPTIONS + 2)
+                              max_calls=MEASURED_CALLS if measured is not None else 128,
+                              max_shards=most)
+    found = memory.options(shape, job, gpu, _formula(shape, coeffs), coeffs, limit=OPTIONS + 2,
+                           max_shards=most)
     out: list[memory.Option] = []
     for option in found:
         estimate = measured(option.job)
@@ -461,6 +523,9 @@ def _hint(code: str, req: FitRequest, c: Coeffs) -> str:
         "untraceable": ("the step raised under fake tensors: run it once for real to see why"
                         if req.entry else "the model raised under fake tensors" + formula),
         "unsupported": "leave out the option the message names" + formula,
+        "too-big": "leave out the config's long lists (labels and the like)" + formula,
+        "timeout": "give it more time (--timeout), or a smaller model to try with" + formula,
+        "run": "run the step once for real to see why" + formula,
         "out-of-memory": "the host ran out of memory building the fake step: try a smaller "
                          "model first" + formula,
     }.get(code, "see the message; --json shows the probe's answer" + formula)

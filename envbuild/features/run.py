@@ -22,9 +22,10 @@ from envbuild.common.errors import EnvbuildError, EnvironmentProblem, UsageError
 from envbuild.common.record import record
 from envbuild.common.sizes import docker_size, size_bytes
 from envbuild.common.versions import branch_of, minor_of
-from envbuild.core import compat, memory, platforms, refs, targets
+from envbuild.core import compat, memory, platforms, targets
 from envbuild.core.memory import Estimate, Job
 from envbuild.core.memshape import Shape
+from envbuild.core.refs import check_image_ref as check_image_ref  # re-exported for tests
 from envbuild.core.spec import Spec, from_json
 from envbuild.doctor import checks_env, checks_host, model, parse
 from envbuild.doctor.model import Finding, HostFacts, Severity
@@ -42,7 +43,6 @@ SPEC_LABEL = "io.envbuild.spec"
 DEFAULT_PLATFORM = "linux/amd64"
 CAPTURE_BYTES = 256 << 10  # the tail of a failed command's output that explain reads
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-_IMAGE_ID = re.compile(r"(sha256:)?[0-9a-f]{12,64}")
 # The doctor's findings a container start depends on (the rest are about builds or this Python)
 _ENGINE = ("docker.not_found", "docker.daemon_unreachable", "docker.permission_denied",
            "docker.snap")
@@ -71,18 +71,6 @@ class ImageFacts:
         s = self.spec
         return (f"torch {s.torch} ({s.variant}), Python {s.python}, {s.os}, "
                 f"{self.platform}")
-
-
-def check_image_ref(ref: str) -> str:
-    """An image reference or id as Docker takes it; a UsageError otherwise (hostile names)."""
-    if _IMAGE_ID.fullmatch(ref):
-        return ref
-    try:
-        refs.parse(ref)
-    except refs.RefError:
-        raise UsageError(f"{shown(ref)} is not an image reference",
-                         "give NAME[:TAG] or an image id, as `docker images` lists them") from None
-    return ref
 
 
 def image_facts(ref: str, labels: Mapping[str, str], platform: str | None) -> ImageFacts:
@@ -371,7 +359,8 @@ def _fit(claim: FitClaim, v: View, m: Matrix, o: Out, gpus_passed: bool) -> None
                   f"(margin {_gb(fit.margin_bytes)})")
         else:
             o.add("fit.too_big", WARN, f"{said}; {where} has {_gb(fit.usable_bytes)} usable: "
-                  "'CUDA out of memory' is likely", _fit_fix(claim, gpu, known, coeffs))
+                  "'CUDA out of memory' is likely",
+                  _fit_fix(claim, gpu, known, coeffs, max_shards=len(found)))
     if claim.job.shards > len(found):
         o.add("fit.shards", WARN, f"the job declared with --fit is sharded over "
               f"{claim.job.shards} GPUs; this host has {len(found)}",
@@ -380,17 +369,19 @@ def _fit(claim: FitClaim, v: View, m: Matrix, o: Out, gpus_passed: bool) -> None
                             found[0][1].name if found[0][2] else None) + "`")
 
 
-def _fit_fix(claim: FitClaim, gpu: Gpu, known: bool, coeffs: memory.Coeffs) -> str:
+def _fit_fix(claim: FitClaim, gpu: Gpu, known: bool, coeffs: memory.Coeffs,
+             max_shards: int) -> str:
     """The cheapest change `envbuild fit` finds for this GPU (a formula report whose config
-    still reads), as the fit command that checks it; else the fit command for this GPU, which
-    lists them."""
+    still reads; sharded over no more GPUs than this host has), as the fit command that checks
+    it; else the fit command for this GPU, which lists them."""
     from envbuild.features.fit import command_for
 
     req, name = claim.request(), gpu.name if known else None
     if claim.shape is not None:
         shape = claim.shape
         found = memory.options(shape, claim.job, gpu,
-                               lambda job: memory.formula(shape, job, coeffs), coeffs, limit=1)
+                               lambda job: memory.formula(shape, job, coeffs), coeffs, limit=1,
+                               max_shards=max_shards)
         if found:
             return (f"{found[0].change} (needs {_gb(found[0].needed_bytes)}): check it with "
                     f"`{command_for(req, found[0].job, name)}`")

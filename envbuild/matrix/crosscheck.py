@@ -10,7 +10,16 @@ from typing import Any
 
 from envbuild.common.echo import shown
 from envbuild.common.versions import major_of, minor_of, parse_version, version_key
-from envbuild.matrix.model import TABLES, Matrix, Problem, Variant, WheelPlatform, where
+from envbuild.matrix.model import (
+    DEVICE_MEMORY_BASES,
+    TABLES,
+    Gpu,
+    Matrix,
+    Problem,
+    Variant,
+    WheelPlatform,
+    where,
+)
 from envbuild.matrix.rules import semantic_check
 from envbuild.validator.rules import cuda_tag
 
@@ -219,6 +228,27 @@ def _platforms(m: Matrix) -> list[Problem]:
     return _each_row(m.platforms, "torch.toml", "platform", messages)
 
 
+def _device_memory(g: Gpu) -> Iterator[str]:
+    """device_memory_gb and its basis go together: one device of a module has less than the
+    module's memory_gb, the smallest of a row's variants no more than its memory_gb."""
+    if g.device_memory_basis and g.device_memory_basis not in DEVICE_MEMORY_BASES:
+        yield (f"device_memory_basis {g.device_memory_basis!r} is not one of "
+               f"{', '.join(DEVICE_MEMORY_BASES)}")
+    if bool(g.device_memory_gb) != bool(g.device_memory_basis):
+        yield ("device_memory_gb and device_memory_basis go together: the figure one device "
+               "has, and why it is not memory_gb")
+    if g.device_memory_gb < 0:
+        yield f"device_memory_gb {g.device_memory_gb:g} is negative"
+    elif g.device_memory_gb and not g.memory_gb:
+        yield "device_memory_gb without memory_gb"
+    elif g.device_memory_basis == "module" and g.device_memory_gb >= g.memory_gb > 0:
+        yield (f"device_memory_gb {g.device_memory_gb:g} is not less than the module's "
+               f"{g.memory_gb:g} GB (memory_gb)")
+    elif g.device_memory_basis == "variants" and g.device_memory_gb > g.memory_gb > 0:
+        yield (f"device_memory_gb {g.device_memory_gb:g} is more than memory_gb "
+               f"{g.memory_gb:g}: it is the smallest variant")
+
+
 def _gpus(m: Matrix) -> list[Problem]:
     def messages(g: Any) -> Iterator[str]:
         if g.vendor == "nvidia" and m.arch(g.cc) is None:
@@ -227,10 +257,13 @@ def _gpus(m: Matrix) -> list[Problem]:
             yield "an AMD GPU needs its gfx target"
         if g.vendor not in ("nvidia", "amd"):
             yield f"vendor {g.vendor!r} is not nvidia or amd"
-        if g.memory_mib and not (MIB_PER_GB[0] <= g.memory_mib * 2**20 / (g.memory_gb * 1e9 or 1)
+        yield from _device_memory(g)
+        gb, key = (g.device_memory_gb, "device_memory_gb") if g.device_memory_gb else \
+            (g.memory_gb, "memory_gb")
+        if g.memory_mib and not (MIB_PER_GB[0] <= g.memory_mib * 2**20 / (gb * 1e9 or 1)
                                  <= MIB_PER_GB[1]):
-            yield (f"memory_mib {g.memory_mib} does not look like the {g.memory_gb} GB of "
-                   "memory_gb (a typo, or another model's figure)")
+            yield (f"memory_mib {g.memory_mib} does not look like the {gb:g} GB of "
+                   f"{key} (a typo, or another model's figure)")
 
     return _each_row(m.gpus, "gpus.toml", "gpu", messages)
 

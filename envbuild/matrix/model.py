@@ -170,6 +170,9 @@ class Arch(Row):
     last_driver_branch: str = ""
 
 
+DEVICE_MEMORY_BASES = ("module", "variants")  # gpus.toml device_memory_basis
+
+
 @record
 class Gpu(Row):
     """gpus.toml [[gpu]]: a GPU model by name (and the aliases users type), its vendor, its compute
@@ -182,6 +185,13 @@ class Gpu(Row):
     gfx: str = ""
     memory_gb: float = 0.0
     memory_mib: int = 0  # what the driver reports (nvidia-smi's total), 0 = no source gives it
+    # What one torch device has where memory_gb is not it (0 = memory_gb), and why
+    # (DEVICE_MEMORY_BASES): "module", one device of a module that holds several (an MI250X's
+    # 64 GB GCD of its 128 GB); "variants", the smallest size sold under the row's names (an
+    # RTX 3060 has 8 or 12 GB). `fit` judges against it (gpus.toml header).
+    device_memory_gb: float = 0.0
+    device_memory_basis: str = ""
+    unified_memory: bool = False  # the GPU's memory is the system's, shared with the CPU
     wheels: str = ""  # "jetpack": only NVIDIA's JetPack builds of torch fit (gpus.toml header)
     cpu: str = ""  # the CPU an Arm module pairs it with ("Grace"), and the core name lscpu
     cpu_core: str = ""  # prints for that CPU ("Neoverse-V2")

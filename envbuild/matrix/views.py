@@ -48,9 +48,9 @@ def table_rows(m: Matrix, table: str) -> tuple[list[str], list[list[Any]]]:
                                                 == (r.extension, r.version, r.platform)],
                   list(r.archs), r.verified] for r in m.extension_releases])
     if table == "gpus":
-        return (["gpu", "vendor", "arch", "aliases", "memory_gb", "verified"],
+        return (["gpu", "vendor", "arch", "aliases", "memory_gb", "device_gb", "verified"],
                 [[g.name, g.vendor, g.cc or g.gfx, list(g.aliases), g.memory_gb or None,
-                  g.verified] for g in m.gpus])
+                  g.device_memory_gb or None, g.verified] for g in m.gpus])
     if table == "rocm":
         wheels: dict[str, list[str]] = {}
         for v in m.variants:

@@ -414,7 +414,9 @@ def config_model(job: dict[str, Any]) -> Any:
 
 def add_lora(torch: Any, model: Any, rank: int) -> int:
     """Freeze the weights, wrap the target Linear layers with rank-`rank` adapters (A small
-    random, B zero, as LoRA starts); the number of layers wrapped."""
+    random, B zero, as LoRA starts); the number of layers wrapped. As PEFT does by default
+    (autocast_adapter_dtype): the adapters are fp32 whatever the base's dtype, their input is
+    cast to fp32 and their sum cast back."""
     nn = torch.nn
     module: Any = nn.Module
 
@@ -423,13 +425,15 @@ def add_lora(torch: Any, model: Any, rank: int) -> int:
             super().__init__()
             self.base = base
             w = base.weight
-            self.lora_a = nn.Parameter(torch.empty(rank, base.in_features, dtype=w.dtype,
+            f32 = torch.float32
+            self.lora_a = nn.Parameter(torch.empty(rank, base.in_features, dtype=f32,
                                                    device=w.device).normal_(std=0.02))
-            self.lora_b = nn.Parameter(torch.zeros(base.out_features, rank, dtype=w.dtype,
+            self.lora_b = nn.Parameter(torch.zeros(base.out_features, rank, dtype=f32,
                                                    device=w.device))
 
         def forward(self, x: Any) -> Any:
-            return self.base(x) + (x @ self.lora_a.t()) @ self.lora_b.t()
+            y = self.base(x)
+            return (y + (x.to(self.lora_a.dtype) @ self.lora_a.t()) @ self.lora_b.t()).to(y.dtype)
 
     model.requires_grad_(False)
     linears = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear)]
@@ -544,7 +548,7 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
     components, peak = components_of(per, kv)
     answer: dict[str, Any] = {
         "format": FORMAT, "params": sum(p.numel() for p in params),
-        "trainable": sum(p.numel() for p in trainable), "peak_bytes": peak,
+        "trainable": sum(p.numel() for p in trainable) if train else 0, "peak_bytes": peak,
         "components": components, "device": dev.type, "torch": cut(torch.__version__, 64),
         "attention": dict(sorted(counts.items())[:8]),
         "how": how(job, gpu, rule, counts, adapted)}

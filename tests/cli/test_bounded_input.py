@@ -392,3 +392,76 @@ def test_every_option_echoes_a_bounded_escaped_value(
     assert "Traceback" not in err
     _bounded_lines(err, f"{' '.join(path)} {name}")
     assert not _raw_controls(out, "\n\t"), out[:300]
+
+
+# ---- numbers: every int and float option refuses what is not a number in its range ------------
+
+def _number_options() -> list[tuple[tuple[str, ...], str]]:
+    """(command path, option) for every option taking a number or a duration."""
+    import click
+    import typer
+
+    from envbuild.cli import load_commands
+    from envbuild.cli._app import app
+    from envbuild.cli._options import SecondsType
+
+    load_commands([])
+    out: list[tuple[tuple[str, ...], str]] = []
+
+    def walk(cmd: click.Command, path: tuple[str, ...]) -> None:
+        if isinstance(cmd, click.Group):
+            for name, sub in sorted(cmd.commands.items()):
+                walk(sub, (*path, name))
+            return
+        out.extend((path, p.opts[0]) for p in cmd.params if isinstance(p, click.Option)
+                   and isinstance(p.type, (click.types.FloatParamType,
+                                           click.types.IntParamType, SecondsType)))
+
+    walk(typer.main.get_command(app), ())
+    return out
+
+
+NUMBER_OPTIONS = _number_options()
+NOT_NUMBERS = ["nan", "inf", "-inf", "1e999", "-1", "-0.5", "abc", "0x", ""]
+
+
+def test_every_duration_is_a_seconds_option() -> None:
+    """No float option is left a plain float: each is a SecondsType (finite, above 0)."""
+    import click
+
+    from envbuild.cli._options import SecondsType
+
+    assert any(o == "--timeout" for _, o in NUMBER_OPTIONS)
+    for path, opt in NUMBER_OPTIONS:
+        import typer
+
+        from envbuild.cli._app import app
+        cmd: Any = typer.main.get_command(app)
+        for word in path:
+            cmd = cmd.commands[word]
+        p = next(q for q in cmd.params if q.opts[0] == opt)
+        assert not isinstance(p.type, click.types.FloatParamType), (path, opt)
+        if opt == "--timeout":
+            assert isinstance(p.type, SecondsType), (path, opt)
+
+
+@pytest.mark.parametrize("value", NOT_NUMBERS)
+@pytest.mark.parametrize(("path", "name"), NUMBER_OPTIONS,
+                         ids=[f"{' '.join(p)} {n}" for p, n in NUMBER_OPTIONS])
+def test_every_number_option_refuses_what_is_not_a_number_in_range(
+        offline: None, capsys: pytest.CaptureFixture[str], path: tuple[str, ...], name: str,
+        value: str) -> None:
+    """NaN, infinity, negative and non-numeric values are exit 2 and one error line, before
+    anything runs (a NaN timeout once made every measurement fail at once)."""
+    from envbuild.cli import run
+
+    Path("task.log").write_text("")  # in the offline fixture's folder
+    needs = {("validate",): ["img"], ("cluster", "validate"): ["img", "--slurm"],
+             ("cluster", "render"): ["img", "--slurm"], ("cluster", "collect"): ["task.log"],
+             ("make",): ["--cuda", "12.2"], ("fit",): ["--config", "c.json"]}
+    rc = run([*path, *needs.get(path, []), f"{name}={value}"])
+    err = capsys.readouterr().err
+    assert rc == EXIT_USAGE, (value, err)
+    assert "Traceback" not in err
+    assert err.startswith("error: ") and name in err, err
+    assert len(err.splitlines()) == 2, err  # the error and its hint

@@ -543,7 +543,7 @@ def test_a_fleet_judges_each_groups_gpu(matrix: Matrix) -> None:
     assert got == [("P100", "fleet group pascal", False), ("V100 32GB", "fleet group volta", True),
                    ("A100", "fleet group ampere", True), ("H100", "fleet group hopper", True),
                    ("B200", "fleet group blackwell", True)]
-    assert rc == EXIT_FAILED  # the Pascal group's 16 GB
+    assert rc == EXIT_FAILED  # the Pascal group's P100: 12 GB, the smallest one sold
     coeffs = memory.coefficients(matrix.extra["memory"])
     for g in data["gpus"]:  # the driver's MiB where a source gives it, else memory_gb reduced
         row = next(x for x in matrix.gpus if x.name == g["gpu"])
@@ -551,6 +551,24 @@ def test_a_fleet_judges_each_groups_gpu(matrix: Matrix) -> None:
     assert data["gpus"][0]["total_bytes"] <= 16 * 10**9  # the P100: no source gives its MiB
     [p100] = [g for g in data["gpus"] if not g["fits"]]
     assert p100["options"] and all(o["command"].endswith("--gpu P100") for o in p100["options"])
+
+
+def test_each_gpu_says_what_memory_it_was_judged_at() -> None:
+    """A module of two devices is judged per device, a name sold with several sizes at the
+    smallest, shared memory is said: in --json's per-GPU notes and under the GPU's table row."""
+    rc, data = fit_json("--config", str(LLAMA3), "--infer", "--gpu", "MI250X", "--gpu",
+                        "Jetson Orin Nano", "--gpu", "RTX 3060", "--gpu", "H100", *FORMULA)
+    got = {g["gpu"]: g for g in data["gpus"]}
+    assert rc == EXIT_FAILED and got["MI250X"]["total_bytes"] == 64 * 10**9
+    assert "one device's" in got["MI250X"]["notes"][0]
+    assert got["Jetson Orin Nano"]["total_bytes"] == 4 * 10**9
+    assert [("smallest" in n, "shared with the CPU" in n)
+            for n in got["Jetson Orin Nano"]["notes"]] == [(True, False), (False, True)]
+    assert got["RTX 3060"]["total_bytes"] == 8 * 10**9 and got["H100"]["notes"] == []
+    rc2, out, _ = fit("--config", str(LLAMA3), "--infer", "--gpu", "MI250X", *FORMULA)
+    assert rc2 == 0
+    row = out.index("\nMI250X ")
+    assert out[row:].splitlines()[2].startswith("  note: judged at 64.0 GB, one device's")
 
 
 # -- the guide's runs are what fit prints ------------------------------------------------------
@@ -650,3 +668,33 @@ def test_a_recorded_amd_host_names_its_gpus_and_the_command_that_judges_them() -
     assert "MI300X" in note and "--gpu MI300X" in note
     rc, judged = fit_json("--config", str(LLAMA3), "--gpu", "MI300X", *FORMULA)
     assert [g["gpu"] for g in judged["gpus"]] == ["MI300X"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from(["bf16", "fp16", "fp32", "mixed"]))
+def test_gpus_without_native_bf16_are_named_for_a_bf16_step(matrix: Matrix, data: st.DataObject,
+                                                           dtype: str) -> None:
+    """A bf16 step (bf16 weights, or mixed precision's bf16 autocast) on a GPU older than
+    compute capability 8.0 gets a note naming it (same memory, emulated arithmetic); fp16 and
+    fp32 steps, and newer GPUs, never."""
+    rows = [g for g in matrix.gpus if g.vendor == "nvidia" and g.cc and g.memory_gb]
+    chosen = data.draw(st.lists(st.sampled_from(rows), min_size=1, max_size=4,
+                                unique_by=lambda g: g.name))
+    flags = ["--mixed"] if dtype == "mixed" else ["--dtype", dtype]
+    gpus = [w for g in chosen for w in ("--gpu", g.name)]
+    rc, data_out = fit_json("--config", str(CONFIGS / "tinyllama-1.1b.json"), *FORMULA, "--infer"
+                            if dtype != "mixed" else "--train", *flags, *gpus)
+    assert rc in (0, 1), data_out
+    said = " ".join(n for n in data_out["notes"] if "no native bf16" in n)
+    for g in chosen:
+        old = float(g.cc) < 8.0
+        assert (f"{g.name} (sm_" in said) == (old and dtype in ("bf16", "mixed")), (g.name, said)
+
+
+@pytest.mark.parametrize("name", ["Jetson Orin Nano", "Jetson AGX Orin", "GB10"])
+def test_a_board_whose_memory_is_the_systems_is_offered_no_sharding(matrix: Matrix,
+                                                                    name: str) -> None:
+    rc, data = fit_json("--config", str(LLAMA3), *FORMULA, "--mixed", "--gpu", name)
+    assert rc == 1, data
+    (gpu,) = data["gpus"]
+    assert all(o["job"]["shards"] == 1 for o in gpu["options"]), gpu["options"]

@@ -17,9 +17,11 @@ from hypothesis import strategies as st
 from envbuild.common.errors import MatrixError, UsageError
 from envbuild.core.memory import (
     COMPONENTS,
+    OPTIMIZERS,
     Coeffs,
     Estimate,
     Job,
+    check_job,
     coefficients,
     formula,
     masked_layers,
@@ -366,7 +368,26 @@ _JOBS = st.builds(Job, mode=st.sampled_from(("train", "infer")),
                   dtype=st.sampled_from(("fp32", "bf16", "fp16")), mixed=st.booleans(),
                   optimizer=st.sampled_from(("adamw", "sgd", "adamw8bit")),
                   checkpointing=st.booleans(), lora_rank=st.sampled_from((0, 8, 16)),
-                  shards=st.sampled_from((1, 2, 8)), accumulate=st.sampled_from((1, 4)))
+                  shards=st.sampled_from((1, 2, 8)), accumulate=st.sampled_from((1, 4))).map(
+    lambda j: j if j.mode == "train" else replace(j, optimizer="adamw", checkpointing=False,
+                                                  lora_rank=0, accumulate=1))
+
+
+@given(job=st.builds(Job, mode=st.just("infer"), optimizer=st.sampled_from(OPTIMIZERS),
+                     checkpointing=st.booleans(), lora_rank=st.sampled_from((0, 8)),
+                     accumulate=st.sampled_from((1, 4))))
+def test_an_inference_step_takes_no_training_flag(job: Job, coeffs: Coeffs) -> None:
+    """--lora, --checkpointing, --optimizer and --accumulate with --infer are refused, each
+    named (they were accepted and copied into every option's command)."""
+    given = [f for f, on in (("--lora", job.lora_rank), ("--checkpointing", job.checkpointing),
+                             ("--optimizer", job.optimizer != "adamw"),
+                             ("--accumulate", job.accumulate != 1)) if on]
+    if not given:
+        check_job(job, coeffs)
+        return
+    with pytest.raises(UsageError) as exc:
+        check_job(job, coeffs)
+    assert all(f in exc.value.message for f in given), exc.value.message
 
 
 @settings(max_examples=200, deadline=None)
@@ -486,6 +507,51 @@ def test_options_that_say_fit_really_fit(name: str, job: Job, gpu: str, matrix: 
         assert option.flags and all(isinstance(w, str) for w in option.flags)
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(sorted(PUBLISHED)), job=_JOBS, data=st.data(),
+       most=st.sampled_from((0, 1, 2, 4, 8)))
+def test_each_option_once_and_no_more_gpus_than_there_are(name: str, job: Job, data: st.DataObject,
+                                                          most: int, matrix: Matrix,
+                                                          coeffs: Coeffs) -> None:
+    """No option is offered twice (two piles of changes once came down to the same job: the
+    8B on an RTX 4090 offered 'checkpointing + LoRA' twice), and sharding goes up to the GPUs
+    a fleet group or host has."""
+    row = data.draw(st.sampled_from([g for g in matrix.gpus
+                                     if g.vendor == "nvidia" and (g.memory_mib or g.memory_gb)]))
+    shape = _config(name)
+    offered = options(shape, job, row, lambda j: formula(shape, j, coeffs), coeffs,
+                      max_shards=most)
+    jobs = [o.job for o in offered]
+    assert len(set(jobs)) == len(jobs), [o.change for o in offered]
+    assert all(o.job.shards <= max(most, job.shards) for o in offered if most), offered
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(sorted(PUBLISHED)), job=_JOBS, data=st.data())
+def test_each_change_of_an_option_is_at_its_mildest(name: str, job: Job, data: st.DataObject,
+                                                   matrix: Matrix, coeffs: Coeffs) -> None:
+    """Every change an option makes is needed, and at its mildest step that fits beside the
+    others: undoing it, or any milder step of its ladder, does not fit (a pile once offered
+    batch 1 x accumulate 4 where 2 x 2 fitted)."""
+    from envbuild.core import memory
+
+    row = data.draw(st.sampled_from([g for g in matrix.gpus
+                                     if g.vendor == "nvidia" and (g.memory_mib or g.memory_gb)]))
+    shape = _config(name)
+
+    def fits(j: Job) -> bool:
+        return verdict(row, formula(shape, j, coeffs), coeffs).fits
+
+    for option in options(shape, job, row, lambda j: formula(shape, j, coeffs), coeffs):
+        for group, kind in memory.GROUPS.items():
+            if all(getattr(option.job, f) == getattr(job, f) for f in group):
+                continue
+            undone = replace(option.job, **{f: getattr(job, f) for f in group})
+            ladder = [undone, *memory._ladders(shape, undone, coeffs).get(kind, [])]
+            milder = ladder[:ladder.index(option.job)] if option.job in ladder else [undone]
+            assert not any(fits(j) for j in milder), (option.change, kind)
+
+
 def test_no_options_when_it_fits_and_piled_changes_when_no_pair_does(matrix: Matrix,
                                                                      coeffs: Coeffs) -> None:
     shape, gpu = _config("tinyllama-1.1b.json"), _gpu(matrix, "RTX 4090")
@@ -509,3 +575,170 @@ def test_no_options_when_it_fits_and_piled_changes_when_no_pair_does(matrix: Mat
             undone = replace(o.job, **{f: getattr(heavy, f) for f in group})
             if undone != o.job:
                 assert not verdict(gpu, formula(shape, undone, coeffs), coeffs).fits, (o, group)
+
+
+# --- the memory one device has -------------------------------------------------------------------
+
+def test_a_module_of_two_devices_is_judged_per_device(matrix: Matrix, coeffs: Coeffs) -> None:
+    """An MI250X (or MI250) module's 128 GB are two GCDs of 64 GB, each its own torch device:
+    one is judged, as an MI210's 64 GB are, and the note says so."""
+    mi210 = _gpu(matrix, "MI210")
+    est = formula(_config("meta-llama-3-8b.json"), Job(mode="infer", batch=1, seq=4096), coeffs)
+    for name in ("MI250X", "MI250"):
+        row = _gpu(matrix, name)
+        assert (row.memory_gb, row.device_memory_gb, row.device_memory_basis) == \
+            (128.0, 64.0, "module")
+        fit = verdict(row, est, coeffs)
+        assert fit.total_bytes == 64 * GB and fit.usable_bytes == usable_bytes(mi210, coeffs)
+        assert fit.usable_bytes < 64 * GB
+        assert any("judged at 64.0 GB, one device's" in n and "128 GB" in n for n in fit.notes)
+    # a job that fits the module's 128 GB but not one device's 64 GB does not fit
+    big = replace(est, peak_bytes=80 * GB)
+    assert not verdict(_gpu(matrix, "MI250X"), big, coeffs).fits
+
+
+@pytest.mark.parametrize(("typed", "row", "judged_gb"), [
+    ("Jetson Orin Nano", "Jetson Orin Nano", 4), ("Jetson Orin NX", "Jetson Orin NX", 8),
+    ("Jetson AGX Orin", "Jetson AGX Orin", 32), ("NVIDIA Jetson AGX Orin", "Jetson AGX Orin", 32),
+    ("Orin", "Jetson Orin", 4), ("Jetson Orin", "Jetson Orin", 4),
+    ("Jetson Xavier NX", "Jetson Xavier NX", 8), ("Xavier", "Jetson Xavier", 8),
+    ("Jetson Nano", "Jetson Nano", 2), ("Jetson T4000", "Jetson T4000", 64),
+    ("Jetson AGX Thor", "Jetson T5000", 128), ("NVIDIA Thor", "Jetson Thor", 64),
+])
+def test_each_jetson_module_is_judged_at_its_own_smallest_memory(
+        matrix: Matrix, coeffs: Coeffs, typed: str, row: str, judged_gb: int) -> None:
+    """Jetson modules that shared a row as aliases (an 8 GB Orin Nano judged as the 64 GB AGX
+    Orin) have their own rows; torch's bare family name ('Orin') is judged at the smallest
+    module. All share memory with the CPU, and the verdict says so."""
+    from envbuild.core import gpus as gpu_names
+
+    gpu = gpu_names.lookup(matrix, typed, "nvidia")
+    assert gpu is not None and gpu.name == row
+    est = formula(_config("qwen2-0.5b.json"), Job(mode="infer", batch=1, seq=512), coeffs)
+    fit = verdict(gpu, est, coeffs)
+    assert fit.total_bytes == judged_gb * GB
+    assert gpu.unified_memory and any("shared with the CPU" in n for n in fit.notes)
+    if gpu.device_memory_basis:
+        assert any(f"judged at {judged_gb:.1f} GB, the smallest {row} sold" in n
+                   for n in fit.notes)
+
+
+def test_jetson_rows_keep_what_resolve_and_doctor_read(matrix: Matrix) -> None:
+    """The split rows keep the family's arch, JetPack-only wheels and CPU pairing."""
+    by_name = {g.name: g for g in matrix.gpus}
+    for name in ("Jetson Orin", "Jetson AGX Orin", "Jetson Orin NX", "Jetson Orin Nano"):
+        g = by_name[name]
+        assert (g.cc, g.wheels, g.cpu_core) == ("8.7", "jetpack", "Cortex-A78AE"), name
+    assert (by_name["Jetson Xavier NX"].cc, by_name["Jetson Xavier NX"].wheels) == \
+        ("7.2", "jetpack")
+    for name in ("Jetson Thor", "Jetson T5000", "Jetson T4000"):
+        g = by_name[name]
+        assert (g.cc, g.wheels, g.cpu_core) == ("11.0", "", "Neoverse-V3AE"), name
+
+
+@pytest.mark.parametrize(("name", "smallest", "largest"), [
+    ("RTX 3060", 8, 12), ("RTX 3080", 10, 10), ("GTX 1060", 3, 6), ("P100", 12, 16),
+    ("M40", 12, 24), ("RX 9060 XT", 8, 16), ("RTX 2060", 6, 6),
+])
+def test_a_row_of_several_sizes_is_judged_at_its_smallest(
+        matrix: Matrix, coeffs: Coeffs, name: str, smallest: int, largest: int) -> None:
+    gpu = _gpu(matrix, name)
+    assert gpu.device_memory_basis == "variants" and gpu.memory_gb == largest
+    fit = verdict(gpu, formula(_config("qwen2-0.5b.json"), Job(mode="infer"), coeffs), coeffs)
+    assert fit.total_bytes == smallest * GB
+    note = next(n for n in fit.notes if "the smallest" in n)
+    assert f"judged at {smallest:.1f} GB, the smallest {name} sold" in note
+    assert (f"up to {largest} GB on others" in note) == (largest > smallest)
+    assert not gpu.unified_memory and "on its host reads its own size" in note
+
+
+def test_a_plain_card_has_no_notes_and_a_driver_figure_still_wins(matrix: Matrix,
+                                                                   coeffs: Coeffs) -> None:
+    est = formula(_config("qwen2-0.5b.json"), Job(mode="infer"), coeffs)
+    assert verdict(_gpu(matrix, "RTX 4090"), est, coeffs).notes == ()
+    gh200 = _gpu(matrix, "GH200")  # variants (96 or 144 GB), and a driver figure of the 96 GB
+    assert verdict(gh200, est, coeffs).total_bytes == gh200.memory_mib * 2**20
+
+
+def test_the_hosts_own_figure_replaces_the_rows_smallest_variant(matrix: Matrix,
+                                                                 coeffs: Coeffs) -> None:
+    """On a host, nvidia-smi's total is that device's: a 12 GB RTX 3060 is judged at its 12 GB,
+    with no note about the 8 GB one, and named by the host (not --gpu, which would say 8)."""
+    from types import SimpleNamespace
+    from typing import cast
+
+    from envbuild.doctor.view import Gpu as SmiGpu
+    from envbuild.doctor.view import View
+    from envbuild.features.fit import view_gpus
+
+    view = cast(View, SimpleNamespace(gpus=[SmiGpu(0, "NVIDIA GeForce RTX 3060", "8.6", 12288),
+                                            SmiGpu(1, "NVIDIA GeForce RTX 4090", "8.9", 24564)]))
+    (i0, g0, known0), (i1, g1, known1) = view_gpus(view, matrix)
+    assert (i0, i1) == (0, 1)
+    assert (g0.name, g0.memory_mib, g0.device_memory_gb, known0) == ("RTX 3060", 12288, 0.0,
+                                                                      False)
+    est = formula(_config("qwen2-0.5b.json"), Job(mode="infer"), coeffs)
+    fit = verdict(g0, est, coeffs)
+    assert fit.total_bytes == 12288 * 2**20 and fit.notes == ()
+    assert (g1.name, known1) == ("RTX 4090", True)  # the matrix sizes it as the driver does
+
+
+def _matrix_copy(tmp_path: Path, name: str, old: str, new: str) -> Path:
+    import shutil
+
+    d = tmp_path / "matrix"
+    shutil.copytree(ROOT / "matrix", d)
+    text = (d / "gpus.toml").read_text()
+    start = text.index(f'[[gpu]]\nname = "{name}"\n')
+    end = text.index("[[gpu]]", start + 1)
+    assert old in text[start:end], (name, old)
+    (d / "gpus.toml").write_text(text[:start] + text[start:end].replace(old, new, 1)
+                                 + text[end:])
+    return d
+
+
+@pytest.mark.parametrize(("name", "old", "new", "says"), [
+    ("MI210", "memory_gb = 64.0\n", 'memory_gb = 64.0\ndevice_memory_gb = "32"\n',
+     "device_memory_gb: expected a number"),
+    ("MI210", "memory_gb = 64.0\n", "memory_gb = 64.0\nunified_memory = 1\n",
+     "unified_memory: expected true/false"),
+    ("MI210", "memory_gb = 64.0\n", 'memory_gb = 64.0\ndevice_memory_basis = ["module"]\n',
+     "device_memory_basis: expected a string"),
+    ("MI210", "memory_gb = 64.0\n", "memory_gb = 64.0\ndevice_memory_gb = 32.0\n",
+     "go together"),
+    ("MI210", "memory_gb = 64.0\n", 'memory_gb = 64.0\ndevice_memory_basis = "module"\n',
+     "go together"),
+    ("MI210", "memory_gb = 64.0\n",
+     'memory_gb = 64.0\ndevice_memory_gb = 32.0\ndevice_memory_basis = "gcd"\n',
+     "'gcd' is not one of module, variants"),
+    ("MI250X", "device_memory_gb = 64.0\n", "device_memory_gb = 128.0\n",
+     "not less than the module's 128 GB"),
+    ("RTX 3060", "device_memory_gb = 8.0\n", "device_memory_gb = 16.0\n",
+     "more than memory_gb 12: it is the smallest variant"),
+    ("RTX 3060", "device_memory_gb = 8.0\n", "device_memory_gb = -8.0\n", "negative"),
+    ("Radeon 780M", "memory_gb = 0.0\n",
+     'memory_gb = 0.0\ndevice_memory_gb = 8.0\ndevice_memory_basis = "variants"\n',
+     "device_memory_gb without memory_gb"),
+    ("GH200", "memory_mib = 97871\n", "memory_mib = 147456\n",
+     "memory_mib 147456 does not look like the 96 GB of device_memory_gb"),
+])
+def test_the_device_memory_fields_are_checked(tmp_path: Path, name: str, old: str, new: str,
+                                              says: str) -> None:
+    from envbuild.matrix import check
+
+    problems = [str(p) for p in check(_matrix_copy(tmp_path, name, old, new))]
+    assert any(says in p and "gpus.toml" in p for p in problems), problems
+
+
+def test_the_device_memory_fields_are_accepted(tmp_path: Path) -> None:
+    """A well-formed module row, variants row and unified row check clean and load typed."""
+    from envbuild.matrix import check, load
+
+    d = _matrix_copy(tmp_path, "MI210", "memory_gb = 64.0\n",
+                     'memory_gb = 64.0\ndevice_memory_gb = 32\ndevice_memory_basis = "module"\n'
+                     "unified_memory = false\n")
+    assert check(d) == []
+    row = next(g for g in load(d).gpus if g.name == "MI210")
+    assert (row.device_memory_gb, row.device_memory_basis, row.unified_memory) == \
+        (32.0, "module", False)
+    assert isinstance(row.device_memory_gb, float)

@@ -1,0 +1,162 @@
+"""`envbuild fit`'s measured method when a measurement fails: every way a probe run can fail
+(an error it answers, a run that dies or prints no answer, a timeout), for the asked step and for
+the options, sharded or not, under --method auto and measured. The probe is replaced by a fake
+that answers the formula's figures or fails as told, so no torch runs: what is tested is what
+fit does with each outcome (a reviewer found a sharded step crash with an AssertionError, an
+option's error escape as a traceback, and a timeout end the command where the formula could
+stand in). Also --image's checks: a reference, a local image, an engine."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from dataclasses import fields
+from typing import Any
+
+import pytest
+
+from envbuild.common.errors import EXIT_CANNOT_RUN, EXIT_USAGE, EnvironmentProblem
+from envbuild.core import memory
+from envbuild.core.memory import Job
+from envbuild.core.memshape import parse_config
+from tests.support import FIXTURES
+
+CONFIG = FIXTURES / "fit" / "llama-125m-gqa.json"
+SMALL_GPU = "GTX 1060"  # 6 GB: the asked step below does not fit, options do
+
+
+def run_fit(*args: str) -> tuple[int, str, str]:
+    from envbuild.cli import run
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = run(["fit", *args])
+    return rc, out.getvalue(), err.getvalue()
+
+
+def _answer(job: Job) -> dict[str, Any]:
+    from envbuild import matrix
+
+    coeffs = memory.coefficients(matrix.load().extra["memory"])
+    e = memory.formula(parse_config(CONFIG.read_text(), "c"), job, coeffs)
+    return {"params": e.params, "trainable": e.trainable, "peak_bytes": e.peak_bytes,
+            "components": dict(e.components), "how": "fake", "torch": "2.13.0"}
+
+
+def _failure(kind: str) -> Any:
+    from envbuild.engine.fitprobe import ProbeRunError
+
+    if kind == "timeout":
+        raise ProbeRunError("measuring the step here failed: did not finish within 9 s", "h",
+                            timed_out=True)
+    if kind == "died":
+        raise ProbeRunError("measuring the step here failed (exit 137): Killed", "h")
+    if kind == "garbage":
+        return ["not", "an", "answer"]
+    return {"error": kind, "message": f"the probe says {kind}"}
+
+
+KINDS = ["timeout", "died", "garbage", "failed", "config", "out-of-memory", "untraceable",
+         "no-transformers", "no-bitsandbytes", "unsupported"]
+
+
+@pytest.fixture
+def probe(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The probe, faked: `fail` (a KINDS entry) for the jobs `failing` picks, else the formula's
+    figures as the probe's answer. Records each job asked."""
+    from envbuild.engine import fitprobe
+
+    state: dict[str, Any] = {"fail": None, "failing": lambda asked, job: False, "jobs": []}
+    names = {f.name for f in fields(Job)}
+
+    def measure_here(job: dict[str, Any], timeout: float) -> Any:
+        j = Job(**{k: v for k, v in job.items() if k in names})
+        state["jobs"].append(j)
+        if state["fail"] and state["failing"](j):
+            return _failure(state["fail"])
+        return _answer(j)
+
+    monkeypatch.setattr(fitprobe, "measure_here", measure_here)
+    return state
+
+
+ASKED = ["--batch", "4", "--seq", "2048"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("shards", [1, 2])
+@pytest.mark.parametrize("method", ["auto", "measured"])
+def test_the_asked_step_failing(probe: dict[str, Any], kind: str, shards: int,
+                                method: str) -> None:
+    """auto: the formula stands in, saying why; measured: exit 3, one line with a hint."""
+    probe["fail"], probe["failing"] = kind, lambda j: True
+    rc, out, err = run_fit("--config", str(CONFIG), *ASKED, "--shards", str(shards),
+                           "--gpu", "H100", "--method", method, "--json")
+    assert "Traceback" not in err
+    data = json.loads(out)
+    if method == "auto":
+        assert rc == 0, data
+        assert data["method"] == "formula"
+        assert any(n.startswith("not measured (") for n in data["notes"]), data["notes"]
+    else:
+        assert rc == EXIT_CANNOT_RUN, data
+        assert data["error"]["message"].startswith("the step could not be measured")
+        assert data["error"]["hint"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_option_failing_is_passed_over(probe: dict[str, Any], kind: str) -> None:
+    """The asked step is measured; a change whose measurement fails is not offered, and the
+    report comes out (exit 1: it does not fit); a timeout says options were left out."""
+    asked = Job(batch=4, seq=2048, dtype="bf16")
+    probe["fail"], probe["failing"] = kind, lambda j: j != asked
+    rc, out, err = run_fit("--config", str(CONFIG), *ASKED, "--gpu", SMALL_GPU, "--json")
+    assert "Traceback" not in err
+    data = json.loads(out)
+    assert rc == 1, data
+    assert data["method"] == "measured"
+    (gpu,) = data["gpus"]
+    assert all(o["job"]["shards"] > 1 for o in gpu["options"])  # only sharding: scaled, unmeasured
+    timed_out = any("--timeout" in n for n in data["notes"])
+    assert timed_out == (kind == "timeout"), data["notes"]
+
+
+def test_options_are_measured_when_the_probe_answers(probe: dict[str, Any]) -> None:
+    rc, out, _ = run_fit("--config", str(CONFIG), *ASKED, "--gpu", SMALL_GPU, "--json")
+    data = json.loads(out)
+    assert rc == 1 and data["method"] == "measured"
+    assert any(o["job"]["shards"] == 1 for o in data["gpus"][0]["options"])
+    assert len(probe["jobs"]) > 1
+
+
+@pytest.mark.parametrize("ref", ["-rm", "a b", "UPPER/case", "x" * 300, "a:b:c", "\x1b[31m"])
+def test_an_image_that_is_no_reference_is_refused_before_the_engine(
+        monkeypatch: pytest.MonkeyPatch, ref: str) -> None:
+    from envbuild.engine import docker
+
+    monkeypatch.setattr(docker, "local_image", lambda r: pytest.fail("asked the engine"))
+    rc, _, err = run_fit("--config", str(CONFIG), "--gpu", "H100", "--image", ref)
+    assert rc == EXIT_USAGE and err.count("\n") == 2 and "\x1b" not in err, err
+
+
+def test_an_image_the_engine_does_not_have_is_never_pulled(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    from envbuild.engine import docker
+
+    monkeypatch.setattr(docker, "local_image", lambda r: None)
+    monkeypatch.setattr(docker, "run_container", lambda *a, **k: pytest.fail("ran it"))
+    rc, _, err = run_fit("--config", str(CONFIG), "--gpu", "H100", "--image", "nope/img:tag")
+    assert rc == EXIT_USAGE and "no such image in the local Docker engine" in err, err
+    assert "fit never pulls" in err
+
+
+def test_no_engine_is_exit_3(monkeypatch: pytest.MonkeyPatch) -> None:
+    from envbuild.engine import docker
+
+    def gone(ref: str) -> None:
+        raise EnvironmentProblem("cannot reach the Docker engine", "start it")
+
+    monkeypatch.setattr(docker, "local_image", gone)
+    rc, _, err = run_fit("--config", str(CONFIG), "--gpu", "H100", "--image", "img:tag")
+    assert rc == EXIT_CANNOT_RUN and "Docker engine" in err, err
