@@ -213,7 +213,8 @@ def _resolve_nvidia_base(m: Matrix, p: Parsed, rel: TorchRelease, patch: TorchPa
 def compat_refusal(m: Matrix, gpus: Iterable[GpuRef]) -> str | None:
     """Why NVIDIA's forward compatibility cannot serve these GPUs (None: it can)."""
     fc = m.meta.get("cuda", {}).get("forward_compat", {})
-    allowed, jetson = set(fc.get("gpus", [])), set(fc.get("jetson", []))
+    allowed = set(fc.get("gpus", []))
+    jetson = {g.name for g in m.gpus if g.family == "jetson"}
     for g in gpus:
         if g.label in jetson:
             return (f"{g.label}: Jetson boards take NVIDIA's cuda-compat-orin package (aarch64, "

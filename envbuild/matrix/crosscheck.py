@@ -5,6 +5,7 @@ Matrix -> problems naming the row; `cross_check` runs them in the order they rep
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -228,6 +229,22 @@ def _platforms(m: Matrix) -> list[Problem]:
     return _each_row(m.platforms, "torch.toml", "platform", messages)
 
 
+MIN_MEMORY_GB = 0.5  # no GPU envbuild knows has less (the smallest, a Jetson Nano, has 2 GB)
+FAMILIES = ("jetson",)  # gpus.toml family
+
+
+def _system(g: Gpu) -> Iterator[str]:
+    """family and per_system: a Jetson is named so and is one GPU in its system."""
+    if g.family and g.family not in FAMILIES:
+        yield f"family {g.family!r} is not one of {', '.join(FAMILIES)}"
+    if g.name.startswith("Jetson ") != (g.family == "jetson"):
+        yield "a Jetson row (and only one) has family = \"jetson\""
+    if g.family == "jetson" and g.per_system != 1:
+        yield "a Jetson is one GPU in its system: per_system = 1"
+    if isinstance(g.per_system, bool) or not 0 <= g.per_system <= 64:
+        yield f"per_system {g.per_system!r} is not 0 (not said) to 64"
+
+
 def _device_memory(g: Gpu) -> Iterator[str]:
     """device_memory_gb and its basis go together: one device of a module has less than the
     module's memory_gb, the smallest of a row's variants no more than its memory_gb."""
@@ -237,6 +254,11 @@ def _device_memory(g: Gpu) -> Iterator[str]:
     if bool(g.device_memory_gb) != bool(g.device_memory_basis):
         yield ("device_memory_gb and device_memory_basis go together: the figure one device "
                "has, and why it is not memory_gb")
+    for key in ("memory_gb", "device_memory_gb"):
+        gb = getattr(g, key)
+        if not math.isfinite(gb) or 0 < gb < MIN_MEMORY_GB:
+            yield f"{key} {gb!r} is not a memory size (finite, {MIN_MEMORY_GB:g} GB or more)"
+            return
     if g.device_memory_gb < 0:
         yield f"device_memory_gb {g.device_memory_gb:g} is negative"
     elif g.device_memory_gb and not g.memory_gb:
@@ -258,6 +280,7 @@ def _gpus(m: Matrix) -> list[Problem]:
         if g.vendor not in ("nvidia", "amd"):
             yield f"vendor {g.vendor!r} is not nvidia or amd"
         yield from _device_memory(g)
+        yield from _system(g)
         gb, key = (g.device_memory_gb, "device_memory_gb") if g.device_memory_gb else \
             (g.memory_gb, "memory_gb")
         if g.memory_mib and not (MIB_PER_GB[0] <= g.memory_mib * 2**20 / (gb * 1e9 or 1)

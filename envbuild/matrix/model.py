@@ -192,6 +192,8 @@ class Gpu(Row):
     device_memory_gb: float = 0.0
     device_memory_basis: str = ""
     unified_memory: bool = False  # the GPU's memory is the system's, shared with the CPU
+    per_system: int = 0  # 1: one GPU per system (a Jetson, a DGX Spark); 0: not said
+    family: str = ""  # "jetson": a Jetson module (forward compatibility has its own package)
     wheels: str = ""  # "jetpack": only NVIDIA's JetPack builds of torch fit (gpus.toml header)
     cpu: str = ""  # the CPU an Arm module pairs it with ("Grace"), and the core name lscpu
     cpu_core: str = ""  # prints for that CPU ("Neoverse-V2")
