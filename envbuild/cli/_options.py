@@ -28,12 +28,14 @@ else:
 
 
 class SecondsType(_ParamType):
-    """A duration in seconds: a finite number in (low, high] (NaN, infinity, zero and negative
-    durations are bad input, not a timer that fires at once or never)."""
+    """A duration in seconds: a finite number from `low` (above 0) to `high` (NaN, infinity,
+    zero, negative and vanishing durations are bad input, not a timer that fires at once or
+    never)."""
 
     name = "SECONDS"
 
-    def __init__(self, low: float = 0.0, high: float = WEEK) -> None:
+    def __init__(self, low: float = 1.0, high: float = WEEK) -> None:
+        assert 0 < low <= high
         self.low, self.high = low, high
 
     def convert(self, value: Any, param: click.Parameter | None,
@@ -42,13 +44,13 @@ class SecondsType(_ParamType):
             seconds = float(value)
         except (TypeError, ValueError):
             self.fail(f"{shown(str(value))} is not a number of seconds", param, ctx)
-        if not math.isfinite(seconds) or not self.low < seconds <= self.high:
-            self.fail(f"{shown(str(value))} is not a number of seconds above {self.low:g} and "
-                      f"at most {self.high:g}", param, ctx)
+        if not math.isfinite(seconds) or not self.low <= seconds <= self.high:
+            self.fail(f"{shown(str(value))} is not a number of seconds from {self.low:g} to "
+                      f"{self.high:g}", param, ctx)
         return seconds
 
 
-def seconds(help: str, low: float = 0.0, high: float = WEEK) -> Any:
+def seconds(help: str, low: float = 1.0, high: float = WEEK) -> Any:
     """A --timeout option in seconds (SecondsType)."""
     return typer.Option("--timeout", help=help, click_type=SecondsType(low, high))
 

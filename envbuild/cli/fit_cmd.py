@@ -12,6 +12,7 @@ from envbuild.cli import _options as o
 from envbuild.cli._app import app, emit_json, say, warn
 from envbuild.common.echo import escaped
 from envbuild.common.errors import EXIT_FAILED
+from envbuild.features.fit import MAX_TIMEOUT
 
 if TYPE_CHECKING:
     from envbuild.features.fit import FitReport
@@ -72,7 +73,7 @@ def fit(
         "formula.")] = "auto",
     timeout: Annotated[float, o.seconds(
         "Seconds every measurement together may take (the asked step and the options).",
-        low=0.0, high=86400.0)] = 600,
+        high=MAX_TIMEOUT)] = 600,
     json: o.Json = False,
     matrix_dir: Annotated[Path | None, typer.Option("--matrix", hidden=True)] = None,
 ) -> None:

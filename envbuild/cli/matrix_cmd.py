@@ -101,7 +101,7 @@ def refresh_cmd(
     registry_url: Annotated[str, typer.Option(
         "--registry-url", help="Registry (HTTP API v2) holding the CUDA images.")
     ] = f"https://{DOCKER_HUB_API}",
-    timeout: Annotated[float, seconds("Seconds per request.", low=0.0, high=600.0)
+    timeout: Annotated[float, seconds("Seconds per request.", low=0.01, high=600.0)
                        ] = 20.0,
     retries: Annotated[int, typer.Option("--retries", min=1, max=10,
                                          help="Tries per request (backoff 0.5 s, doubling).")] = 3,

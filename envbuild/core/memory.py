@@ -21,12 +21,14 @@ additive mask saved (memory.toml [masks]).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import field, replace
 from typing import Any
 
 from envbuild.common.errors import MatrixError, UsageError
+from envbuild.common.lazyre import lazy
 from envbuild.common.record import record
 from envbuild.core.memshape import (
     Shape,
@@ -121,11 +123,12 @@ _COEFFS: Mapping[str, tuple[str, str]] = {
     "kv_cache": ("inference", "kv_cache"), "logits": ("inference", "logits"),
     "final_hidden": ("inference", "final_hidden"),
     "mlp_transient_i": ("inference", "mlp_transient_i"),
-    "mlp_transient_r": ("inference", "mlp_transient_r"),
-    "mlp_transient_h": ("inference", "mlp_transient_h"),
-    "attention_r": ("inference", "attention_r"), "attention_h": ("inference", "attention_h"),
-    "attention_q": ("inference", "attention_q"),
-    "math_causal_mask": ("inference", "math_causal_mask"),
+    "mlp_transient_r": ("prefill_moments", "mlp_transient_r"),
+    "mlp_transient_h": ("prefill_moments", "mlp_transient_h"),
+    "attention_r": ("prefill_moments", "attention_r"),
+    "attention_h": ("prefill_moments", "attention_h"),
+    "attention_q": ("prefill_moments", "attention_q"),
+    "math_causal_mask": ("prefill_moments", "math_causal_mask"),
     "math_transient": ("inference", "math_transient"),
     "weight_cast_bytes": ("mixed", "weight_cast_bytes"),
     "lora_default_rank": ("lora", "default_rank"), "lora_adapter_bytes": ("lora", "adapter_bytes"),
@@ -425,10 +428,9 @@ def quantized_note(shape: Shape, job: Job) -> str | None:
     if not shape.quantized:
         return None
     method = shape.quant_method or "its quantization_config names no quant_method"
-    weights = "fp32" if job.mixed else job.dtype
-    return (f"the checkpoint is quantized ({method}): its weights are counted at {weights} "
-            "(--dtype), not in their quantized form, so the figure is an upper bound for the "
-            "weights")
+    weights = "fp32 (--mixed)" if job.mixed else f"{job.dtype} (--dtype)"
+    return (f"the checkpoint is quantized ({method}): its weights are counted at {weights}, "
+            "not in their quantized form, so the figure is an upper bound for the weights")
 
 
 def formula(shape: Shape, job: Job, coeffs: Coeffs) -> Estimate:
@@ -450,7 +452,32 @@ def total_bytes(gpu: Gpu, coeffs: Coeffs) -> int:
     taken conservatively."""
     if gpu.memory_mib:
         return gpu.memory_mib * MIB
-    return int((gpu.device_memory_gb or gpu.memory_gb) * 10**9 * coeffs.memory_gb_fraction)
+    gb = gpu.device_memory_gb or gpu.memory_gb
+    return int(gb * 10**9 * coeffs.memory_gb_fraction) if has_size(gpu) else 0
+
+
+def has_size(gpu: Gpu) -> bool:
+    """Whether the row says how much memory one device has (a finite, positive figure)."""
+    gb = gpu.device_memory_gb or gpu.memory_gb
+    return gpu.memory_mib > 0 or (math.isfinite(gb) and gb > 0)
+
+
+_SIZE_IN_NAME = lazy(r"(?<![\d.])(\d{1,3})\s?GB\b", re.I)
+
+
+def sized_by_name(gpu: Gpu, name: str) -> Gpu:
+    """The row as the name the user typed sizes it: a row of several sizes ("variants") named
+    with one of them ('Tesla M40 24GB', 'Tesla P100-PCIE-16GB') is judged at that size, not
+    the smallest (device_memory_basis "stated"); any other name, the row as it is."""
+    found = _SIZE_IN_NAME.search(name)
+    if gpu.device_memory_basis != "variants" or found is None:
+        return gpu
+    gb = float(found.group(1))
+    if gb == gpu.device_memory_gb:  # the smallest, as the row judges it already
+        return replace(gpu, device_memory_basis="stated")
+    if not gpu.device_memory_gb < gb <= gpu.memory_gb:
+        return gpu
+    return replace(gpu, device_memory_gb=gb, device_memory_basis="stated", memory_mib=0)
 
 
 def gpu_notes(gpu: Gpu, coeffs: Coeffs) -> tuple[str, ...]:

@@ -47,6 +47,7 @@ METHODS = ("auto", "measured", "formula")
 UNUSED_KEYS = frozenset({"id2label", "label2id", "task_specific_params", "_name_or_path",
                          "quantization_config"})
 MEASURE_TIMEOUT = 600.0
+MAX_TIMEOUT = 86400.0  # --timeout's bound (cli/fit_cmd.py declares it from here)
 MAX_ENTRY_BYTES = 4 << 20  # the probe reads the same bound
 CONFIG_HINT = "give a Hugging Face config.json (Llama, Mistral or Qwen2): docs/guides/fit.md"
 ENTRY_HINT = ("name a Python file and the function in it that returns (model, inputs), "
@@ -155,20 +156,27 @@ def _gpu_row(m: Matrix, name: str, where: str) -> Gpu:
                          "(`envbuild matrix show gpus`)")
     row = next((g for vendor in ("nvidia", "amd")
                 if (g := gpu_names.lookup(m, name, vendor)) is not None), None)
-    if row is None or not (row.memory_mib or row.memory_gb):
+    if row is None or not memory.has_size(row):
         known = [g.name for g in m.gpus if g.memory_mib][:5]
         raise UsageError(f"{where}: no GPU {name[:60]!r} with a known memory size in the matrix",
                          f"name one as nvidia-smi does, e.g. {', '.join(known)} "
                          "(`envbuild matrix show gpus`)")
-    return row
+    return memory.sized_by_name(row, name)
+
+
+def _most_shards(row: Gpu) -> int:
+    """The GPUs of this kind a job may shard over when nothing else says (0: any number); a GPU
+    that is its whole system (per_system = 1) is one."""
+    return 1 if row.per_system == 1 else 0
 
 
 def targets(req: FitRequest, m: Matrix) -> tuple[list[Target], list[str]]:
     """The GPUs to judge: --gpu, the fleet's groups, else this host's (or recorded) GPUs."""
-    # a board whose memory is the system's (Jetson, DGX Spark) is one device: no sharding offered
-    out = [Target(row, shlex.join(["--gpu", row.name]), ("--gpu", row.name),
-                  1 if row.unified_memory else 0)
-           for n in req.gpus for row in [_gpu_row(m, n, f"--gpu {n[:40]}")]]
+    # a board that is the whole system (Jetson, DGX Spark) is offered no sharding; a name that
+    # states its size (Tesla M40 24GB) is judged at it, and named so again
+    out = [Target(row, shlex.join(["--gpu", said]), ("--gpu", said), _most_shards(row))
+           for n in req.gpus for row in [_gpu_row(m, n, f"--gpu {n[:40]}")]
+           for said in [n if row.device_memory_basis == "stated" else row.name]]
     notes: list[str] = []
     if req.fleet is not None:
         from envbuild.features.fleet import load_fleet
@@ -176,17 +184,29 @@ def targets(req: FitRequest, m: Matrix) -> tuple[list[Target], list[str]]:
         for g in load_fleet(req.fleet, m).groups:
             per = f" x {g.gpus_per_node}" if g.gpus_per_node else ""
             row = _gpu_row(m, g.gpu, f"{boundedio.path_text(req.fleet)} group {g.name}")
+            said = g.gpu if row.device_memory_basis == "stated" else row.name
             out.append(Target(row, f"fleet group {g.name} ({g.count} node(s){per})",
-                              ("--gpu", row.name), g.count * (g.gpus_per_node or 1)))
+                              ("--gpu", said),
+                              min(g.count * (g.gpus_per_node or 1), _most_shards(row) or 1 << 30)))
     if not req.gpus and req.fleet is None:
         out, notes = _host_targets(m, req.facts_dir)
     return _unique(out), notes
 
 
 def _unique(found: list[Target]) -> list[Target]:
-    seen: dict[tuple[str, int], Target] = {}
+    """Each GPU kind once (the same row at the same size): where several fleet groups or host
+    GPUs share it, the first's name with the others', and the most GPUs any of them has to shard
+    over (0, any number, wins)."""
+    seen: dict[tuple[str, int, float], Target] = {}
     for t in found:
-        seen.setdefault((t.gpu.name, t.gpu.memory_mib), t)
+        key = (t.gpu.name, t.gpu.memory_mib, t.gpu.device_memory_gb)
+        first = seen.setdefault(key, t)
+        if first is not t:
+            most = 0 if 0 in (first.max_shards, t.max_shards) else max(first.max_shards,
+                                                                          t.max_shards)
+            where = first.where if t.where in first.where.split("; ") else \
+                f"{first.where}; {t.where}"
+            seen[key] = replace(first, where=where, max_shards=most)
     return list(seen.values())
 
 
@@ -198,14 +218,21 @@ def view_gpus(v: View, m: Matrix) -> list[tuple[int, Gpu, bool]]:
     for g in v.gpus:
         row = gpu_names.lookup(m, g.name, "nvidia") or gpu_names.lookup(m, g.name, "amd")
         base = row if row is not None else Gpu(name=g.name, vendor="nvidia")
-        if g.memory_mib and g.memory_mib != base.memory_mib:
+        known = row is not None
+        if g.memory_mib:
             # the driver's own figure beats the matrix's: this device's, whatever variant or
-            # share of a module the row's device_memory_gb stands for
+            # share of a module the row's device_memory_gb stands for (so no note about them)
+            known = known and row is not None and row.memory_mib == g.memory_mib
             base = replace(base, memory_mib=g.memory_mib, device_memory_gb=0.0,
                            device_memory_basis="")
         if base.memory_mib or base.memory_gb:
-            out.append((g.index, base, row is not None and row == base))
+            out.append((g.index, base, known))
     return out
+
+
+def same_kind(found: list[tuple[int, Gpu, bool]], gpu: Gpu) -> int:
+    """How many of a host's GPUs (view_gpus) are `gpu`'s kind: the most a job shards over."""
+    return sum(1 for _, g, _ in found if g == gpu)
 
 
 def _host_targets(m: Matrix, facts_dir: Path | None) -> tuple[list[Target], list[str]]:
@@ -218,7 +245,7 @@ def _host_targets(m: Matrix, facts_dir: Path | None) -> tuple[list[Target], list
     v = build_view(facts, m)
     found = view_gpus(v, m)
     out = [Target(gpu, f"this host, GPU {index}", ("--gpu", gpu.name) if known else again,
-                  max_shards=sum(1 for _, g, _ in found if g == gpu))
+                  max_shards=same_kind(found, gpu))
            for index, gpu, known in found]
     where = "the recorded host" if facts_dir is not None else "this host"
     amd = [r.name for n in dict.fromkeys(v.amd_names)
@@ -404,8 +431,8 @@ def fit(req: FitRequest, progress: Callable[[str], None] | None = None) -> FitRe
     if req.image and req.method == "formula":
         raise UsageError("--image measures the step: it does not go with --method formula",
                          "leave out --method formula")
-    if not (isinstance(req.timeout, (int, float)) and math.isfinite(req.timeout)
-            and req.timeout > 0):
+    if isinstance(req.timeout, bool) or not isinstance(req.timeout, (int, float)) \
+            or not math.isfinite(req.timeout) or not 0 < req.timeout <= MAX_TIMEOUT:
         raise UsageError(f"--timeout {shown(str(req.timeout))} is not a number of seconds",
                          "give the seconds every measurement together may take, e.g. 600")
     if req.image:
@@ -460,13 +487,17 @@ def fit(req: FitRequest, progress: Callable[[str], None] | None = None) -> FitRe
             verdict = replace(verdict, options=_options(shape, req.job, t, estimate_fn,
                                                         probe, coeffs))
         fits.append(verdict)
-    old_gpus = [t.gpu for t in found if memory.bf16_emulated(t.gpu, req.job, coeffs)]
+    old_gpus = [t.gpu for t, f in zip(found, fits, strict=True)
+                if memory.bf16_emulated(t.gpu, req.job, coeffs)
+                or any(memory.bf16_emulated(t.gpu, o.job, coeffs) for o in f.options)]
     if old_gpus:
         names = ", ".join(dict.fromkeys(f"{g.name} (sm_{g.cc.replace('.', '')})"
                                         for g in old_gpus))
+        fp16 = "--dtype fp16 without --mixed" if req.job.mixed else "--dtype fp16"
         notes.append(f"{names}: no native bf16 (compute capability "
-                     f"{coeffs.bf16_native_cc:.1f} and newer): the step computes in bf16 emulated, "
-                     "slowly; the memory is the same, and fp16 (--dtype fp16) is native there")
+                     f"{coeffs.bf16_native_cc:.1f} and newer): a bf16 step (bf16 weights or "
+                     "--mixed, asked or offered) computes emulated, slowly; the memory is the "
+                     f"same, and fp16 ({fp16}) is native there")
     if probe is not None and probe.out_of_time:
         notes.append(f"--timeout {req.timeout:g} s ran out before every option was measured: "
                      "some changes that may fit are not shown (give it more time)")

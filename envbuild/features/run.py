@@ -360,7 +360,7 @@ def _fit(claim: FitClaim, v: View, m: Matrix, o: Out, gpus_passed: bool) -> None
         else:
             o.add("fit.too_big", WARN, f"{said}; {where} has {_gb(fit.usable_bytes)} usable: "
                   "'CUDA out of memory' is likely",
-                  _fit_fix(claim, gpu, known, coeffs, max_shards=len(found)))
+                  _fit_fix(claim, gpu, known, coeffs, max_shards=len(indices)))
     if claim.job.shards > len(found):
         o.add("fit.shards", WARN, f"the job declared with --fit is sharded over "
               f"{claim.job.shards} GPUs; this host has {len(found)}",

@@ -422,7 +422,7 @@ def _number_options() -> list[tuple[tuple[str, ...], str]]:
 
 
 NUMBER_OPTIONS = _number_options()
-NOT_NUMBERS = ["nan", "inf", "-inf", "1e999", "-1", "-0.5", "abc", "0x", ""]
+NOT_NUMBERS = ["nan", "inf", "-inf", "1e999", "-1", "-0.5", "1e-300", "abc", "0x", ""]
 
 
 def test_every_duration_is_a_seconds_option() -> None:

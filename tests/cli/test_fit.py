@@ -543,14 +543,17 @@ def test_a_fleet_judges_each_groups_gpu(matrix: Matrix) -> None:
     assert got == [("P100", "fleet group pascal", False), ("V100 32GB", "fleet group volta", True),
                    ("A100", "fleet group ampere", True), ("H100", "fleet group hopper", True),
                    ("B200", "fleet group blackwell", True)]
-    assert rc == EXIT_FAILED  # the Pascal group's P100: 12 GB, the smallest one sold
+    assert rc == EXIT_FAILED  # the Pascal group's Tesla P100-PCIE-16GB: 16 GB, as named
     coeffs = memory.coefficients(matrix.extra["memory"])
+    named = {"P100": "Tesla P100-PCIE-16GB", "V100 32GB": "Tesla V100-SXM2-32GB"}
     for g in data["gpus"]:  # the driver's MiB where a source gives it, else memory_gb reduced
         row = next(x for x in matrix.gpus if x.name == g["gpu"])
+        row = memory.sized_by_name(row, named.get(row.name, row.name))
         assert g["total_bytes"] == memory.total_bytes(row, coeffs) > 0
     assert data["gpus"][0]["total_bytes"] <= 16 * 10**9  # the P100: no source gives its MiB
     [p100] = [g for g in data["gpus"] if not g["fits"]]
-    assert p100["options"] and all(o["command"].endswith("--gpu P100") for o in p100["options"])
+    again = shlex.join(["--gpu", "Tesla P100-PCIE-16GB"])  # the size its name states
+    assert p100["options"] and all(o["command"].endswith(again) for o in p100["options"])
 
 
 def test_each_gpu_says_what_memory_it_was_judged_at() -> None:
@@ -686,9 +689,49 @@ def test_gpus_without_native_bf16_are_named_for_a_bf16_step(matrix: Matrix, data
                             if dtype != "mixed" else "--train", *flags, *gpus)
     assert rc in (0, 1), data_out
     said = " ".join(n for n in data_out["notes"] if "no native bf16" in n)
-    for g in chosen:
+    for g, verdict in zip(chosen, data_out["gpus"], strict=True):
         old = float(g.cc) < 8.0
-        assert (f"{g.name} (sm_" in said) == (old and dtype in ("bf16", "mixed")), (g.name, said)
+        bf16 = dtype in ("bf16", "mixed") or any(
+            o["job"]["mixed"] or o["job"]["dtype"] == "bf16" for o in verdict["options"])
+        assert (f"{g.name} (sm_" in said) == (old and bf16), (g.name, said)
+    if "--mixed" in flags and said:
+        assert "--dtype fp16 without --mixed" in said
+
+
+@pytest.mark.parametrize(("name", "gb"), [("Tesla M40 24GB", 24), ("Tesla M40", 12),
+                                          ("NVIDIA GeForce GTX 1060 6GB", 6),
+                                          ("Tesla P100-PCIE-16GB", 16), ("P100", 12)])
+def test_a_name_that_states_its_size_is_judged_at_it(name: str, gb: int) -> None:
+    """A row sold in several sizes is judged at its smallest, unless the name typed states one
+    (as nvidia-smi's names often do); the option commands name it the same way."""
+    rc, data = fit_json("--config", str(LLAMA3), *FORMULA, "--infer", "--gpu", name)
+    assert rc in (0, 1), data
+    (gpu,) = data["gpus"]
+    assert gpu["total_bytes"] == gb * 10**9, gpu
+    stated = gb > 12 or "GB" in name
+    assert any("smallest" in n for n in gpu["notes"]) != stated, gpu["notes"]
+    for o in gpu["options"]:
+        assert o["command"].endswith(shlex.join(["--gpu", name if stated else gpu["gpu"]]))
+
+
+def test_fleet_groups_of_one_gpu_share_a_row_and_the_most_gpus(tmp_path: Path) -> None:
+    """Two groups of H100s (1 x 1 and 16 x 8) are one row; its sharding goes up to 128."""
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text('[group.small]\ngpu = "H100"\ncount = 1\ngpus_per_node = 1\n\n'
+                     '[group.big]\ngpu = "H100"\ncount = 16\ngpus_per_node = 8\n')
+    rc, data = fit_json("--config", str(LLAMA3), *FORMULA, "--mixed", "--fleet", str(fleet))
+    assert rc == 1, data
+    (gpu,) = data["gpus"]
+    assert "small" in gpu["where"] and "big" in gpu["where"]
+    assert any(o["job"]["shards"] > 1 for o in gpu["options"]), gpu["options"]
+
+
+def test_a_recorded_host_is_judged_at_its_own_size_without_a_variants_note() -> None:
+    rc, data = fit_json("--config", str(LLAMA3), *FORMULA, "--facts",
+                        str(DOCTOR / "gh200-fasrc"))
+    assert rc in (0, 1) and data["gpus"], data
+    for gpu in data["gpus"]:
+        assert not any("smallest" in n for n in gpu["notes"]), gpu["notes"]
 
 
 @pytest.mark.parametrize("name", ["Jetson Orin Nano", "Jetson AGX Orin", "GB10"])
