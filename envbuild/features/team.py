@@ -14,7 +14,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import suppress
 from dataclasses import field
 from pathlib import Path
@@ -427,9 +427,12 @@ def build(planned: list[Planned], m: Matrix, *, push: bool, jobs: int = 1, rebui
             # Wait in short slices, not in one blocking call: the kernel may hand a Ctrl-C to a
             # worker thread, and Python runs its handler only when this thread runs bytecode
             # again; a slice bounds how long the interrupt waits (a blocked result() waited for
-            # the whole build)
+            # the whole build). A worker that crashed (not an image's failure: `one` keeps
+            # those) is raised at once, and the others are cancelled below.
             while not all(f.done() for f in futures):
-                wait(futures, timeout=INTERRUPT_SLICE_S)
+                done, _ = wait(futures, timeout=INTERRUPT_SLICE_S, return_when=FIRST_EXCEPTION)
+                for f in done:
+                    f.result()
             return [f.result() for f in futures]
         except BaseException:
             # Ctrl-C (or SIGTERM) reaches only this thread: the images not started never

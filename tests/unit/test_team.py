@@ -510,3 +510,39 @@ def test_ctrl_c_during_a_parallel_build_cancels_the_rest(
     finally:
         signal.signal(signal.SIGINT, old)
         proc.reset_cancel()
+
+
+def test_a_crashed_worker_stops_a_parallel_build_at_once(matrix: Matrix,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug in one image's worker (not an image's failure, which its entry carries) is raised
+    as soon as it happens, whichever image it is, and the other running builds are cancelled
+    (waiting in slices once made it wait for the slowest build first)."""
+    import threading
+
+    from envbuild.common import proc
+    from envbuild.engine import docker
+    from envbuild.features import make as make_mod
+
+    planned = team.plan(teamfile.parse(GOOD + "[image.d]\n[image.e]\n", F), matrix)
+    both = threading.Barrier(2, timeout=10)
+
+    def fake_make(mr: make_mod.MakeRequest, _m: object, _hooks: object) -> object:
+        both.wait()
+        if str(mr.tag).split(":")[0] == "c":  # the second image crashes; the first builds on
+            raise RuntimeError("a bug")
+        deadline = time.monotonic() + 10
+        while not proc.cancelled() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        proc.check_cancelled()
+        return make_mod.MakeResult(planned[0].prepared.spec)
+
+    monkeypatch.setattr(make_mod, "make", fake_make)
+    monkeypatch.setattr(docker, "remove_containers", lambda labels, settle=0.0: [])
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(RuntimeError, match="a bug"):
+            team.build(planned, matrix, push=True, jobs=4)
+        assert time.monotonic() - t0 < 5  # not after a's 10 s build
+        assert proc.cancelled()
+    finally:
+        proc.reset_cancel()
