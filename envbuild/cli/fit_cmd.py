@@ -82,8 +82,8 @@ def fit(
     from envbuild.core.memory import Job
     from envbuild.features import fit as use
 
-    if dtype is None:  # a config's weights are bf16; an entry's what its code makes (fp32)
-        dtype = "fp32" if entry is not None else "bf16"
+    if dtype is None:
+        dtype = use.default_dtype(entry is not None)
     job = Job(mode="infer" if infer else "train", batch=batch, seq=seq, dtype=dtype, mixed=mixed,
               optimizer=optimizer, checkpointing=checkpointing, lora_rank=lora, shards=shards,
               accumulate=accumulate)

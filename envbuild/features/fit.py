@@ -92,7 +92,8 @@ class FitReport:
 
     def option_command(self, job: Job, target: Target) -> str:
         """The `envbuild fit` command that checks `job` on `target` (each option printed)."""
-        return shlex.join([*self.command, *job_argv(job), *target.argv])
+        return shlex.join([*self.command, *job_argv(job, self.entry is not None),
+                           *target.argv])
 
     @property
     def ok(self) -> bool:
@@ -364,9 +365,16 @@ def with_workspace(fake: Estimate, job: Job, c: Coeffs) -> Estimate:
                    how=f"{fake.how}; + cuBLAS workspace {extra >> 20} MiB")
 
 
-def job_argv(job: Job) -> list[str]:
-    """The `envbuild fit` words of `job` (what differs from the defaults)."""
-    default = Job(mode=job.mode, dtype="fp32") if job.mixed else Job(mode=job.mode)
+def default_dtype(entry: bool) -> str:
+    """`--dtype` when none is given: a config's weights are bf16; an entry's are what its code
+    makes, torch's own fp32."""
+    return "fp32" if entry else "bf16"
+
+
+def job_argv(job: Job, entry: bool = False) -> list[str]:
+    """The `envbuild fit` words of `job` (what differs from the defaults); `entry`: the job of
+    an --entry (its default dtype differs)."""
+    default = Job(mode=job.mode, dtype="fp32" if job.mixed else default_dtype(entry))
     return (["--infer"] if job.mode == "infer" else []) + \
         list(memory.job_flags(job, default))
 
@@ -388,7 +396,8 @@ def command_words(req: FitRequest) -> tuple[str, ...]:
 def command_for(req: FitRequest, job: Job, gpu: str | None) -> str:
     """The `envbuild fit` command that checks `job` on `gpu` (None: on the GPUs of the host it
     runs on)."""
-    return shlex.join([*command_words(req), *job_argv(job), *(["--gpu", gpu] if gpu else [])])
+    return shlex.join([*command_words(req), *job_argv(job, req.entry is not None),
+                       *(["--gpu", gpu] if gpu else [])])
 
 
 def describe_job(job: Job, entry: bool = False) -> str:

@@ -160,3 +160,33 @@ def test_no_engine_is_exit_3(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(docker, "local_image", gone)
     rc, _, err = run_fit("--config", str(CONFIG), "--gpu", "H100", "--image", "img:tag")
     assert rc == EXIT_CANNOT_RUN and "Docker engine" in err, err
+
+
+ENTRY = f"{FIXTURES / 'fit' / 'mlp_entry.py'}:tiny"
+
+
+STEPS = [[], ["--dtype", "bf16"], ["--dtype", "fp16"], ["--dtype", "fp32"], ["--mixed"],
+         ["--infer", "--dtype", "fp32"]]
+
+
+@pytest.mark.parametrize(("model", "step"), [
+    *((model, step) for model in ("config", "entry") for step in STEPS),
+    ("config", ["--infer", "--dtype", "fp32", "--batch", "8"]),  # an entry's inputs fix the batch
+])
+def test_every_printed_option_command_asks_the_options_job(
+        probe: dict[str, Any], model: str, step: list[str]) -> None:
+    """Pasting an option's command checks that option's job, whatever the model's defaults (a
+    reviewer found an entry's bf16 options printed without `--dtype bf16`, which an entry reads
+    as fp32)."""
+    import shlex
+
+    given = ["--config", str(CONFIG)] if model == "config" else ["--entry", ENTRY]
+    rc, out, _ = run_fit(*given, *step, "--gpu", SMALL_GPU, "--gpu", "Jetson Nano", "--json")
+    data = json.loads(out)
+    options = [o for g in data["gpus"] for o in g["options"]]
+    assert rc == 1 and options, data["gpus"]
+    for option in options:
+        argv = shlex.split(option["command"])
+        assert argv[:2] == ["envbuild", "fit"]
+        rc, again, err = run_fit(*argv[2:], "--json")
+        assert json.loads(again)["job"] == option["job"], (option["command"], err)
