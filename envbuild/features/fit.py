@@ -188,7 +188,8 @@ def targets(req: FitRequest, m: Matrix) -> tuple[list[Target], list[str]]:
             said = g.gpu if row.device_memory_basis == "stated" else row.name
             out.append(Target(row, f"fleet group {g.name} ({g.count} node(s){per})",
                               ("--gpu", said),
-                              min(g.count * (g.gpus_per_node or 1), _most_shards(row) or 1 << 30)))
+                              min(max(1, g.count * (g.gpus_per_node or 1)),  # 0 nodes: none
+                                  _most_shards(row) or 1 << 30)))
     if not req.gpus and req.fleet is None:
         out, notes = _host_targets(m, req.facts_dir)
     return _unique(out), notes

@@ -726,6 +726,22 @@ def test_fleet_groups_of_one_gpu_share_a_row_and_the_most_gpus(tmp_path: Path) -
     assert any(o["job"]["shards"] > 1 for o in gpu["options"]), gpu["options"]
 
 
+@pytest.mark.parametrize("count", [0, 1, 2, 3])
+@pytest.mark.parametrize("per_node", [0, 1, 2, 8])
+def test_a_fleet_group_is_sharded_over_no_more_gpus_than_it_has(tmp_path: Path, count: int,
+                                                               per_node: int) -> None:
+    """count x gpus_per_node (0: unknown, one a node) caps sharding; a group of 0 nodes has no
+    GPUs to shard over (a reviewer found it offered FSDP over 32: 0 read as any number)."""
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(f'[group.g]\ngpu = "RTX 4090"\ncount = {count}\n'
+                     f'gpus_per_node = {per_node}\n')
+    rc, data = fit_json("--config", str(LLAMA3), *FORMULA, "--mixed", "--fleet", str(fleet))
+    assert rc == 1, data
+    (gpu,) = data["gpus"]
+    has = max(1, count * max(per_node, 1))
+    assert all(o["job"]["shards"] <= has for o in gpu["options"]), (has, gpu["options"])
+
+
 def test_a_recorded_host_is_judged_at_its_own_size_without_a_variants_note() -> None:
     rc, data = fit_json("--config", str(LLAMA3), *FORMULA, "--facts",
                         str(DOCTOR / "gh200-fasrc"))
