@@ -462,22 +462,33 @@ def has_size(gpu: Gpu) -> bool:
     return gpu.memory_mib > 0 or (math.isfinite(gb) and gb > 0)
 
 
-_SIZE_IN_NAME = lazy(r"(?<![\d.])(\d{1,3})\s?GB\b", re.I)
+_SIZE_IN_NAME = lazy(r"(?<![\d.])(\d{1,3})\s?GB?\b", re.I)  # 24GB, 40 GB, 144G (not 1g.10gb)
 
 
 def sized_by_name(gpu: Gpu, name: str) -> Gpu:
-    """The row as the name the user typed sizes it: a row of several sizes ("variants") named
-    with one of them ('Tesla M40 24GB', 'Tesla P100-PCIE-16GB') is judged at that size, not
-    the smallest (device_memory_basis "stated"); any other name, the row as it is."""
+    """The row as the name the user typed sizes it: a name that states a size one device of the
+    row may have ('Tesla M40 24GB', 'Tesla P100-PCIE-16GB', 'A100 40GB', an 'RTX 4090 Laptop
+    16GB') is judged at it (device_memory_basis "stated"); a size above the row's largest, or a
+    module's (two devices), is not one device's, and the row is judged as it is."""
     found = _SIZE_IN_NAME.search(name)
-    if gpu.device_memory_basis != "variants" or found is None:
+    if found is None or gpu.device_memory_basis == "module":
         return gpu
     gb = float(found.group(1))
-    if gb == gpu.device_memory_gb:  # the smallest, as the row judges it already
-        return replace(gpu, device_memory_basis="stated")
-    if not gpu.device_memory_gb < gb <= gpu.memory_gb:
+    if gb == (gpu.device_memory_gb or gpu.memory_gb):  # the size the row is judged at already
+        return replace(gpu, device_memory_basis="stated") if gpu.device_memory_basis else gpu
+    if not 0 < gb <= gpu.memory_gb:
         return gpu
     return replace(gpu, device_memory_gb=gb, device_memory_basis="stated", memory_mib=0)
+
+
+_MOBILE = lazy(r"(?<![a-z])(laptop|mobile|max-?q)(?![a-z])", re.I)
+
+
+def unsized_mobile(gpu: Gpu, name: str) -> bool:
+    """A laptop part named after a desktop row ('RTX 4090 Laptop GPU' finds the RTX 4090, 24 GB;
+    the laptop card has 16) whose name does not state its size: its memory is not the row's."""
+    return (_MOBILE.search(name) is not None and _SIZE_IN_NAME.search(name) is None
+            and not any(_MOBILE.search(n) for n in (gpu.name, *gpu.aliases)))
 
 
 def gpu_notes(gpu: Gpu, coeffs: Coeffs) -> tuple[str, ...]:

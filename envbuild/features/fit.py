@@ -162,6 +162,12 @@ def _gpu_row(m: Matrix, name: str, where: str) -> Gpu:
         raise UsageError(f"{where}: no GPU {name[:60]!r} with a known memory size in the matrix",
                          f"name one as nvidia-smi does, e.g. {', '.join(known)} "
                          "(`envbuild matrix show gpus`)")
+    if memory.unsized_mobile(row, name):
+        sized = f"{name[:60]} {min(16, int(row.device_memory_gb or row.memory_gb))}GB"
+        raise UsageError(f"{where}: {name[:60]!r} is a laptop GPU, whose memory is not the "
+                         f"{row.name}'s ({row.memory_gb:g} GB) and not in the matrix",
+                         f"state its size in the name, e.g. {shlex.join(['--gpu', sized])}, or run "
+                         "`envbuild fit` on that laptop (it reads the driver's figure)")
     return memory.sized_by_name(row, name)
 
 

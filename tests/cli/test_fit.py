@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from envbuild.common.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EXIT_USAGE
+from envbuild.core import gpus as gpu_names
 from envbuild.core import memory
 from envbuild.matrix import Matrix
 from tests.support import FIXTURES, ROOT, run_cli
@@ -700,18 +701,61 @@ def test_gpus_without_native_bf16_are_named_for_a_bf16_step(matrix: Matrix, data
 
 @pytest.mark.parametrize(("name", "gb"), [("Tesla M40 24GB", 24), ("Tesla M40", 12),
                                           ("NVIDIA GeForce GTX 1060 6GB", 6),
-                                          ("Tesla P100-PCIE-16GB", 16), ("P100", 12)])
+                                          ("Tesla P100-PCIE-16GB", 16), ("P100", 12),
+                                          ("A100 40 GB", 40), ("A100-40G", 40),
+                                          ("NVIDIA A100-SXM4-64GB", 64), ("RTX 3080 12GB", 12),
+                                          ("RTX 2060 12GB", 12), ("MI50 32GB", 32),
+                                          ("GH200 144G", 144),
+                                          ("NVIDIA GeForce RTX 4090 Laptop GPU 16GB", 16)])
 def test_a_name_that_states_its_size_is_judged_at_it(name: str, gb: int) -> None:
     """A row sold in several sizes is judged at its smallest, unless the name typed states one
-    (as nvidia-smi's names often do); the option commands name it the same way."""
+    (as nvidia-smi's names often do), and any row at a smaller size its name states (a
+    reviewer found 'A100 40 GB' judged at 80 and 'RTX 3080 12GB' at 10); the option commands
+    name it the same way."""
     rc, data = fit_json("--config", str(LLAMA3), *FORMULA, "--infer", "--gpu", name)
     assert rc in (0, 1), data
     (gpu,) = data["gpus"]
     assert gpu["total_bytes"] == gb * 10**9, gpu
-    stated = gb > 12 or "GB" in name
+    stated = gb > 12 or "G" in name
     assert any("smallest" in n for n in gpu["notes"]) != stated, gpu["notes"]
     for o in gpu["options"]:
         assert o["command"].endswith(shlex.join(["--gpu", name if stated else gpu["gpu"]]))
+
+
+@pytest.mark.parametrize("name", ["MI250X 128GB", "NVIDIA GH200 480GB", "H100 96GB"])
+def test_a_size_no_device_of_the_row_has_is_not_taken(matrix: Matrix, name: str) -> None:
+    """A module's memory (two devices), the Grace memory counted in, or a size over the row's
+    largest: judged as the row is, never at more."""
+    rc, data = fit_json("--config", str(LLAMA3), *FORMULA, "--infer", "--gpu", name)
+    assert rc in (0, 1), data
+    (gpu,) = data["gpus"]
+    rc, plain = fit_json("--config", str(LLAMA3), *FORMULA, "--infer", "--gpu", gpu["gpu"])
+    assert gpu["total_bytes"] == plain["gpus"][0]["total_bytes"], (gpu, plain)
+
+
+def test_a_laptop_gpu_is_never_judged_at_its_desktop_namesakes_memory(matrix: Matrix) -> None:
+    """'RTX 4090 Laptop GPU' found the desktop RTX 4090 (24 GB; the laptop card has 16): for
+    every NVIDIA row, a laptop, mobile or Max-Q name without a size is refused with a hint whose
+    command judges it at the size it states."""
+    rows = [g for g in matrix.gpus if g.vendor == "nvidia" and memory.has_size(g)
+            and g.device_memory_basis != "module" and not g.per_system
+            and not re.search(r"\d\s?GB?\b", g.name, re.I)]  # 'A100 40GB' states it
+    assert len(rows) > 30
+    for i, row in enumerate(rows):
+        name = f"{row.name} {('Laptop GPU', 'Mobile', 'Max-Q')[i % 3]}"
+        if gpu_names.lookup(matrix, name, "nvidia") != row or any(
+                re.search("laptop|mobile|max-?q", n, re.I) for n in (row.name, *row.aliases)):
+            continue  # the matrix knows this part (a Max-Q card of the same memory)
+        rc, _, err = fit("--config", str(LLAMA3), *FORMULA, "--infer", "--gpu", name)
+        assert rc == EXIT_USAGE and "laptop GPU" in err, (name, err)
+        hint = err.split("e.g. ", 1)[1].split(", or", 1)[0]
+        words = shlex.split(hint)
+        rc, data = fit_json("--config", str(LLAMA3), *FORMULA, "--infer", *words)
+        (gpu,) = data["gpus"]
+        stated = int(words[1].rsplit(" ", 1)[1].removesuffix("GB"))
+        own = memory.total_bytes(row, memory.coefficients(matrix.extra["memory"]))
+        want = own if stated == (row.device_memory_gb or row.memory_gb) else stated * 10**9
+        assert gpu["total_bytes"] == want, (name, words, gpu)
 
 
 def test_fleet_groups_of_one_gpu_share_a_row_and_the_most_gpus(tmp_path: Path) -> None:

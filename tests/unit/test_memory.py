@@ -637,8 +637,8 @@ def test_jetson_rows_keep_what_resolve_and_doctor_read(matrix: Matrix) -> None:
 
 
 @pytest.mark.parametrize(("name", "smallest", "largest"), [
-    ("RTX 3060", 8, 12), ("RTX 3080", 10, 10), ("GTX 1060", 3, 6), ("P100", 12, 16),
-    ("M40", 12, 24), ("RX 9060 XT", 8, 16), ("RTX 2060", 6, 6),
+    ("RTX 3060", 8, 12), ("RTX 3080", 10, 12), ("GTX 1060", 3, 6), ("P100", 12, 16),
+    ("M40", 12, 24), ("RX 9060 XT", 8, 16), ("RTX 2060", 6, 12), ("MI50", 16, 32),
 ])
 def test_a_row_of_several_sizes_is_judged_at_its_smallest(
         matrix: Matrix, coeffs: Coeffs, name: str, smallest: int, largest: int) -> None:
