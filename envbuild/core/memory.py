@@ -120,6 +120,7 @@ _COEFFS: Mapping[str, tuple[str, str]] = {
     "backward_grads_f32": ("loss", "backward_grads_f32"),
     "mask_saved": ("masks", "mask_saved"), "mask_align": ("masks", "mask_align"),
     "mask_bool": ("masks", "mask_bool"), "gqa_max_head_dim": ("masks", "gqa_max_head_dim"),
+    "math_bytes": ("math_precision", "math_bytes"),
     "kv_cache": ("inference", "kv_cache"), "logits": ("inference", "logits"),
     "final_hidden": ("inference", "final_hidden"),
     "mlp_transient_i": ("inference", "mlp_transient_i"),
@@ -154,6 +155,8 @@ class Coeffs:
     min_torch: str  # the first torch whose MemTracker the measured method uses ([probe])
     shard_choices: tuple[int, ...]
     values: Mapping[str, float]
+    # the compute capabilities each [sdpa] backend runs on: name -> (lowest, highest or 0)
+    sdpa_cc: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     def __getattr__(self, name: str) -> float:
         values = self.__dict__.get("values", {})
@@ -188,7 +191,43 @@ def coefficients(doc: Mapping[str, Any]) -> Coeffs:
     if not isinstance(min_torch, str) or not re.fullmatch(r"\d+\.\d+(\.\d+)?", min_torch):
         raise MatrixError("memory.toml: [probe] min_torch is missing or not a version")
     return Coeffs(dtype_bytes=dtype_bytes, sdpa_backends=tuple(rule or ()), min_torch=min_torch,
-                  shard_choices=choices, values=values)
+                  shard_choices=choices, values=values, sdpa_cc=_sdpa_cc(sdpa))
+
+
+def _sdpa_cc(sdpa: Any) -> dict[str, tuple[float, float]]:
+    """[sdpa] backends' min_cc/max_cc ("8.0"; max 0: no upper bound); MatrixError if not one."""
+    out: dict[str, tuple[float, float]] = {}
+    for b in sdpa.get("backends", ()) if isinstance(sdpa, Mapping) else ():
+        bounds = []
+        for key in ("min_cc", "max_cc"):
+            value = b.get(key, "0.0") if isinstance(b, Mapping) else "0.0"
+            if not isinstance(value, str) or not re.fullmatch(r"\d{1,2}\.\d", value):
+                raise MatrixError(f"memory.toml: [sdpa] backends: {key} {value!r} is not a "
+                                  "compute capability such as \"8.0\"")
+            bounds.append(float(value))
+        out[str(b.get("name"))] = (bounds[0], bounds[1])
+    return out
+
+
+def for_gpu(c: Coeffs, gpu: Gpu) -> Coeffs:
+    """The coefficients for a step on `gpu`: [sdpa] without the kernels its compute capability
+    does not run (a V100 or T4 has no flash attention); `c` itself where it runs them all (an
+    AMD GPU: the figures follow CUDA's kernels)."""
+    try:
+        cc = float(gpu.cc) if gpu.vendor == "nvidia" and gpu.cc else 0.0
+    except ValueError:
+        cc = 0.0
+    if not cc:
+        return c
+    kept = tuple(b for b in c.sdpa_backends
+                 for low, high in [c.sdpa_cc.get(str(b["name"]), (0.0, 0.0))]
+                 if low <= cc and (not high or cc <= high))
+    return c if len(kept) == len(c.sdpa_backends) else replace(c, sdpa_backends=kept)
+
+
+def kernel_names(c: Coeffs) -> tuple[str, ...]:
+    """The attention kernels of `c`'s rule (for_gpu's: the ones a GPU runs), in order."""
+    return tuple(str(b["name"]) for b in c.sdpa_backends)
 
 
 def check_job(job: Job, c: Coeffs) -> None:
@@ -279,8 +318,8 @@ def _layer_tokens(shape: Shape, job: Job, e: int, r: int, path: str, c: Coeffs,
                   masked: bool = False) -> float:
     """Saved bytes per token of one decoder layer (`masked`: its attention call has a mask)."""
     h, q, kv, nh = shape.hidden, shape.q_width, shape.kv_width, shape.heads
-    if path == "math":
-        attention = e * (c.math_h * q + c.math_probs * nh * job.seq)
+    if path == "math":  # math computes in fp32 whatever the inputs' dtype ([math_precision])
+        attention = max(e, c.math_bytes) * (c.math_h * q + c.math_probs * nh * job.seq)
     else:
         kv_saved = q if repeats_kv(shape, masked, c) else kv  # repeat_kv's copies are saved
         attention = e * (c.flash_h * q + c.flash_kv * kv_saved) + 4 * c.flash_lse_f32 * nh
@@ -356,7 +395,8 @@ def _train(shape: Shape, job: Job, c: Coeffs, notes: list[str]) -> tuple[int, in
 
 def _attention_note(shape: Shape, job: Job, path: str, mask_path: str, masked: int) -> str:
     why = (" (CUDA SDPA takes neither flash nor memory-efficient for this dtype with grouped K/V "
-           "heads)")
+           "heads" + ("; computed in fp32, unverified on a GPU"
+                      if compute_dtype(job) != "fp32" else "") + ")")
     if not masked:
         return f"attention: {path}" + (why if path == "math" else "")
     where = ("every layer" if masked == shape.layers
@@ -378,7 +418,7 @@ def _call_tokens(shape: Shape, job: Job, e: int, w: int, path: str, masked: bool
     out = ((c.attention_r * w + c.attention_h * e) * h
            + e * (c.attention_q * q + (c.flash_kv * q if copies else 0)))
     if path == "math":
-        out += e * c.math_transient * shape.heads * job.seq
+        out += max(e, c.math_bytes) * c.math_transient * shape.heads * job.seq
     if masked:
         out += e * c.mask_saved * _aligned(job.seq, c)
     return out
@@ -462,7 +502,8 @@ def has_size(gpu: Gpu) -> bool:
     return gpu.memory_mib > 0 or (math.isfinite(gb) and gb > 0)
 
 
-_SIZE_IN_NAME = lazy(r"(?<![\d.])(\d{1,3})\s?GB?\b", re.I)  # 24GB, 40 GB, 144G (not 1g.10gb)
+# 24GB, 40 GB, 144G, a MIG profile's 1g.10gb; not the 5 of 1.5GB
+_SIZE_IN_NAME = lazy(r"(?<!\d)(?<!\d\.)(\d{1,3})\s?GB?\b", re.I)
 
 
 def sized_by_name(gpu: Gpu, name: str) -> Gpu:
@@ -470,10 +511,10 @@ def sized_by_name(gpu: Gpu, name: str) -> Gpu:
     row may have ('Tesla M40 24GB', 'Tesla P100-PCIE-16GB', 'A100 40GB', an 'RTX 4090 Laptop
     16GB') is judged at it (device_memory_basis "stated"); a size above the row's largest, or a
     module's (two devices), is not one device's, and the row is judged as it is."""
-    found = _SIZE_IN_NAME.search(name)
-    if found is None or gpu.device_memory_basis == "module":
+    found = _SIZE_IN_NAME.findall(name)  # the last: 'H100 80GB HBM3 MIG 1g.10gb' is a slice
+    if not found or gpu.device_memory_basis == "module":
         return gpu
-    gb = float(found.group(1))
+    gb = float(found[-1])
     if gb == (gpu.device_memory_gb or gpu.memory_gb):  # the size the row is judged at already
         return replace(gpu, device_memory_basis="stated") if gpu.device_memory_basis else gpu
     if not 0 < gb <= gpu.memory_gb:

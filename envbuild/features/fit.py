@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envbuild.common import boundedio
-from envbuild.common.echo import shown
+from envbuild.common.echo import escaped, shown
 from envbuild.common.errors import (
     EXIT_CANNOT_RUN,
     EnvbuildError,
@@ -89,6 +89,7 @@ class FitReport:
     entry: str | None = None
     image: str | None = None
     command: tuple[str, ...] = ()  # the `envbuild fit` words naming the model and the method
+    kernels: tuple[str, ...] = ()  # the attention kernels the estimate's step ran (memory.toml)
 
     def option_command(self, job: Job, target: Target) -> str:
         """The `envbuild fit` command that checks `job` on `target` (each option printed)."""
@@ -106,6 +107,7 @@ class FitReport:
             "method": e.method, "how": e.how, "params": e.params,
             "trainable": e.trainable, "peak_bytes": e.peak_bytes,
             "components": dict(e.components), "job": job_json(self.job),
+            "attention_kernels": list(self.kernels),
             "notes": [*e.notes, *self.notes],
             "gpus": [{"gpu": f.gpu, "where": t.where, "memory_bytes": f.usable_bytes,
                       "total_bytes": f.total_bytes, "needed_bytes": f.needed_bytes,
@@ -256,10 +258,15 @@ def _host_targets(m: Matrix, facts_dir: Path | None) -> tuple[list[Target], list
                   max_shards=same_kind(found, gpu))
            for index, gpu, known in found]
     where = "the recorded host" if facts_dir is not None else "this host"
+    out = [replace(t, where=t.where.replace("this host", where, 1)) for t in out]
+    mig = [g for g in (v.smi.gpus if v.smi else ()) if g.mig == "Enabled"]
+    notes = [f"GPU {g.index} ({escaped(g.name)[:60]}) has MIG enabled: torch sees its MIG slices, "
+             "each smaller than the whole GPU judged here; judge a slice by its profile, e.g. "
+             + shlex.join(["--gpu", f"{escaped(g.name)[:60]} MIG 1g.10gb"]) for g in mig[:1]]
     amd = [r.name for n in dict.fromkeys(v.amd_names)
            if (r := gpu_names.lookup(m, n, "amd")) is not None]
     if out:
-        return out, []
+        return out, notes
     if amd:  # the host side reads no AMD GPU's memory: the matrix's, named by the user
         return out, [f"{where} has AMD GPUs ({', '.join(amd[:4])}), not judged from the host: "
                      f"name them with --gpu (e.g. {shlex.join(['--gpu', amd[0]])}); the figures "
@@ -287,12 +294,13 @@ class Measured:
     scales the unsharded step's states (core.memory.sharded)."""
 
     def __init__(self, req: FitRequest, shape: Shape | None, coeffs: Coeffs, rule: Any,
-                 progress: Callable[[str], None]) -> None:
+                 progress: Callable[[str], None], deadline: float | None = None) -> None:
         self.req, self.shape, self.coeffs, self.rule = req, shape, coeffs, rule
         self.progress = progress
         self.cache: dict[Job, Estimate | None] = {}
         self.entry = entry_file(req.entry) if req.entry is not None else None
-        self.deadline = time.monotonic() + req.timeout  # --timeout bounds every run together
+        # --timeout bounds every run together (shared by the estimators of one fit)
+        self.deadline = deadline if deadline is not None else time.monotonic() + req.timeout
         self.out_of_time = False  # an option was left unmeasured for want of time
 
     def probe_job(self, job: Job, config: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -370,6 +378,94 @@ def with_workspace(fake: Estimate, job: Job, c: Coeffs) -> Estimate:
     comps = {**fake.components, "other": fake.components.get("other", 0) + extra}
     return replace(fake, peak_bytes=fake.peak_bytes + extra, components=comps,
                    how=f"{fake.how}; + cuBLAS workspace {extra >> 20} MiB")
+
+
+@record
+class Kind:
+    """The estimator of the GPUs that run one set of attention kernels, and its asked step."""
+
+    kernels: tuple[str, ...]  # memory.toml [sdpa] backends these GPUs run ("flash", ...)
+    coeffs: Coeffs  # memory.for_gpu's
+    fn: Callable[[Job], Estimate | None]
+    base: Estimate  # the asked step
+    probe: Measured | None = None
+
+
+class Kernels:
+    """One estimator per set of attention kernels the GPUs judged run (a V100 or T4 has no
+    flash attention, so its step may save more), made when a GPU first needs it: the formula
+    with that rule, or a probe run emulating it, falling back to the formula under auto."""
+
+    def __init__(self, req: FitRequest, shape: Shape | None, config: Mapping[str, Any] | None,
+                 progress: Callable[[str], None], notes: list[str]) -> None:
+        self.req, self.shape, self.config, self.progress = req, shape, config, progress
+        self.notes = notes
+        self.deadline = time.monotonic() + req.timeout  # --timeout bounds every run together
+        self.found: dict[tuple[str, ...], Kind] = {}
+
+    def estimate(self, c: Coeffs) -> Kind:
+        key = memory.kernel_names(c)
+        if key not in self.found:
+            self.found[key] = self._make(key, c)
+        return self.found[key]
+
+    def _make(self, key: tuple[str, ...], c: Coeffs) -> Kind:
+        req, shape = self.req, self.shape
+        first = next(iter(self.found.values())).kernels if self.found else key
+        missing = tuple(k for k in first if k not in key)
+        more = tuple(k for k in key if k not in first)
+        for_whom = (f" for GPUs without {_kernel_words(missing)}" if missing else
+                    f" for GPUs with {_kernel_words(more)}" if more else "")
+        if req.method == "formula":
+            assert shape is not None
+            fn = _formula(shape, c)
+            return Kind(key, c, fn, _asked(fn, req.job))
+        measured = Measured(req, shape, c, memory.sdpa_rule(c), self.progress,
+                            deadline=self.deadline)
+        measured.config = self.config
+        try:
+            return Kind(key, c, measured, _asked(measured, req.job), measured)
+        except memory.ProbeError as exc:
+            if exc.code == "entry":
+                hint = ENTRY_HINT
+                if req.image and "ermission denied" in exc.message:
+                    hint = ("the image runs as its own user, who cannot read the file: make its "
+                            "folder readable to others (chmod o+rx FOLDER, o+r FILE)")
+                raise UsageError(f"--entry {str(req.entry)[:80]!r}: {exc.message}",
+                                 hint) from None
+            if req.method == "measured" or shape is None:  # no formula stands in
+                raise EnvbuildError(f"the step could not be measured{for_whom}: {exc.message}",
+                                    _hint(exc.code, req, c), exit_code=EXIT_CANNOT_RUN) from None
+            self.notes.append(f"not measured{for_whom} ({exc.message}): the formula answered")
+            fn = _formula(shape, c)
+            return Kind(key, c, fn, _asked(fn, req.job))
+
+
+def _asked(fn: Callable[[Job], Estimate | None], job: Job) -> Estimate:
+    base = fn(job)
+    if base is None:  # not reached: the asked job is measured, raises, or has a formula
+        raise EnvbuildError("the step could not be estimated", "try --method formula",
+                            exit_code=EXIT_CANNOT_RUN)
+    return base
+
+
+def _kernel_words(kernels: tuple[str, ...]) -> str:
+    return " or ".join(f"{k} attention" for k in kernels) or "attention kernels"
+
+
+def _kernels_note(gpu: Gpu, kind: Kind, shown: Kind) -> str:
+    """Why this GPU is judged at another peak than the report's: the attention kernels it runs
+    (memory.toml [sdpa] min_cc/max_cc)."""
+    missing = [k for k in shown.kernels if k not in kind.kernels]
+    more = [k for k in kind.kernels if k not in shown.kernels]
+    arch = f"sm_{gpu.cc.replace('.', '')}" if gpu.cc else gpu.name
+    path = next((n.removeprefix("attention: ") for n in kind.base.notes
+                 if n.startswith("attention: ")), "")  # the formula says which kernel
+    why = (f"{arch} has no {_kernel_words(tuple(missing))}, so CUDA takes "
+           + (path or "another kernel (math where none admits the call, e.g. grouped K/V heads)")
+           if missing else f"{arch} runs {_kernel_words(tuple(more))}")
+    return (f"judged at this GPU's peak, {kind.base.peak_bytes / 1e9:,.1f} GB allocated, not "
+            f"the {shown.base.peak_bytes / 1e9:,.1f} GB above: {why}")
 
 
 def default_dtype(entry: bool) -> str:
@@ -467,41 +563,19 @@ def fit(req: FitRequest, progress: Callable[[str], None] | None = None) -> FitRe
     quantized = memory.quantized_note(shape, req.job) if shape is not None else None
     if quantized:
         notes.append(quantized)
-    estimate_fn: Callable[[Job], Estimate | None]
-    if req.method == "formula":
-        assert shape is not None
-        estimate_fn = _formula(shape, coeffs)
-    else:
-        measured = Measured(req, shape, coeffs, memory.sdpa_rule(coeffs), say)
-        measured.config = config_doc
-        estimate_fn = measured
-        try:
-            measured(req.job)
-        except memory.ProbeError as exc:
-            if exc.code == "entry":
-                hint = ENTRY_HINT
-                if req.image and "ermission denied" in exc.message:
-                    hint = ("the image runs as its own user, who cannot read the file: make its "
-                            "folder readable to others (chmod o+rx FOLDER, o+r FILE)")
-                raise UsageError(f"--entry {str(req.entry)[:80]!r}: {exc.message}",
-                                 hint) from None
-            if req.method == "measured" or shape is None:  # no formula stands in
-                raise EnvbuildError(f"the step could not be measured: {exc.message}",
-                                    _hint(exc.code, req, coeffs),
-                                    exit_code=EXIT_CANNOT_RUN) from None
-            notes.append(f"not measured ({exc.message}): the formula answered")
-            estimate_fn = _formula(shape, coeffs)
-    base = estimate_fn(req.job)
-    if base is None:  # not reached: the asked job is measured, raises, or has a formula
-        raise EnvbuildError("the step could not be estimated", "try --method formula",
-                            exit_code=EXIT_CANNOT_RUN)
+    kinds = Kernels(req, shape, config_doc, say, notes)
+    # the report's figure is the first GPU's (its attention kernels), else a flash-capable one's
+    base = kinds.estimate(memory.for_gpu(coeffs, found[0].gpu) if found else coeffs).base
     fits: list[GpuFit] = []
-    probe = estimate_fn if isinstance(estimate_fn, Measured) else None
     for t in found:
-        verdict = memory.verdict(t.gpu, base, coeffs)
+        kind = kinds.estimate(memory.for_gpu(coeffs, t.gpu))
+        verdict = memory.verdict(t.gpu, kind.base, kind.coeffs)
+        if kind.base.peak_bytes != base.peak_bytes:
+            verdict = replace(verdict, notes=(*verdict.notes, _kernels_note(
+                t.gpu, kind, kinds.estimate(memory.for_gpu(coeffs, found[0].gpu)))))
         if not verdict.fits:
-            verdict = replace(verdict, options=_options(shape, req.job, t, estimate_fn,
-                                                        probe, coeffs))
+            verdict = replace(verdict, options=_options(shape, req.job, t, kind.fn,
+                                                        kind.probe, kind.coeffs))
         fits.append(verdict)
     old_gpus = [t.gpu for t, f in zip(found, fits, strict=True)
                 if memory.bf16_emulated(t.gpu, req.job, coeffs)
@@ -514,12 +588,13 @@ def fit(req: FitRequest, progress: Callable[[str], None] | None = None) -> FitRe
                      f"{coeffs.bf16_native_cc:.1f} and newer): a bf16 step (bf16 weights or "
                      "--mixed, asked or offered) computes emulated, slowly; the memory is the "
                      f"same, and fp16 ({fp16}) is native there")
-    if probe is not None and probe.out_of_time:
+    if any(k.probe is not None and k.probe.out_of_time for k in kinds.found.values()):
         notes.append(f"--timeout {req.timeout:g} s ran out before every option was measured: "
                      "some changes that may fit are not shown (give it more time)")
     model = (boundedio.path_text(req.config) if req.config is not None else str(req.entry))
     return FitReport(job=req.job, estimate=base, model=model, targets=tuple(found),
                      fits=tuple(fits), notes=tuple(notes),
+                     kernels=next(iter(kinds.found)) if kinds.found else (),
                      config=str(req.config) if req.config is not None else None,
                      entry=req.entry, image=req.image, command=command_words(req))
 

@@ -155,6 +155,7 @@ class FitClaim:
     entry: str | None = None
     image: str | None = None
     shape: Shape | None = None  # that config, re-read here (a formula report's only)
+    kernels: tuple[str, ...] = ()  # the attention kernels its step ran (() : an older report)
 
     def request(self) -> FitRequest:
         """The `envbuild fit` request that makes the same report (for its commands)."""
@@ -227,6 +228,10 @@ def read_fit(path: Path, matrix_dir: Path | None = None) -> FitClaim:
         if value is not None and not (isinstance(value, str) and len(value) <= 4096):
             raise bad(f"{key} is not a text")
         text[key] = value
+    kernels = data.get("attention_kernels", [])
+    if not isinstance(kernels, list) or len(kernels) > 8 or not all(
+            isinstance(k, str) and k.isidentifier() and len(k) <= 32 for k in kernels):
+        raise bad("attention_kernels is not a list of kernel names")
     estimate = Estimate(params=counts["params"], trainable=counts["trainable"],
                         peak_bytes=counts["peak_bytes"], components=dict(comps), method=method,
                         how=escaped(text["how"] or "")[:300])
@@ -236,7 +241,8 @@ def read_fit(path: Path, matrix_dir: Path | None = None) -> FitClaim:
 
         with contextlib.suppress(EnvbuildError, OSError, ValueError):
             shape = read_config(Path(text["config"]))
-    return FitClaim(name, job, estimate, text["config"], text["entry"], text["image"], shape)
+    return FitClaim(name, job, estimate, text["config"], text["entry"], text["image"], shape,
+                    tuple(kernels))
 
 
 @record
@@ -339,6 +345,7 @@ def _fit(claim: FitClaim, v: View, m: Matrix, o: Out, gpus_passed: bool) -> None
     coeffs = memory.coefficients(m.extra["memory"])
     need = memory.needed_bytes(claim.estimate, coeffs)
     said = f"the job declared with --fit ({claim.report}) needs {_gb(need)} per GPU"
+    ran = claim.kernels or memory.kernel_names(coeffs)  # an older report: a flash-capable GPU's
     found = view_gpus(v, m) if gpus_passed else []
     if not found:
         why = ("the container starts without GPUs" if not gpus_passed else
@@ -352,15 +359,28 @@ def _fit(claim: FitClaim, v: View, m: Matrix, o: Out, gpus_passed: bool) -> None
     for index, gpu, known in found:
         kinds.setdefault((gpu.name, gpu.memory_mib), ([], gpu, known))[0].append(index)
     for indices, gpu, known in kinds.values():
-        fit = memory.verdict(gpu, claim.estimate, coeffs)
         where = f"GPU {', '.join(map(str, indices))} {smi_names.get(indices[0], gpu.name)}"
+        here, estimate, says = memory.for_gpu(coeffs, gpu), claim.estimate, said
+        if memory.kernel_names(here) != ran:  # a V100 or T4 runs no flash attention
+            if claim.shape is None:
+                o.add("fit.kernels", WARN, f"the job declared with --fit was estimated with "
+                      f"{', '.join(ran) or 'no'} attention kernels; {where} runs "
+                      f"{', '.join(memory.kernel_names(here)) or 'none of them'}, so its step "
+                      "may need more", "measure it here: "
+                      f"`{command_for(claim.request(), claim.job, None)}`")
+            else:  # a formula report: the same formula with this GPU's kernels
+                estimate = memory.formula(claim.shape, claim.job, here)
+                says = (f"the job declared with --fit ({claim.report}) needs "
+                        f"{_gb(memory.needed_bytes(estimate, here))} per GPU with these GPUs' "
+                        f"attention kernels ({', '.join(memory.kernel_names(here)) or 'math'})")
+        fit = memory.verdict(gpu, estimate, here)
         if fit.fits:
-            o.add("fit.fits", OK, f"{said}; {where} has {_gb(fit.usable_bytes)} usable "
+            o.add("fit.fits", OK, f"{says}; {where} has {_gb(fit.usable_bytes)} usable "
                   f"(margin {_gb(fit.margin_bytes)})")
         else:
-            o.add("fit.too_big", WARN, f"{said}; {where} has {_gb(fit.usable_bytes)} usable: "
+            o.add("fit.too_big", WARN, f"{says}; {where} has {_gb(fit.usable_bytes)} usable: "
                   "'CUDA out of memory' is likely",
-                  _fit_fix(claim, gpu, known, coeffs, max_shards=len(indices)))
+                  _fit_fix(claim, gpu, known, here, max_shards=len(indices)))
     if claim.job.shards > len(found):
         o.add("fit.shards", WARN, f"the job declared with --fit is sharded over "
               f"{claim.job.shards} GPUs; this host has {len(found)}",

@@ -70,9 +70,12 @@ def probe(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     state: dict[str, Any] = {"fail": None, "failing": lambda asked, job: False, "jobs": []}
     names = {f.name for f in fields(Job)}
 
+    state["kernels"] = []
+
     def measure_here(job: dict[str, Any], timeout: float) -> Any:
         j = Job(**{k: v for k, v in job.items() if k in names})
         state["jobs"].append(j)
+        state["kernels"].append(tuple(b["name"] for b in job["sdpa"]["backends"]))
         if state["fail"] and state["failing"](j):
             return _failure(state["fail"])
         return _answer(j)
@@ -165,13 +168,14 @@ def test_no_engine_is_exit_3(monkeypatch: pytest.MonkeyPatch) -> None:
 ENTRY = f"{FIXTURES / 'fit' / 'mlp_entry.py'}:tiny"
 
 
-STEPS = [[], ["--dtype", "bf16"], ["--dtype", "fp16"], ["--dtype", "fp32"], ["--mixed"],
-         ["--infer", "--dtype", "fp32"]]
+STEPS = [[], ["--dtype", "bf16"], ["--dtype", "fp16"], ["--dtype", "fp32"], ["--mixed"]]
 
 
 @pytest.mark.parametrize(("model", "step"), [
     *((model, step) for model in ("config", "entry") for step in STEPS),
-    ("config", ["--infer", "--dtype", "fp32", "--batch", "8"]),  # an entry's inputs fix the batch
+    ("entry", ["--infer", "--dtype", "fp32"]),
+    # an entry's inputs fix the batch; a config's fp32 prefill of one sequence fits them both
+    ("config", ["--infer", "--dtype", "fp32", "--batch", "8"]),
 ])
 def test_every_printed_option_command_asks_the_options_job(
         probe: dict[str, Any], model: str, step: list[str]) -> None:
@@ -190,3 +194,29 @@ def test_every_printed_option_command_asks_the_options_job(
         assert argv[:2] == ["envbuild", "fit"]
         rc, again, err = run_fit(*argv[2:], "--json")
         assert json.loads(again)["job"] == option["job"], (option["command"], err)
+
+
+@pytest.mark.parametrize("method", ["auto", "measured"])
+def test_a_gpu_without_flash_attention_is_measured_with_its_own_kernels(
+        probe: dict[str, Any], method: str) -> None:
+    """An H100 and a V100: two measurements of the asked step, the V100's emulating CUDA
+    without flash attention; when only that one fails, auto answers it by the formula, saying
+    so, and measured exits 3 naming it."""
+    rc, out, _ = run_fit("--config", str(CONFIG), "--gpu", "H100", "--gpu", "V100",
+                         "--method", method, "--json")
+    data = json.loads(out)
+    assert rc == 0 and data["method"] == "measured", data
+    assert set(probe["kernels"]) == {("flash", "efficient"), ("efficient",)}
+    assert data["attention_kernels"] == ["flash", "efficient"]  # the first GPU's
+    probe["kernels"].clear()
+    probe["fail"], probe["failing"] = "failed", lambda j: probe["kernels"][-1] == ("efficient",)
+    rc, out, _ = run_fit("--config", str(CONFIG), "--gpu", "H100", "--gpu", "V100",
+                           "--method", method, "--json")
+    data = json.loads(out)
+    if method == "auto":
+        assert rc == 0 and data["method"] == "measured", data
+        assert any(n.startswith("not measured for GPUs without flash attention (")
+                   for n in data["notes"]), data["notes"]
+    else:
+        assert rc == EXIT_CANNOT_RUN, data
+        assert "for GPUs without flash attention" in data["error"]["message"]

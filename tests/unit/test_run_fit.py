@@ -94,6 +94,41 @@ def test_inference_fits_the_h100_not_four_16_gb_v100s_each_named_once(
     assert "--infer" in fix and "envbuild fit" in fix
 
 
+def test_a_gpu_without_flash_attention_is_judged_with_its_own_kernels(
+        m: Matrix, tmp_path: Path) -> None:
+    """The report was made for an H100 (flash attention); the V100s here have none, and the
+    8B model's grouped K/V heads then take the math kernel: a formula report is re-counted with
+    the V100's kernels (more than the report's figure), a measured one is pointed at `fit` on
+    this host (a reviewer found every GPU judged at the flash figure)."""
+    coeffs = memory.coefficients(m.extra["memory"])
+    claim = run.read_fit(report(tmp_path, INFER))
+    assert claim.kernels == ("flash", "efficient")
+    from envbuild.doctor.view import build_view
+
+    v100 = next(g for _, g, _ in fit.view_gpus(build_view(host("driver-too-old-470"), m), m))
+    here = memory.for_gpu(coeffs, v100)
+    assert memory.kernel_names(here) == ("efficient",)
+    assert claim.shape is not None
+    own = memory.needed_bytes(memory.formula(claim.shape, claim.job, here), here)
+    assert own > memory.needed_bytes(claim.estimate, coeffs)
+    _, message, _ = findings(preflight(m, host("driver-too-old-470"), fit=claim))["fit.too_big"]
+    assert f"needs {own / 1e9:,.1f} GB per GPU with these GPUs' attention kernels" in message
+    on_h100 = findings(preflight(m, host("h100-sxm-recorded"), fit=claim))
+    assert "attention kernels" not in str(on_h100) and "fit.kernels" not in on_h100
+    data = json.loads(report(tmp_path, INFER).read_text())
+    data |= {"method": "measured", "config": None, "entry": "train.py:build"}
+    path = tmp_path / "measured.json"
+    path.write_text(json.dumps(data))
+    got = findings(preflight(m, host("driver-too-old-470"), fit=run.read_fit(path)))
+    assert got["fit.kernels"][0] == "warn" and "runs efficient" in got["fit.kernels"][1]
+    assert got["fit.kernels"][2].startswith("measure it here: `envbuild fit --entry train.py:")
+    del data["attention_kernels"]  # a report from before: made for a flash-capable GPU
+    path.write_text(json.dumps(data))
+    assert run.read_fit(path).kernels == ()
+    assert "fit.kernels" in findings(preflight(m, host("driver-too-old-470"),
+                                               fit=run.read_fit(path)))
+
+
 def test_the_verdict_is_fits_own(m: Matrix, tmp_path: Path) -> None:
     """One rule: the finding says what core.memory.verdict says for the host's GPU, with the
     driver's memory (nvidia-smi) as fit itself takes it on that host."""
