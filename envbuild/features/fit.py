@@ -558,6 +558,9 @@ def fit(req: FitRequest, progress: Callable[[str], None] | None = None) -> FitRe
     if req.config is not None:
         shape = read_config(req.config)
         config_doc = boundedio.parse_json(boundedio.read_text(req.config, "config.json"))
+        if req.job.lora_rank > shape.hidden:  # adapters bigger than the layers they adapt
+            raise UsageError(f"--lora {req.job.lora_rank} is more than the model's hidden size "
+                             f"({shape.hidden})", "LoRA ranks are small: 8 to 64, e.g. --lora 16")
     found, host_notes = targets(req, m)
     notes: list[str] = list(host_notes)
     quantized = memory.quantized_note(shape, req.job) if shape is not None else None

@@ -835,6 +835,17 @@ def test_a_recorded_host_is_judged_at_its_own_size_without_a_variants_note() -> 
         assert not any("smallest" in n for n in gpu["notes"]), gpu["notes"]
 
 
+@pytest.mark.parametrize("rank", [769, 4096, 1 << 20])
+def test_a_lora_rank_above_the_hidden_size_is_refused(rank: int) -> None:
+    """--lora 1048576 on a 768-wide model reported 170 billion trainable parameters of 125
+    million: one line, exit 2; the hint's rank is taken."""
+    config = FIXTURES / "fit" / "llama-125m-gqa.json"
+    rc, _, err = fit("--config", str(config), *FORMULA, "--gpu", "H100", "--lora", str(rank))
+    assert rc == EXIT_USAGE and "hidden size (768)" in err and err.count("\n") == 2, err
+    assert fit("--config", str(config), *FORMULA, "--gpu", "H100", "--lora", "768")[0] == 0
+    assert fit("--config", str(config), *FORMULA, "--gpu", "H100", "--lora", "16")[0] == 0
+
+
 def test_a_recorded_host_in_mig_mode_is_noted_with_a_slice_to_judge(tmp_path: Path) -> None:
     """nvidia-smi reports the whole GPU's memory while MIG is on, and torch sees slices: a note,
     whose command judges a slice at its profile's size; the table names the recorded host."""
