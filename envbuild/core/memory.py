@@ -155,8 +155,9 @@ class Coeffs:
     min_torch: str  # the first torch whose MemTracker the measured method uses ([probe])
     shard_choices: tuple[int, ...]
     values: Mapping[str, float]
-    # the compute capabilities each [sdpa] backend runs on: name -> (lowest, highest or 0)
-    sdpa_cc: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    # the compute capabilities each [sdpa] backend runs on, in sdpa_backends' order:
+    # (lowest, highest or 0)
+    sdpa_cc: tuple[tuple[float, float], ...] = ()
 
     def __getattr__(self, name: str) -> float:
         values = self.__dict__.get("values", {})
@@ -194,9 +195,9 @@ def coefficients(doc: Mapping[str, Any]) -> Coeffs:
                   shard_choices=choices, values=values, sdpa_cc=_sdpa_cc(sdpa))
 
 
-def _sdpa_cc(sdpa: Any) -> dict[str, tuple[float, float]]:
+def _sdpa_cc(sdpa: Any) -> tuple[tuple[float, float], ...]:
     """[sdpa] backends' min_cc/max_cc ("8.0"; max 0: no upper bound); MatrixError if not one."""
-    out: dict[str, tuple[float, float]] = {}
+    out: list[tuple[float, float]] = []
     for b in sdpa.get("backends", ()) if isinstance(sdpa, Mapping) else ():
         bounds = []
         for key in ("min_cc", "max_cc"):
@@ -205,8 +206,8 @@ def _sdpa_cc(sdpa: Any) -> dict[str, tuple[float, float]]:
                 raise MatrixError(f"memory.toml: [sdpa] backends: {key} {value!r} is not a "
                                   "compute capability such as \"8.0\"")
             bounds.append(float(value))
-        out[str(b.get("name"))] = (bounds[0], bounds[1])
-    return out
+        out.append((bounds[0], bounds[1]))
+    return tuple(out)
 
 
 def for_gpu(c: Coeffs, gpu: Gpu) -> Coeffs:
@@ -219,15 +220,24 @@ def for_gpu(c: Coeffs, gpu: Gpu) -> Coeffs:
         cc = 0.0
     if not cc:
         return c
-    kept = tuple(b for b in c.sdpa_backends
-                 for low, high in [c.sdpa_cc.get(str(b["name"]), (0.0, 0.0))]
-                 if low <= cc and (not high or cc <= high))
-    return c if len(kept) == len(c.sdpa_backends) else replace(c, sdpa_backends=kept)
+    bounds = c.sdpa_cc or tuple((0.0, 0.0) for _ in c.sdpa_backends)
+    kept = [(b, cc_range) for b, cc_range in zip(c.sdpa_backends, bounds, strict=True)
+            if cc_range[0] <= cc and (not cc_range[1] or cc <= cc_range[1])]
+    if len(kept) == len(c.sdpa_backends):
+        return c
+    return replace(c, sdpa_backends=tuple(b for b, _ in kept),
+                   sdpa_cc=tuple(r for _, r in kept))
 
 
 def kernel_names(c: Coeffs) -> tuple[str, ...]:
-    """The attention kernels of `c`'s rule (for_gpu's: the ones a GPU runs), in order."""
-    return tuple(str(b["name"]) for b in c.sdpa_backends)
+    """The attention kernels of `c`'s rule (for_gpu's: the ones a GPU runs), in order, each
+    once (a kernel may have a row per range of GPUs: memory-efficient takes bf16 from sm_80)."""
+    return tuple(dict.fromkeys(str(b["name"]) for b in c.sdpa_backends))
+
+
+def rule_key(c: Coeffs) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """What tells two attention rules apart (the kernels and the dtypes each takes)."""
+    return tuple((str(b["name"]), tuple(b["dtypes"])) for b in c.sdpa_backends)
 
 
 def check_job(job: Job, c: Coeffs) -> None:
@@ -394,17 +404,20 @@ def _train(shape: Shape, job: Job, c: Coeffs, notes: list[str]) -> tuple[int, in
 
 
 def _attention_note(shape: Shape, job: Job, path: str, mask_path: str, masked: int) -> str:
-    why = (" (CUDA SDPA takes neither flash nor memory-efficient for this dtype with grouped K/V "
-           "heads" + ("; computed in fp32, unverified on a GPU"
-                      if compute_dtype(job) != "fp32" else "") + ")")
+    why = (" (CUDA SDPA takes neither flash nor memory-efficient for this dtype"
+           + (" with grouped K/V heads" if shape.gqa else " on this GPU")
+           + ("; computed in fp32, unverified on a GPU" if compute_dtype(job) != "fp32" else "")
+           + ")")
     if not masked:
         return f"attention: {path}" + (why if path == "math" else "")
     where = ("every layer" if masked == shape.layers
              else f"{masked} of {shape.layers} layers ({path} on the others)")
+    low = (mask_path == "math" and compute_dtype(job) != "fp32")  # [math_precision]
     return (f"attention: {mask_path} on {where}: sequence {job.seq} >= sliding window "
             f"{shape.sliding_window}, so transformers passes an explicit mask"
             + (" and repeats K/V to every head" if shape.gqa else "")
-            + " (unverified on a GPU)")
+            + (" (a masked math call in 16 bits is counted low by the formula: prefer "
+               "--method measured)" if low else " (unverified on a GPU)"))
 
 
 def _call_tokens(shape: Shape, job: Job, e: int, w: int, path: str, masked: bool,
@@ -502,8 +515,9 @@ def has_size(gpu: Gpu) -> bool:
     return gpu.memory_mib > 0 or (math.isfinite(gb) and gb > 0)
 
 
-# 24GB, 40 GB, 144G, a MIG profile's 1g.10gb; not the 5 of 1.5GB
-_SIZE_IN_NAME = lazy(r"(?<!\d)(?<!\d\.)(\d{1,3})\s?GB?\b", re.I)
+# 24GB, 40 GB, -40G, a MIG profile's 1g.10gb; not the 5 of 1.5GB, nor the 10G of 'A10G' (a model
+# number, glued to a letter)
+_SIZE_IN_NAME = lazy(r"(?<![a-z\d])(?<!\d\.)(\d{1,3})\s?GB?\b", re.I)
 
 
 def sized_by_name(gpu: Gpu, name: str) -> Gpu:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 import time
 from collections.abc import Callable, Mapping
@@ -29,6 +30,7 @@ from envbuild.common.errors import (
     EnvironmentProblem,
     UsageError,
 )
+from envbuild.common.lazyre import lazy
 from envbuild.common.record import record
 from envbuild.core import gpus as gpu_names
 from envbuild.core import memory
@@ -165,25 +167,31 @@ def _gpu_row(m: Matrix, name: str, where: str) -> Gpu:
                          f"name one as nvidia-smi does, e.g. {', '.join(known)} "
                          "(`envbuild matrix show gpus`)")
     if memory.unsized_mobile(row, name):
-        sized = f"{name[:60]} {min(16, int(row.device_memory_gb or row.memory_gb))}GB"
+        gb = min(8, int(row.device_memory_gb or row.memory_gb))
+        sized = f"{name[:60]} {gb}GB"
         raise UsageError(f"{where}: {name[:60]!r} is a laptop GPU, whose memory is not the "
                          f"{row.name}'s ({row.memory_gb:g} GB) and not in the matrix",
-                         f"state its size in the name, e.g. {shlex.join(['--gpu', sized])}, or run "
+                         f"add its memory to the name, as for one with {gb} GB: "
+                         f"{shlex.join(['--gpu', sized])}; or run "
                          "`envbuild fit` on that laptop (it reads the driver's figure)")
     return memory.sized_by_name(row, name)
 
 
-def _most_shards(row: Gpu) -> int:
+_MIG = lazy(r"(?<![a-z])MIG(?![a-z])", re.I)
+
+
+def _most_shards(row: Gpu, name: str = "") -> int:
     """The GPUs of this kind a job may shard over when nothing else says (0: any number); a GPU
-    that is its whole system (per_system = 1) is one."""
-    return 1 if row.per_system == 1 else 0
+    that is its whole system (per_system = 1) is one, and so is a MIG slice (NCCL does not
+    run across MIG instances)."""
+    return 1 if row.per_system == 1 or _MIG.search(name) else 0
 
 
 def targets(req: FitRequest, m: Matrix) -> tuple[list[Target], list[str]]:
     """The GPUs to judge: --gpu, the fleet's groups, else this host's (or recorded) GPUs."""
     # a board that is the whole system (Jetson, DGX Spark) is offered no sharding; a name that
     # states its size (Tesla M40 24GB) is judged at it, and named so again
-    out = [Target(row, shlex.join(["--gpu", said]), ("--gpu", said), _most_shards(row))
+    out = [Target(row, shlex.join(["--gpu", said]), ("--gpu", said), _most_shards(row, n))
            for n in req.gpus for row in [_gpu_row(m, n, f"--gpu {n[:40]}")]
            for said in [n if row.device_memory_basis == "stated" else row.name]]
     notes: list[str] = []
@@ -197,7 +205,7 @@ def targets(req: FitRequest, m: Matrix) -> tuple[list[Target], list[str]]:
             out.append(Target(row, f"fleet group {g.name} ({g.count} node(s){per})",
                               ("--gpu", said),
                               min(max(1, g.count * (g.gpus_per_node or 1)),  # 0 nodes: none
-                                  _most_shards(row) or 1 << 30)))
+                                  _most_shards(row, g.gpu) or 1 << 30)))
     if not req.gpus and req.fleet is None:
         out, notes = _host_targets(m, req.facts_dir)
     return _unique(out), notes
@@ -227,7 +235,7 @@ def view_gpus(v: View, m: Matrix) -> list[tuple[int, Gpu, bool]]:
     out: list[tuple[int, Gpu, bool]] = []
     for g in v.gpus:
         row = gpu_names.lookup(m, g.name, "nvidia") or gpu_names.lookup(m, g.name, "amd")
-        base = row if row is not None else Gpu(name=g.name, vendor="nvidia")
+        base = row if row is not None else Gpu(name=g.name, vendor="nvidia", cc=g.cc)
         known = row is not None
         if g.memory_mib:
             # the driver's own figure beats the matrix's: this device's, whatever variant or
@@ -259,10 +267,7 @@ def _host_targets(m: Matrix, facts_dir: Path | None) -> tuple[list[Target], list
            for index, gpu, known in found]
     where = "the recorded host" if facts_dir is not None else "this host"
     out = [replace(t, where=t.where.replace("this host", where, 1)) for t in out]
-    mig = [g for g in (v.smi.gpus if v.smi else ()) if g.mig == "Enabled"]
-    notes = [f"GPU {g.index} ({escaped(g.name)[:60]}) has MIG enabled: torch sees its MIG slices, "
-             "each smaller than the whole GPU judged here; judge a slice by its profile, e.g. "
-             + shlex.join(["--gpu", f"{escaped(g.name)[:60]} MIG 1g.10gb"]) for g in mig[:1]]
+    notes = [_mig_note(g, m) for g in (v.smi.gpus if v.smi else ()) if g.mig == "Enabled"][:1]
     amd = [r.name for n in dict.fromkeys(v.amd_names)
            if (r := gpu_names.lookup(m, n, "amd")) is not None]
     if out:
@@ -273,6 +278,16 @@ def _host_targets(m: Matrix, facts_dir: Path | None) -> tuple[list[Target], list
                      "follow CUDA's kernels, not checked on ROCm"]
     return out, [f"no NVIDIA GPU found on {where}: name one with --gpu (e.g. --gpu H100) or "
                  "give a fleet with --fleet"]
+
+
+def _mig_note(g: Any, m: Matrix) -> str:
+    """A GPU in MIG mode: nvidia-smi's total is the whole GPU's; torch sees slices."""
+    said = f"GPU {g.index} ({escaped(g.name)[:60]}) has MIG enabled: torch sees its MIG slices, "\
+        "each smaller than the whole GPU judged here (`nvidia-smi -L` lists them)"
+    if gpu_names.lookup(m, g.name, "nvidia") is None:
+        return said
+    example = shlex.join(["--gpu", f"{g.name[:60]} MIG 1g.10gb"])
+    return f"{said}; judge a slice by its profile: {example} for a 10 GB slice"
 
 
 def _local_image(ref: str) -> None:
@@ -401,12 +416,13 @@ class Kernels:
         self.req, self.shape, self.config, self.progress = req, shape, config, progress
         self.notes = notes
         self.deadline = time.monotonic() + req.timeout  # --timeout bounds every run together
-        self.found: dict[tuple[str, ...], Kind] = {}
+        self.found: dict[tuple[Any, ...], Kind] = {}
+        self.failed = False  # a probe failed and the formula stood in (so for every kind)
 
     def estimate(self, c: Coeffs) -> Kind:
-        key = memory.kernel_names(c)
+        key = memory.rule_key(c)
         if key not in self.found:
-            self.found[key] = self._make(key, c)
+            self.found[key] = self._make(memory.kernel_names(c), c)
         return self.found[key]
 
     def _make(self, key: tuple[str, ...], c: Coeffs) -> Kind:
@@ -418,6 +434,9 @@ class Kernels:
                     f" for GPUs with {_kernel_words(more)}" if more else "")
         if req.method == "formula":
             assert shape is not None
+            fn = _formula(shape, c)
+            return Kind(key, c, fn, _asked(fn, req.job))
+        if self.failed and shape is not None:  # the first probe failed: not once per kind
             fn = _formula(shape, c)
             return Kind(key, c, fn, _asked(fn, req.job))
         measured = Measured(req, shape, c, memory.sdpa_rule(c), self.progress,
@@ -436,6 +455,7 @@ class Kernels:
             if req.method == "measured" or shape is None:  # no formula stands in
                 raise EnvbuildError(f"the step could not be measured{for_whom}: {exc.message}",
                                     _hint(exc.code, req, c), exit_code=EXIT_CANNOT_RUN) from None
+            self.failed = True
             self.notes.append(f"not measured{for_whom} ({exc.message}): the formula answered")
             fn = _formula(shape, c)
             return Kind(key, c, fn, _asked(fn, req.job))
@@ -450,7 +470,8 @@ def _asked(fn: Callable[[Job], Estimate | None], job: Job) -> Estimate:
 
 
 def _kernel_words(kernels: tuple[str, ...]) -> str:
-    return " or ".join(f"{k} attention" for k in kernels) or "attention kernels"
+    words = {"efficient": "memory-efficient"}
+    return " or ".join(f"{words.get(k, k)} attention" for k in kernels) or "attention kernels"
 
 
 def _kernels_note(gpu: Gpu, kind: Kind, shown: Kind) -> str:
@@ -459,7 +480,7 @@ def _kernels_note(gpu: Gpu, kind: Kind, shown: Kind) -> str:
     missing = [k for k in shown.kernels if k not in kind.kernels]
     more = [k for k in kind.kernels if k not in shown.kernels]
     arch = f"sm_{gpu.cc.replace('.', '')}" if gpu.cc else gpu.name
-    path = next((n.removeprefix("attention: ") for n in kind.base.notes
+    path = next((n.removeprefix("attention: ").split("; a prefill", 1)[0] for n in kind.base.notes
                  if n.startswith("attention: ")), "")  # the formula says which kernel
     why = (f"{arch} has no {_kernel_words(tuple(missing))}, so CUDA takes "
            + (path or "another kernel (math where none admits the call, e.g. grouped K/V heads)")
@@ -569,6 +590,8 @@ def fit(req: FitRequest, progress: Callable[[str], None] | None = None) -> FitRe
     kinds = Kernels(req, shape, config_doc, say, notes)
     # the report's figure is the first GPU's (its attention kernels), else a flash-capable one's
     base = kinds.estimate(memory.for_gpu(coeffs, found[0].gpu) if found else coeffs).base
+    for t in found:  # every kind's asked step before any option spends --timeout
+        kinds.estimate(memory.for_gpu(coeffs, t.gpu))
     fits: list[GpuFit] = []
     for t in found:
         kind = kinds.estimate(memory.for_gpu(coeffs, t.gpu))
@@ -589,15 +612,16 @@ def fit(req: FitRequest, progress: Callable[[str], None] | None = None) -> FitRe
         fp16 = "--dtype fp16 without --mixed" if req.job.mixed else "--dtype fp16"
         notes.append(f"{names}: no native bf16 (compute capability "
                      f"{coeffs.bf16_native_cc:.1f} and newer): a bf16 step (bf16 weights or "
-                     "--mixed, asked or offered) computes emulated, slowly; the memory is the "
-                     f"same, and fp16 ({fp16}) is native there")
+                     "--mixed, asked or offered) computes emulated, slowly, and its attention "
+                     "has no memory-efficient kernel there (math, counted in its figures); fp16 "
+                     f"({fp16}) is native, with memory-efficient attention")
     if any(k.probe is not None and k.probe.out_of_time for k in kinds.found.values()):
         notes.append(f"--timeout {req.timeout:g} s ran out before every option was measured: "
                      "some changes that may fit are not shown (give it more time)")
     model = (boundedio.path_text(req.config) if req.config is not None else str(req.entry))
     return FitReport(job=req.job, estimate=base, model=model, targets=tuple(found),
                      fits=tuple(fits), notes=tuple(notes),
-                     kernels=next(iter(kinds.found)) if kinds.found else (),
+                     kernels=next(iter(kinds.found.values())).kernels if kinds.found else (),
                      config=str(req.config) if req.config is not None else None,
                      entry=req.entry, image=req.image, command=command_words(req))
 

@@ -220,3 +220,27 @@ def test_a_gpu_without_flash_attention_is_measured_with_its_own_kernels(
     else:
         assert rc == EXIT_CANNOT_RUN, data
         assert "for GPUs without flash attention" in data["error"]["message"]
+
+
+def test_every_kernel_sets_asked_step_is_measured_before_any_option(
+        probe: dict[str, Any]) -> None:
+    """--timeout is shared: the V100's asked step was measured only after the first GPU's
+    option probes, and could be left a second (a reviewer's finding)."""
+    asked = Job(batch=4, seq=2048, dtype="bf16")
+    rc, out, _ = run_fit("--config", str(CONFIG), *ASKED, "--gpu", SMALL_GPU, "--gpu", "V100",
+                         "--gpu", "H100", "--json")
+    assert rc == 1, out
+    firsts = [i for i, j in enumerate(probe["jobs"]) if j == asked]
+    assert len(firsts) == 2 and firsts == [0, 1], (firsts, probe["jobs"][:4])
+    assert len(probe["jobs"]) > 2  # the options came after
+
+
+def test_a_probe_that_fails_is_not_run_again_for_each_kernel_set(probe: dict[str, Any]) -> None:
+    """No transformers (or torch) for the first GPU's kernels means none for the next: the
+    formula answers every kind after one failed run, with one note."""
+    probe["fail"], probe["failing"] = "no-transformers", lambda j: True
+    rc, out, _ = run_fit("--config", str(CONFIG), "--gpu", "H100", "--gpu", "V100", "--json")
+    data = json.loads(out)
+    assert rc == 0 and data["method"] == "formula", data
+    assert len(probe["jobs"]) == 1, probe["jobs"]
+    assert sum(n.startswith("not measured") for n in data["notes"]) == 1, data["notes"]

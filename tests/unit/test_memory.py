@@ -756,3 +756,53 @@ def test_the_device_memory_fields_are_accepted(tmp_path: Path) -> None:
     assert (row.device_memory_gb, row.device_memory_basis, row.unified_memory) == \
         (32.0, "module", False)
     assert isinstance(row.device_memory_gb, float)
+
+
+def test_every_name_the_matrix_knows_is_judged_at_its_rows_size_or_the_size_it_states(
+        matrix: Matrix, coeffs: Coeffs) -> None:
+    """Every row's name and alias, as `--gpu` takes it: judged at the row's own size, or at a
+    size the name itself states (never above the row's largest); a model number glued to a
+    letter is no size (a reviewer found 'A10G' judged at 10 GB, not 24)."""
+    import re
+
+    from envbuild.core import gpus as gpu_names
+    from envbuild.core.memory import has_size, sized_by_name, total_bytes
+
+    checked = 0
+    for row in matrix.gpus:
+        if not has_size(row):
+            continue
+        own = total_bytes(row, coeffs)
+        for name in (row.name, *row.aliases):
+            found = gpu_names.lookup(matrix, name, row.vendor)
+            if found is not row:
+                continue
+            got = total_bytes(sized_by_name(row, name), coeffs)
+            stated = [int(n) * 10**9 for n in re.findall(r"(?:^|[\s\-_.])(\d+)\s?GB?\b", name,
+                                                          re.I)]
+            assert got == own or (got in stated and got <= row.memory_gb * 10**9), \
+                (name, got, own, stated)
+            checked += 1
+    assert checked > 200
+    for name in ("A10G", "NVIDIA A10G"):
+        row = _gpu(matrix, "A10G")
+        assert total_bytes(sized_by_name(row, name), coeffs) == total_bytes(row, coeffs)
+
+
+@pytest.mark.parametrize(("gpu", "dtype", "gqa", "path"), [
+    ("H100", "bf16", True, "flash"), ("A100", "fp16", False, "flash"),
+    ("H100", "fp32", False, "efficient"), ("H100", "fp32", True, "math"),
+    ("V100", "fp16", False, "efficient"), ("V100", "bf16", False, "math"),
+    ("T4", "fp16", True, "math"), ("T4", "fp32", False, "efficient"),
+    ("K80", "fp16", False, "math"), ("RTX 5090", "bf16", True, "flash"),
+])
+def test_each_gpu_takes_the_attention_kernel_pytorch_gives_it(
+        matrix: Matrix, coeffs: Coeffs, gpu: str, dtype: str, gqa: bool, path: str) -> None:
+    """sdp_utils.cpp: flash on sm_80 to sm_121 (fp16/bf16), memory-efficient from sm_50 and in
+    bf16 only from sm_80 (a reviewer found a V100 judged with memory-efficient bf16), else
+    math (memory.toml [sdpa])."""
+    from envbuild.core.memory import attention_path, for_gpu
+
+    cfg = {**LLAMA_160M, "num_attention_heads": 12, "num_key_value_heads": 4 if gqa else 12}
+    shape = parse_config(json.dumps(cfg), "c")
+    assert attention_path(shape, dtype, for_gpu(coeffs, _gpu(matrix, gpu))) == path
