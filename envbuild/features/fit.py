@@ -614,7 +614,7 @@ def fit(req: FitRequest, progress: Callable[[str], None] | None = None) -> FitRe
                      f"{coeffs.bf16_native_cc:.1f} and newer): a bf16 step (bf16 weights or "
                      "--mixed, asked or offered) computes emulated, slowly, and its attention "
                      "has no memory-efficient kernel there (math, counted in its figures); fp16 "
-                     f"({fp16}) is native, with memory-efficient attention")
+                     f"({fp16}) is native there")
     if any(k.probe is not None and k.probe.out_of_time for k in kinds.found.values()):
         notes.append(f"--timeout {req.timeout:g} s ran out before every option was measured: "
                      "some changes that may fit are not shown (give it more time)")
