@@ -730,7 +730,8 @@ def test_gpus_without_native_bf16_are_named_for_a_bf16_step(matrix: Matrix, data
                                           ("NVIDIA A100-SXM4-64GB", 64), ("RTX 3080 12GB", 12),
                                           ("RTX 2060 12GB", 12), ("MI50 32GB", 32),
                                           ("GH200 144G", 144),
-                                          ("NVIDIA GeForce RTX 4090 Laptop GPU 16GB", 16)])
+                                          ("NVIDIA GeForce RTX 4090 Laptop GPU 16GB", 16),
+                                          ("Jetson Xavier 64GB", 64)])
 def test_a_name_that_states_its_size_is_judged_at_it(name: str, gb: int) -> None:
     """A row sold in several sizes is judged at its smallest, unless the name typed states one
     (as nvidia-smi's names often do), and any row at a smaller size its name states (a
