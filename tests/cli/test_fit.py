@@ -313,6 +313,33 @@ def test_hostile_gpu_names_are_one_line_errors(matrix: Matrix, name: str) -> Non
     assert "\x1b" not in line and len(line) < 400
 
 
+@SETTINGS
+@given(row=st.sampled_from(["H100", "RTX 4090", "T4", "A100", "Jetson Orin Nano", "MI250X"]),
+       word=st.sampled_from(["", "Laptop GPU", "Max-Q", "MIG 1g.10gb", "12GB", "40 GB", "999GB"]),
+       junk=TEXT.filter(lambda t: "\x00" not in t))
+def test_a_known_gpu_with_hostile_words_is_judged_or_refused_in_one_line(
+        matrix: Matrix, row: str, word: str, junk: str) -> None:
+    """A name the matrix finds, with a size, a laptop or MIG word and anything else around it:
+    exit 2 in one line, or a report whose every printed command gives the same --gpu back
+    (shell-quoted, escapes not printed raw) and a size no larger than the row's largest."""
+    name = f"{junk} {row} {word} {junk}"
+    rc, out, err = fit("--config", str(LLAMA3), *FORMULA, "--mixed", "--gpu", name)
+    assert "Traceback" not in err and "\x1b" not in out + err
+    if rc == EXIT_USAGE:
+        assert err.count("\n") == 2, err
+        return
+    assert rc in (0, 1), err
+    rc, data = fit_json("--config", str(LLAMA3), *FORMULA, "--mixed", "--gpu", name)
+    (gpu,) = data["gpus"]
+    said = shlex.split(gpu["where"])
+    assert said[0] == "--gpu" and len(said) == 2
+    for o in gpu["options"]:
+        assert shlex.split(o["command"])[-2:] == said, (o["command"], said)
+    found = next(g for g in matrix.gpus if g.name == gpu["gpu"])
+    own = memory.total_bytes(found, memory.coefficients(matrix.extra["memory"]))
+    assert gpu["total_bytes"] <= max(own, found.memory_gb * 10**9), (name, gpu)
+
+
 FLEETS = {
     "not TOML": "[group.a\ngpu = 'H100'\n",
     "no GPU": '[group.a]\ndriver = "580.95.05"\ncount = 1\n',
@@ -844,7 +871,10 @@ def test_a_fleet_group_is_sharded_over_no_more_gpus_than_it_has(tmp_path: Path, 
     assert rc == 1, data
     (gpu,) = data["gpus"]
     has = max(1, count * max(per_node, 1))
-    assert all(o["job"]["shards"] <= has for o in gpu["options"]), (has, gpu["options"])
+    assert gpu["options"] and all(o["job"]["shards"] <= has for o in gpu["options"]), \
+        (has, gpu["options"])
+    if has >= 16:  # enough GPUs that sharding is among the cheapest changes
+        assert any(o["job"]["shards"] > 1 for o in gpu["options"]), gpu["options"]
 
 
 def test_a_recorded_host_is_judged_at_its_own_size_without_a_variants_note() -> None:
